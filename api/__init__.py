@@ -1,0 +1,1 @@
+"""The ways in: HTTP API, CLI, Python client, framework adapters."""

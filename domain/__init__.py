@@ -1,0 +1,1 @@
+"""Write model: messages, the Session aggregate, the Ledger service."""

@@ -1,0 +1,1 @@
+"""Read models derived from events: transcript, context window, timeline, replay."""
