@@ -1,0 +1,78 @@
+"""The HTTP application: `create_app(settings)` wires routers, errors, limits, metrics.
+
+The ledger and the key store are opened in the lifespan (not at import), from the
+one database URL of the settings, unless the caller hands in its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from importlib.metadata import PackageNotFoundError, version
+
+from fastapi import FastAPI
+from session_ledger.domain.ledger import Ledger
+
+from . import errors
+from .keystore import KeyStore, open_key_store
+from .metrics import Metrics, MetricsMiddleware
+from .middleware import BodyLimit, RawSessionPath
+from .routes import health, keys, sessions
+from .settings import Settings
+
+DESCRIPTION = """Event-sourced conversation memory for LLM agents.
+
+Authenticate with `Authorization: Bearer <API key>`. Session keys are sent
+percent-encoded as one path segment (`/` as `%2F`). Every error answers
+`{"error": {"code", "message", "details"}}`.
+"""
+
+
+def _version() -> str:
+    try:
+        return version("session-ledger")
+    except PackageNotFoundError:
+        return "0"
+
+
+def create_app(
+    settings: Settings, ledger: Ledger | None = None, key_store: KeyStore | None = None
+) -> FastAPI:
+    """The API over `ledger` (or one opened from `settings.database_url` at start-up)."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        from .bootstrap import open_ledger  # the composition root picks the store
+
+        app.state.ledger = ledger if ledger is not None else open_ledger(settings)
+        app.state.key_store = key_store or open_key_store(
+            settings.database_url,
+            pool_size=settings.pool_size,
+            lock_timeout=settings.lock_timeout_seconds,
+        )
+        try:
+            yield
+        finally:
+            if key_store is None:
+                app.state.key_store.close()
+            if ledger is None:
+                app.state.ledger.close()
+
+    app = FastAPI(
+        title="session-ledger", version=_version(), description=DESCRIPTION, lifespan=lifespan
+    )
+    app.state.settings = settings
+    app.state.metrics = Metrics()
+    errors.register(app)
+    for module in (sessions, keys, health):
+        app.include_router(module.router)
+    # Added last = runs first: metrics see every answer, the 413 check runs before routing.
+    app.add_middleware(RawSessionPath)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
+    return app
+
+
+def app_from_env() -> FastAPI:
+    """The app configured by `LEDGER_*` variables: uvicorn's factory for `serve`."""
+    return create_app(Settings())

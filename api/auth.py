@@ -1,0 +1,77 @@
+"""Who is calling: `Authorization: Bearer <key>` -> a Principal (tenant, role).
+
+Roles: `agent` reads and writes its tenant's sessions; `auditor` only reads them;
+`admin` does both and manages its tenant's API keys. There is no anonymous access to
+sessions or keys. The secrets themselves live hashed in the KeyStore (keystore.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from .keystore import KeyStore
+
+READ, WRITE, MANAGE_KEYS = "read sessions", "write sessions", "manage API keys"
+PERMISSIONS: dict[str, frozenset[str]] = {
+    "agent": frozenset({READ, WRITE}),
+    "auditor": frozenset({READ}),
+    "admin": frozenset({READ, WRITE, MANAGE_KEYS}),
+}
+
+bearer = HTTPBearer(auto_error=False, description="An API key: `Authorization: Bearer <key>`.")
+
+
+class Unauthenticated(Exception):
+    """No API key, or one that is unknown or revoked (HTTP 401)."""
+
+
+class Forbidden(Exception):
+    """The key's role may not do this (HTTP 403)."""
+
+
+@dataclass(frozen=True)
+class Principal:
+    """The caller: which key, which tenant, which role."""
+
+    key_id: str
+    tenant: str
+    role: str
+
+    @property
+    def actor(self) -> str:
+        """How the ledger's events name this caller."""
+        return f"key:{self.key_id}"
+
+
+def key_store(request: Request) -> KeyStore:
+    store: KeyStore = request.app.state.key_store
+    return store
+
+
+def authenticate(
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+    store: Annotated[KeyStore, Depends(key_store)],
+) -> Principal:
+    """The caller's principal; Unauthenticated unless a valid, active key was given."""
+    if credentials is None or credentials.scheme.lower() != "bearer":
+        raise Unauthenticated("send an API key: 'Authorization: Bearer <key>'")
+    record = store.authenticate(credentials.credentials)
+    if record is None:
+        raise Unauthenticated("the API key is unknown or revoked")
+    return Principal(key_id=record.id, tenant=record.tenant, role=record.role)
+
+
+def require(permission: str) -> Callable[[Principal], Principal]:
+    """A dependency that lets through only callers whose role has `permission`."""
+
+    def check(principal: Annotated[Principal, Depends(authenticate)]) -> Principal:
+        if permission not in PERMISSIONS.get(principal.role, frozenset()):
+            raise Forbidden(f"role {principal.role!r} may not {permission}")
+        return principal
+
+    return check

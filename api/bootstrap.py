@@ -1,0 +1,123 @@
+"""Composition root: settings -> store -> Ledger. The only place that names a backend."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+import psycopg
+from session_ledger.domain.errors import InvalidInput, StoreNotReady
+from session_ledger.domain.ledger import Ledger, Limits
+from session_ledger.domain.tokens import load_tokenizer
+from session_ledger.projections.sqlite import sqlite_tables_exist
+
+from .settings import Settings
+
+SQLITE_FACTORY = "session_ledger.projections.sqlite:SQLiteLedgerFactory"
+POSTGRES_FACTORY = "session_ledger.projections.postgres:PostgresLedgerFactory"
+MIGRATE_LOCK_ID = 0x5E551017  # pg_advisory_lock key: one migrate at a time per database
+
+
+def store_env(settings: Settings, *, create_tables: bool) -> dict[str, str]:
+    """The eventsourcing environment for the store named by `settings.database_url`."""
+    url = settings.database_url
+    common = {
+        "AGGREGATE_CACHE_MAXSIZE": str(settings.aggregate_cache_size),
+        "CREATE_TABLE": "y" if create_tables else "n",
+    }
+    if url.startswith("memory://"):
+        name = f"file:ledger-{uuid.uuid4().hex}?mode=memory&cache=shared"
+        return {**common, "PERSISTENCE_MODULE": SQLITE_FACTORY, "SQLITE_DBNAME": name,
+                "CREATE_TABLE": "y"}  # fmt: skip
+    if url.startswith("sqlite:///"):
+        path = Path(unquote(url.removeprefix("sqlite:///")))
+        return {
+            **common,
+            "PERSISTENCE_MODULE": SQLITE_FACTORY,
+            "SQLITE_DBNAME": str(path),
+            "SQLITE_LOCK_TIMEOUT": str(settings.lock_timeout_seconds),
+        }
+    if url.startswith(("postgresql://", "postgres://")):
+        parts = urlsplit(url)
+        return {
+            **common,
+            "PERSISTENCE_MODULE": POSTGRES_FACTORY,
+            "POSTGRES_DBNAME": unquote(parts.path.lstrip("/")) or "postgres",
+            "POSTGRES_HOST": parts.hostname or "127.0.0.1",
+            "POSTGRES_PORT": str(parts.port or 5432),
+            "POSTGRES_USER": unquote(parts.username or "postgres"),
+            "POSTGRES_PASSWORD": unquote(parts.password or ""),
+            "POSTGRES_POOL_SIZE": str(settings.pool_size),
+            "POSTGRES_LOCK_TIMEOUT": str(settings.lock_timeout_seconds),
+            "POSTGRES_CONNECT_TIMEOUT": "10",
+        }
+    raise InvalidInput(
+        f"unsupported database URL {url!r}: use memory://, sqlite:///path or postgresql://..."
+    )
+
+
+def open_ledger(settings: Settings, *, create_tables: bool = False) -> Ledger:
+    """A Ledger on the configured store, whose tables must exist unless `create_tables`."""
+    env = store_env(settings, create_tables=create_tables)
+    if not create_tables and not _tables_exist(settings, env):
+        raise StoreNotReady(
+            f"the store at {redact(settings.database_url)} has no ledger tables: run "
+            "`session-ledger migrate` first"
+        )
+    return Ledger(
+        env,
+        tokenizer=load_tokenizer(settings.tokenizer),
+        limits=Limits(
+            max_message_bytes=settings.max_message_bytes,
+            max_messages_per_write=settings.max_messages_per_write,
+            max_write_bytes=settings.max_write_bytes,
+        ),
+        default_tenant=settings.default_tenant,
+        token_limit=settings.token_limit,
+        write_retries=settings.write_retries,
+        snapshot_interval=settings.snapshot_interval,
+    )
+
+
+def migrate(settings: Settings) -> None:
+    """Create every table of the store. Safe to run from many processes at once."""
+    url = settings.database_url
+    if url.startswith("memory://"):
+        return
+    if url.startswith("sqlite:///"):
+        Path(store_env(settings, create_tables=True)["SQLITE_DBNAME"]).parent.mkdir(
+            parents=True, exist_ok=True
+        )
+        open_ledger(settings, create_tables=True).close()
+        return
+    # CREATE TYPE / CREATE TABLE race between processes; the advisory lock orders them.
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATE_LOCK_ID,))
+        try:
+            open_ledger(settings, create_tables=True).close()
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATE_LOCK_ID,))
+
+
+def _tables_exist(settings: Settings, env: dict[str, str]) -> bool:
+    if env["PERSISTENCE_MODULE"] == SQLITE_FACTORY:
+        return Path(env["SQLITE_DBNAME"]).exists() and sqlite_tables_exist(env["SQLITE_DBNAME"])
+    try:
+        with psycopg.connect(settings.database_url, connect_timeout=10) as conn:
+            row = conn.execute(
+                "SELECT to_regclass('ledger_events') IS NOT NULL"
+                " AND to_regclass('ledger_messages') IS NOT NULL"
+            ).fetchone()
+    except psycopg.OperationalError as e:
+        raise StoreNotReady(f"cannot reach {redact(settings.database_url)}: {e}") from None
+    return bool(row and row[0])
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for messages and logs."""
+    parts = urlsplit(url)
+    if parts.password:
+        netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+        return parts._replace(netloc=netloc).geturl()
+    return url

@@ -1,0 +1,121 @@
+"""Dependencies of the routes, as `Annotated` aliases: the ledger, the caller, the inputs
+every session route shares (the session key in the path, the write preconditions).
+
+Session keys travel percent-encoded as ONE path segment (`/` is `%2F`, a space `%20`,
+UTF-8 bytes `%XX`); `middleware.RawSessionPath` keeps the segment encoded through routing,
+and `session_key` decodes it here, so a key may hold any character, `/` included.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Annotated, Any
+from urllib.parse import unquote_to_bytes
+
+from fastapi import Depends, Header, Path, Query, Request
+from session_ledger.domain.errors import InvalidInput, InvalidSessionKey
+from session_ledger.domain.ledger import Ledger
+
+from .auth import MANAGE_KEYS, READ, WRITE, Principal, authenticate, key_store, require
+from .keystore import KeyStore
+
+ETAG = re.compile(r'^\s*"(\d{1,18})"\s*$|^\s*(\d{1,18})\s*$')
+
+
+def get_ledger(request: Request) -> Ledger:
+    ledger: Ledger = request.app.state.ledger
+    return ledger
+
+
+def session_key(
+    key: Annotated[
+        str,
+        Path(
+            description="The session key, percent-encoded as one path segment: every byte "
+            "outside A-Z a-z 0-9 - . _ ~ as %XX of its UTF-8 encoding, `/` included "
+            "(Python: urllib.parse.quote(key, safe='')). A key that is exactly `.` or `..` "
+            "is sent as %2E or %2E%2E.",
+            examples=["user-42%2Fchat%201"],
+        ),
+    ],
+) -> str:
+    """The decoded session key."""
+    try:
+        return unquote_to_bytes(key).decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidSessionKey("the session key is not percent-encoded UTF-8") from None
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    """Preconditions and audit data of one write, from its headers and query."""
+
+    expected_version: int | None
+    must_exist: bool
+    idempotency_key: str | None
+    reason: str | None
+
+    def ledger_kwargs(self, principal: Principal) -> dict[str, Any]:
+        return {
+            "tenant": principal.tenant,
+            "actor": principal.actor,
+            "reason": self.reason,
+            "expected_version": self.expected_version,
+            "idempotency_key": self.idempotency_key,
+        }
+
+
+def write_options(
+    if_match: Annotated[
+        str | None,
+        Header(
+            description='Write only if the session is at this version: its ETag, e.g. "3"; '
+            "`*`: only if the session exists. Stale: 412, nothing written."
+        ),
+    ] = None,
+    if_none_match: Annotated[
+        str | None,
+        Header(description="`*`: write only if the session does not exist yet (else 412)."),
+    ] = None,
+    idempotency_key: Annotated[
+        str | None,
+        Header(
+            description="A retried write with the same key and body is applied once and "
+            "answered with the first result (Idempotent-Replayed: true)."
+        ),
+    ] = None,
+    reason: Annotated[
+        str | None, Query(description="Why the change was made; kept in the audit trail.")
+    ] = None,
+) -> WriteOptions:
+    """Parse the conditional-write headers; malformed ones are refused (422)."""
+    expected: int | None = None
+    must_exist = False
+    if if_match is not None and if_none_match is not None:
+        raise InvalidInput("send If-Match or If-None-Match, not both")
+    if if_match is not None:
+        if if_match.strip() == "*":
+            must_exist = True
+        else:
+            found = ETAG.match(if_match)
+            if found is None:
+                raise InvalidInput(
+                    f'If-Match must be a session ETag such as "3", or *; got {if_match!r}'
+                )
+            expected = int(found.group(1) or found.group(2))
+    if if_none_match is not None:
+        if if_none_match.strip() != "*":
+            raise InvalidInput("If-None-Match supports only * (create the session)")
+        expected = 0
+    return WriteOptions(expected, must_exist, idempotency_key, reason)
+
+
+LedgerDep = Annotated[Ledger, Depends(get_ledger)]
+KeyStoreDep = Annotated[KeyStore, Depends(key_store)]
+PrincipalDep = Annotated[Principal, Depends(authenticate)]
+ReaderDep = Annotated[Principal, Depends(require(READ))]
+WriterDep = Annotated[Principal, Depends(require(WRITE))]
+AdminDep = Annotated[Principal, Depends(require(MANAGE_KEYS))]
+SessionKeyDep = Annotated[str, Depends(session_key)]
+WriteOptionsDep = Annotated[WriteOptions, Depends(write_options)]

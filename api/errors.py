@@ -1,0 +1,139 @@
+"""The one table from exceptions to HTTP answers, and the handlers that apply it.
+
+Every error leaves the API as `{"error": {"code", "message", "details"}}`. Routes raise
+domain errors (or the auth ones); nothing below maps them case by case.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from session_ledger.domain import errors as domain
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from .auth import Forbidden, Unauthenticated
+from .keystore import KeyNotFound
+from .schemas import ErrorResponse
+
+log = logging.getLogger("session_ledger.api")
+
+
+class BodyTooLarge(StarletteHTTPException):
+    """The request body is over `max_body_bytes` (HTTP 413).
+
+    An HTTPException, because FastAPI turns any other error raised while it reads the
+    body into a 400.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(413, message)
+
+
+class PreconditionFailed(Exception):
+    """`If-Match: *` on a session that does not exist (HTTP 412)."""
+
+
+# Most specific class first wins (looked up along the exception's MRO).
+STATUS: dict[type[BaseException], tuple[int, str]] = {
+    Unauthenticated: (401, "unauthenticated"),
+    Forbidden: (403, "forbidden"),
+    KeyNotFound: (404, "key_not_found"),
+    BodyTooLarge: (413, "body_too_large"),
+    PreconditionFailed: (412, "precondition_failed"),
+    domain.PayloadTooLarge: (413, "payload_too_large"),
+    domain.InvalidInput: (422, "invalid_input"),
+    domain.SessionNotFound: (404, "session_not_found"),
+    domain.MessageNotFound: (404, "message_not_found"),
+    domain.VersionConflict: (412, "version_conflict"),
+    domain.IdempotencyKeyReused: (422, "idempotency_key_reused"),
+    domain.StoreNotReady: (503, "store_not_ready"),
+    domain.LedgerError: (500, "ledger_error"),
+}
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorResponse, "description": description}
+    for status, description in {
+        400: "Malformed JSON body.",
+        401: "No API key, or an unknown or revoked one.",
+        403: "The key's role may not do this.",
+        404: "No such session (in the caller's tenant), message or key.",
+        409: "A write lost too many races with other writers; retry.",
+        412: "If-Match / If-None-Match precondition failed; nothing written.",
+        413: "Body, message or write over the configured limits.",
+        422: "Invalid input: fields, headers, messages, session key.",
+        503: "The store is unreachable or not migrated.",
+    }.items()
+}
+
+
+def error_response(
+    status: int, code: str, message: str, details: dict[str, Any] | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:  # fmt: skip
+    body = {"error": {"code": code, "message": message, "details": details or {}}}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _lookup(exc: BaseException) -> tuple[int, str]:
+    for cls in type(exc).__mro__:
+        if cls in STATUS:
+            status, code = STATUS[cls]
+            return status, getattr(exc, "code", code) if status != 500 else code
+    return 500, "internal_error"
+
+
+async def handle_error(request: Request, exc: Exception) -> JSONResponse:
+    status, code = _lookup(exc)
+    details: dict[str, Any] = {}
+    headers: dict[str, str] = {}
+    message = str(exc) or code.replace("_", " ")
+    if isinstance(exc, domain.VersionConflict):
+        details = {"expected_version": exc.expected, "current_version": exc.actual}
+        headers["ETag"] = f'"{exc.actual}"'
+        if "if-match" not in request.headers and "if-none-match" not in request.headers:
+            # The caller set no precondition: the ledger gave up retrying a busy session.
+            status, code = 409, "write_conflict"
+    elif isinstance(exc, Unauthenticated):
+        headers["WWW-Authenticate"] = 'Bearer realm="session-ledger"'
+    if status == 500:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        message = "internal error; the server log has the details"
+    return error_response(status, code, message, details, headers)
+
+
+def _validation_details(exc: RequestValidationError) -> list[dict[str, Any]]:
+    # Echoing `input` back could repeat a 40 MB body or bytes JSON cannot hold.
+    return [
+        {"loc": [str(part) for part in e.get("loc", ())], "type": e.get("type", ""),
+         "msg": e.get("msg", "")}
+        for e in exc.errors()[:50]
+    ]  # fmt: skip
+
+
+async def handle_validation(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = _validation_details(exc)
+    if any(e["type"] == "json_invalid" for e in errors):
+        return error_response(400, "malformed_json", "the request body is not valid JSON",
+                              {"errors": errors})  # fmt: skip
+    first = errors[0] if errors else {"loc": [], "msg": "invalid request"}
+    where = ".".join(first["loc"])
+    return error_response(422, "invalid_request", f"{where}: {first['msg']}", {"errors": errors})
+
+
+async def handle_http(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+    return error_response(exc.status_code, code, str(exc.detail), headers=exc.headers)
+
+
+def register(app: FastAPI) -> None:
+    """Install the handlers: once, for every route."""
+    app.add_exception_handler(RequestValidationError, handle_validation)
+    app.add_exception_handler(StarletteHTTPException, handle_http)
+    for cls in STATUS:
+        app.add_exception_handler(cls, handle_error)
+    app.add_exception_handler(Exception, handle_error)

@@ -1,0 +1,164 @@
+"""The SQL key stores: SQLite (a file beside the ledger's tables) and PostgreSQL.
+
+Both use the same statements; they differ in placeholders, connections and how
+`migrate` and the first-admin insert are serialised across processes.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from abc import abstractmethod
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from datetime import datetime
+from pathlib import Path
+from urllib.parse import unquote
+from typing import Any
+
+from session_ledger.domain.errors import StoreNotReady
+
+from .keystore import KeyRecord, KeyStore
+
+TABLE = "ledger_api_keys"
+COLUMNS = "id, tenant, role, name, key_hash, created_at, revoked_at"
+SCHEMA = (
+    f"CREATE TABLE IF NOT EXISTS {TABLE} (id TEXT PRIMARY KEY, tenant TEXT NOT NULL, "
+    "role TEXT NOT NULL, name TEXT NOT NULL, key_hash TEXT NOT NULL UNIQUE, "
+    "created_at TEXT NOT NULL, revoked_at TEXT)",
+    f"CREATE INDEX IF NOT EXISTS {TABLE}_tenant ON {TABLE} (tenant, created_at)",
+)
+# Any constant works; it only has to be the same in every process.
+ADVISORY_LOCK_ID = 0x5E5510_0001
+NOT_MIGRATED = "the API key table does not exist: run `session-ledger migrate`"
+
+
+def _row(row: Sequence[Any]) -> KeyRecord:
+    revoked = datetime.fromisoformat(row[6]) if row[6] else None
+    return KeyRecord(*row[:5], created_at=datetime.fromisoformat(row[5]), revoked_at=revoked)
+
+
+def _params(record: KeyRecord) -> tuple[str, ...]:
+    return (
+        record.id, record.tenant, record.role, record.name, record.key_hash,
+        record.created_at.isoformat(),
+    )  # fmt: skip
+
+
+class _SQLKeyStore(KeyStore):
+    """Statements shared by both backends, written with `?` placeholders."""
+
+    placeholder = "?"
+
+    @abstractmethod
+    def _transaction(self, exclusive: bool = False) -> AbstractContextManager[Any]:
+        """A cursor inside one transaction; `exclusive` serialises it across processes."""
+
+    def _sql(self, statement: str) -> str:
+        return statement.replace("?", self.placeholder)
+
+    def migrate(self) -> None:
+        with self._transaction(exclusive=True) as cur:
+            for statement in SCHEMA:
+                cur.execute(statement)
+
+    def ping(self) -> None:
+        with self._transaction() as cur:
+            cur.execute(f"SELECT 1 FROM {TABLE} LIMIT 1")
+
+    def _insert(self, record: KeyRecord, only_if_empty: bool) -> bool:
+        insert = f"INSERT INTO {TABLE} ({COLUMNS}) SELECT ?, ?, ?, ?, ?, ?, NULL"
+        if only_if_empty:
+            insert += f" WHERE NOT EXISTS (SELECT 1 FROM {TABLE})"
+        with self._transaction(exclusive=only_if_empty) as cur:
+            cur.execute(self._sql(insert), _params(record))
+            return bool(cur.rowcount == 1)
+
+    def _by_hash(self, key_hash: str) -> KeyRecord | None:
+        with self._transaction() as cur:
+            cur.execute(self._sql(f"SELECT {COLUMNS} FROM {TABLE} WHERE key_hash = ?"), (key_hash,))
+            row = cur.fetchone()
+        return _row(row) if row else None
+
+    def list(self, tenant: str | None = None) -> list[KeyRecord]:
+        query = f"SELECT {COLUMNS} FROM {TABLE}"
+        params: tuple[str, ...] = ()
+        if tenant is not None:
+            query, params = query + " WHERE tenant = ?", (tenant,)
+        with self._transaction() as cur:
+            cur.execute(self._sql(query + " ORDER BY created_at, id"), params)
+            return [_row(row) for row in cur.fetchall()]
+
+    def _set_revoked(self, key_id: str, tenant: str | None, when: datetime) -> bool:
+        update = f"UPDATE {TABLE} SET revoked_at = COALESCE(revoked_at, ?) WHERE id = ?"
+        params: tuple[str, ...] = (when.isoformat(), key_id)
+        if tenant is not None:
+            update, params = update + " AND tenant = ?", (*params, tenant)
+        with self._transaction() as cur:
+            cur.execute(self._sql(update), params)
+            return bool(cur.rowcount == 1)
+
+
+class SQLiteKeyStore(_SQLKeyStore):
+    """Keys in the ledger's SQLite file; a connection per call keeps threads apart."""
+
+    def __init__(self, database_url: str, *, lock_timeout: float = 30) -> None:
+        self.path = unquote(database_url.removeprefix("sqlite:///"))
+        self.lock_timeout = lock_timeout
+
+    @contextmanager
+    def _transaction(self, exclusive: bool = False) -> Iterator[sqlite3.Cursor]:
+        if exclusive:
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            conn = sqlite3.connect(self.path, timeout=self.lock_timeout, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise StoreNotReady(f"cannot open {self.path}: {exc}") from None
+        try:
+            cur = conn.cursor()
+            # IMMEDIATE takes the write lock up front: racing migrations queue, not fail.
+            cur.execute("BEGIN IMMEDIATE" if exclusive else "BEGIN")
+            yield cur
+            conn.commit()
+        except sqlite3.OperationalError as exc:
+            conn.rollback()
+            if "no such table" in str(exc):
+                raise StoreNotReady(NOT_MIGRATED) from None
+            raise StoreNotReady(f"SQLite: {exc}") from None
+        except BaseException:
+            conn.rollback()
+            raise
+        finally:
+            conn.close()
+
+
+class PostgresKeyStore(_SQLKeyStore):
+    """Keys in PostgreSQL, through a small connection pool."""
+
+    placeholder = "%s"
+
+    def __init__(self, database_url: str, *, pool_size: int = 4, lock_timeout: float = 30) -> None:
+        from psycopg_pool import ConnectionPool
+
+        self.pool = ConnectionPool(
+            database_url, min_size=1, max_size=pool_size, timeout=lock_timeout, open=True
+        )
+
+    def close(self) -> None:
+        self.pool.close()
+
+    @contextmanager
+    def _transaction(self, exclusive: bool = False) -> Iterator[Any]:
+        import psycopg
+        from psycopg_pool import PoolTimeout
+
+        try:
+            with self.pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+                if exclusive:
+                    # CREATE TABLE IF NOT EXISTS can still collide in the catalog when two
+                    # processes run it at once; the advisory lock queues them instead.
+                    cur.execute("SELECT pg_advisory_xact_lock(%s)", (ADVISORY_LOCK_ID,))
+                yield cur
+        except psycopg.errors.UndefinedTable:
+            raise StoreNotReady(NOT_MIGRATED) from None
+        except (psycopg.OperationalError, PoolTimeout) as exc:
+            raise StoreNotReady(f"PostgreSQL unreachable: {exc}") from None

@@ -1,0 +1,1 @@
+"""One router per resource: sessions, API keys, health and metrics."""

@@ -1,0 +1,43 @@
+"""Liveness, readiness and Prometheus metrics: the only routes without an API key."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from session_ledger.domain.errors import StoreNotReady
+
+from ..deps import KeyStoreDep, LedgerDep
+from ..errors import ERROR_RESPONSES
+from ..schemas import Status
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz", response_model=Status)
+def healthz() -> Status:
+    """The process is up (says nothing about the store)."""
+    return Status(status="ok")
+
+
+@router.get("/readyz", response_model=Status, responses={503: ERROR_RESPONSES[503]})
+def readyz(ledger: LedgerDep, store: KeyStoreDep) -> Status:
+    """The store is reachable and migrated: ready for traffic."""
+    try:
+        ledger.keys(limit=1)
+        store.ping()
+    except StoreNotReady:
+        raise
+    except Exception as exc:  # any failure of the probe means "not ready", never a 500
+        raise StoreNotReady(f"store check failed: {type(exc).__name__}: {exc}") from None
+    return Status(status="ready")
+
+
+@router.get(
+    "/metrics",
+    response_class=Response,
+    responses={200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus text."}},
+)
+def metrics(request: Request) -> Response:
+    """Request counts and latencies of this process, in Prometheus' text format."""
+    body = generate_latest(request.app.state.metrics.registry)
+    return Response(body, media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,148 @@
+"""Request and response bodies of the HTTP API (pydantic models live at the edge only).
+
+The client (`client.py`) parses responses into the same models, so the wire format
+is written down once.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Role = Literal["agent", "auditor", "admin"]
+MessageRole = Literal[
+    "system", "developer", "user", "assistant", "function", "tool", "chatbot", "model"
+]
+
+
+class MessageIn(BaseModel):
+    """A chat message in LlamaIndex's JSON shape, or the plain {"role", "content"} one."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    role: MessageRole
+    blocks: list[dict[str, Any]] | None = Field(
+        None, description='LlamaIndex content blocks, e.g. [{"block_type": "text", "text": "hi"}].'
+    )
+    content: str | list[dict[str, Any]] | None = Field(
+        None, description="Plain text (or a list of blocks); used when `blocks` is absent."
+    )
+    additional_kwargs: dict[str, Any] = Field(default_factory=dict)
+
+    def to_ledger(self) -> dict[str, Any]:
+        """The fields the caller gave, for `ChatMessage.parse` (the domain's validation)."""
+        return self.model_dump(exclude_unset=True)
+
+
+class Message(BaseModel):
+    """A stored chat message, always in LlamaIndex's canonical JSON shape."""
+
+    role: str
+    blocks: list[dict[str, Any]]
+    additional_kwargs: dict[str, Any]
+
+
+class MessagesIn(BaseModel):
+    """Messages to append (POST) or the complete new history (PUT)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    messages: list[MessageIn]
+
+
+class AppendIn(MessagesIn):
+    """Messages to append: at least one."""
+
+    messages: list[MessageIn] = Field(min_length=1)
+
+
+class WriteResult(BaseModel):
+    """What a write did: the session's new version and its active message count."""
+
+    version: int
+    message_count: int
+    replayed: bool = Field(
+        description="True when this is the stored answer to a retried Idempotency-Key."
+    )
+    removed: list[Message] = Field(
+        default_factory=list, description="The messages a delete removed."
+    )
+
+
+class MessageList(BaseModel):
+    """Messages of one session, oldest first."""
+
+    messages: list[Message]
+
+
+class SessionHead(BaseModel):
+    """A session's summary: version, counts and timestamps."""
+
+    key: str
+    version: int
+    message_count: int
+    archived_count: int
+    token_total: int
+    created_at: datetime
+    updated_at: datetime
+
+
+class SessionKeys(BaseModel):
+    """One page of session keys, sorted; pass `next_cursor` as `cursor` for the next."""
+
+    keys: list[str]
+    next_cursor: str | None
+
+
+class KeyCreate(BaseModel):
+    """A new API key for the caller's tenant."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    role: Role
+    name: str = Field("", max_length=200, description="A label for people, e.g. the agent's name.")
+
+
+class ApiKey(BaseModel):
+    """An API key's record; the secret itself is never shown again after creation."""
+
+    id: str
+    tenant: str
+    role: Role
+    name: str
+    created_at: datetime
+    revoked_at: datetime | None
+
+
+class CreatedApiKey(ApiKey):
+    """A freshly created key: `key` is its secret, shown this once."""
+
+    key: str
+
+
+class ApiKeyList(BaseModel):
+    """The keys of the caller's tenant, revoked ones included."""
+
+    keys: list[ApiKey]
+
+
+class ErrorBody(BaseModel):
+    """The one error shape: a stable machine code, a message for people, details."""
+
+    code: str
+    message: str
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class ErrorResponse(BaseModel):
+    """Every 4xx/5xx answer of the API."""
+
+    error: ErrorBody
+
+
+class Status(BaseModel):
+    """Liveness / readiness answer."""
+
+    status: Literal["ok", "ready"]

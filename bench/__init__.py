@@ -1,0 +1,1 @@
+"""Benchmarks of session-ledger against the stores its users would pick instead (issue #6)."""

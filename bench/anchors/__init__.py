@@ -1,0 +1,1 @@
+"""The systems session-ledger is measured against: the raw databases and the peers."""

@@ -1,0 +1,54 @@
+"""session-ledger itself, in-process through its Ledger, on each of its stores."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .corpus import TOKEN_LIMIT, Message
+from .stores import Context, Store
+
+_LOAD_CHUNK = 1000  # bounded writes: one save of ~10,000 events is what PostgreSQL chokes on
+
+
+class LedgerStore(Store):
+    group = "ours"
+
+    def __init__(self, backend: str) -> None:
+        self.backend = backend
+        self.name = f"session-ledger {backend}"
+
+    def open(self, ctx: Context) -> None:
+        from session_ledger.api.bootstrap import migrate, open_ledger
+        from session_ledger.api.settings import Settings
+
+        if self.backend == "memory":
+            url = "memory://"
+        elif self.backend == "sqlite":
+            url = f"sqlite:///{ctx.workdir / 'ledger.db'}"
+        else:
+            assert ctx.postgres_url is not None
+            url = ctx.postgres_url
+        settings = Settings(database_url=url, token_limit=TOKEN_LIMIT)
+        migrate(settings)
+        self.ledger = open_ledger(settings)
+
+    def native(self, message: Message) -> Any:
+        from session_ledger.domain.messages import ChatMessage
+
+        return ChatMessage.text(message["role"], message["content"])
+
+    def append(self, session: str, message: Any) -> None:
+        self.ledger.put(session, message)
+
+    def load(self, session: str, messages: list[Any]) -> None:
+        for start in range(0, len(messages), _LOAD_CHUNK):
+            self.ledger.put_messages(session, messages[start : start + _LOAD_CHUNK])
+
+    def window(self, session: str) -> int:
+        return len(self.ledger.get(session, token_limit=TOKEN_LIMIT))
+
+    def history(self, session: str) -> int:
+        return len(self.ledger.get_all(session))
+
+    def close(self) -> None:
+        self.ledger.close()

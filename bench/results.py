@@ -1,0 +1,75 @@
+"""The JSON record of a run: bench/results/<UTC time>.json and latest.json."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+_PACKAGES = (
+    "session-ledger",
+    "eventsourcing",
+    "psycopg",
+    "llama-index-core",
+    "llama-index-storage-chat-store-sqlite",
+    "llama-index-storage-chat-store-postgres",
+    "openai-agents",
+    "sqlalchemy",
+    "aiosqlite",
+    "asyncpg",
+    "tiktoken",
+    "pydantic",
+)
+
+
+def _versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for name in _PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def write(
+    out: Path,
+    plan: Any,
+    runner: Any,
+    judged: list[dict[str, Any]],
+    table: str,
+    command: str,
+    started: float,
+) -> Path:
+    record = {
+        "command": command,
+        "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+        "seconds": round(time.time() - started, 1),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "system": platform.platform(),
+        },
+        "packages": _versions(),
+        "plan": dataclasses.asdict(plan),
+        "window_rows": runner.window_rows,
+        "cells": {
+            store: {w: [c.as_dict() for c in reps] for w, reps in by_workload.items()}
+            for store, by_workload in runner.cells.items()
+        },
+        "targets": judged,
+        "table_markdown": table,
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(started))
+    kind = "quick" if "--quick" in command else "full"
+    path = out / f"{stamp}-{kind}.json"
+    text = json.dumps(record, indent=1)
+    path.write_text(text)
+    (out / "latest.json").write_text(text)
+    return path

@@ -1,0 +1,278 @@
+"""Entry point: `python -m bench.run [--quick]` runs every workload against every store.
+
+One process run: session-ledger (memory, SQLite, PostgreSQL) and the anchors
+(raw sqlite3, raw psycopg, the LlamaIndex stores, OpenAI Agents' SQLiteSession),
+repeated; prints Markdown tables of medians and of the issue's targets (ratios
+taken pair by pair within each repetition) and writes JSON to bench/results/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import importlib.util
+import re
+import shutil
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from . import corpus, results
+from .postgres import ScratchDatabases, server_url
+from .report import Cells, judge, tables, targets
+from .stores import Context, Store
+from .workloads import WRITERS, Cell, append_parallel, append_sequence, predict_read, timed_read
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    reps: int
+    w1_messages: int
+    w2_sessions: int
+    w2_messages: int
+    w3_sizes: tuple[int, ...]
+    w3_ours_only: tuple[int, ...]  # sizes only session-ledger is loaded with
+    w4_size: int
+    write_budget_s: float  # per write cell and repetition
+    read_budget_s: float  # a read cell predicted to take longer is not run
+    read_spend_s: float  # how long a fast read is repeated for its median
+
+
+FULL = Plan(3, 2000, 100, 50, (100, 1000, 10_000), (100_000,), 10_000, 60.0, 30.0, 1.0)
+QUICK = Plan(1, 1000, 50, 20, (100, 1000, 10_000), (), 10_000, 15.0, 10.0, 0.3)
+
+
+def log(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def factories(with_postgres: bool) -> list[Callable[[], Store]]:
+    from .anchors.llamaindex_buffer import LlamaPostgres, LlamaSimple, LlamaSQLite
+    from .anchors.llamaindex_memory import LlamaMemory
+    from .anchors.openai_agents import AgentsSQLite
+    from .anchors.raw_postgres import RawPostgres
+    from .anchors.raw_sqlite import RawSQLite
+    from .ledger import LedgerStore
+
+    out: list[Callable[[], Store]] = []
+    if importlib.util.find_spec("session_ledger.api.bootstrap") is not None:
+        out += [lambda: LedgerStore("memory"), lambda: LedgerStore("sqlite")]
+        if with_postgres:
+            out.append(lambda: LedgerStore("postgres"))
+    else:
+        log("session_ledger.api.bootstrap not found: measuring the anchors only")
+    out.append(RawSQLite)
+    if with_postgres:
+        out.append(RawPostgres)
+    out += [LlamaSimple, LlamaSQLite]
+    if with_postgres:
+        out.append(LlamaPostgres)
+    out += [LlamaMemory, AgentsSQLite]
+    return out
+
+
+class Runner:
+    def __init__(self, plan: Plan, workdir: Path, scratch: ScratchDatabases | None) -> None:
+        self.plan = plan
+        self.workdir = workdir
+        self.scratch = scratch
+        biggest = max(plan.w3_sizes + plan.w3_ours_only + (plan.w4_size,))
+        self.messages = corpus.conversation(max(biggest, plan.w1_messages, plan.w2_messages))
+        self.window_rows = corpus.window_size(self.messages[: plan.w4_size])
+        self.cells: Cells = {}
+
+    @contextlib.contextmanager
+    def opened(self, factory: Callable[[], Store], tag: str) -> Iterator[Store]:
+        store = factory()
+        slug = re.sub(r"[^a-z0-9]+", "-", store.name.lower()).strip("-")
+        workdir = self.workdir / f"{slug}-{tag}"
+        shutil.rmtree(workdir, ignore_errors=True)
+        workdir.mkdir(parents=True)
+        url = None
+        if store.backend == "postgres":
+            assert self.scratch is not None
+            url = self.scratch.create(tag)
+        store.open(Context(workdir, url, self.window_rows))
+        try:
+            yield store
+        finally:
+            store.close()
+            if url is not None and self.scratch is not None:
+                self.scratch.drop(url)
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    def record(self, store: Store, workload: str, cell: Cell) -> None:
+        self.cells.setdefault(store.name, {}).setdefault(workload, []).append(cell)
+        shown = cell.best()
+        text = "—" if shown is None else f"{shown:,.3f}"
+        log(f"  {store.name:42} {workload:10} {text:>14} {cell.unit} {cell.note}")
+
+    def guarded(self, store: Store, workload: str, measure: Callable[[], Cell]) -> None:
+        try:
+            cell = measure()
+        except Exception as exc:
+            traceback.print_exc(file=sys.stderr)
+            cell = Cell(
+                "ms" if workload.startswith(("W3", "W4")) else "msg/s",
+                note=f"error: {type(exc).__name__}: {exc}"[:300],
+            )
+        self.record(store, workload, cell)
+
+    def earlier_prediction(self, store: Store, workload: str) -> Cell | None:
+        """A write cell that passed its budget once is predicted again, not rerun."""
+        for cell in self.cells.get(store.name, {}).get(workload, []):
+            if cell.value is None and cell.predicted is not None:
+                return Cell(cell.unit, predicted=cell.predicted, note="predicted in repetition 1")
+        return None
+
+    def writes(self, store: Store, rep: int, natives: list[object]) -> None:
+        p = self.plan
+        budget = p.write_budget_s
+        w1 = [(f"w1-{rep}", m) for m in natives[: p.w1_messages]]
+        self.guarded(
+            store,
+            "W1",
+            lambda: self.earlier_prediction(store, "W1") or append_sequence(store, w1, budget),
+        )
+        if store.concurrent:
+            share = p.w1_messages // WRITERS
+            per_writer = [
+                [(f"w1x4-{rep}-{t}", m) for m in natives[t * share : (t + 1) * share]]
+                for t in range(WRITERS)
+            ]
+            self.guarded(
+                store,
+                "W1x4",
+                lambda: (
+                    self.earlier_prediction(store, "W1x4")
+                    or append_parallel(store, per_writer, budget)
+                ),
+            )
+        w2 = [
+            (f"w2-{rep}-{s}", natives[i])
+            for i in range(p.w2_messages)
+            for s in range(p.w2_sessions)
+        ]
+        self.guarded(
+            store,
+            "W2",
+            lambda: self.earlier_prediction(store, "W2") or append_sequence(store, w2, budget),
+        )
+
+    def reads(self, store: Store, sizes: list[int]) -> None:
+        p = self.plan
+        measured: list[tuple[int, float]] = []
+        for size in sizes:
+            workload = f"W3@{size}"
+            predicted = predict_read(measured, size)
+            if predicted is not None and predicted / 1000 > p.read_budget_s:
+                self.record(
+                    store,
+                    workload,
+                    Cell("ms", predicted=predicted, note=f"predicted {predicted / 1000:,.0f} s"),
+                )
+                continue
+            self.guarded(
+                store,
+                workload,
+                lambda s=size: timed_read(
+                    lambda: store.window(f"w3-{s}"), p.read_budget_s, p.read_spend_s
+                ),
+            )
+            last = self.cells[store.name][workload][-1]
+            if last.value is not None:
+                measured.append((size, last.value))
+        self.guarded(
+            store,
+            f"W4@{p.w4_size}",
+            lambda: timed_read(
+                lambda: store.history(f"w3-{p.w4_size}"),
+                p.read_budget_s,
+                p.read_spend_s,
+                expect=p.w4_size,
+            ),
+        )
+
+    def run(self, chosen: list[Callable[[], Store]], workloads: set[str]) -> None:
+        p = self.plan
+        with contextlib.ExitStack() as readers:
+            read_stores: list[tuple[Store, list[int]]] = []
+            if workloads & {"W3", "W4"}:
+                for factory in chosen:
+                    store = readers.enter_context(self.opened(factory, "r"))
+                    sizes = list(p.w3_sizes) + (
+                        list(p.w3_ours_only) if store.group == "ours" else []
+                    )
+                    natives = [store.native(m) for m in self.messages[: max(sizes)]]
+                    t0 = time.perf_counter()
+                    for size in sizes:
+                        store.load(f"w3-{size}", natives[:size])
+                    log(f"loaded {store.name}: {sizes} in {time.perf_counter() - t0:.1f} s")
+                    read_stores.append((store, sizes))
+            for rep in range(p.reps):
+                log(f"repetition {rep + 1}/{p.reps}")
+                if workloads & {"W1", "W2"}:
+                    for factory in chosen:
+                        with self.opened(factory, f"w{rep}") as store:
+                            natives = [
+                                store.native(m)
+                                for m in self.messages[: max(p.w1_messages, p.w2_messages)]
+                            ]
+                            self.writes(store, rep, natives)
+                for store, sizes in read_stores:
+                    self.reads(store, sizes)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller, 1 repetition, minutes")
+    parser.add_argument("--reps", type=int, help="repetitions (medians over them)")
+    parser.add_argument("--only", help="regex: run only the stores whose name matches")
+    parser.add_argument("--workloads", default="W1,W2,W3,W4", help="subset, e.g. W3,W4")
+    parser.add_argument("--no-postgres", action="store_true", help="skip PostgreSQL stores")
+    parser.add_argument("--workdir", default="var/bench", help="where SQLite/JSON files go")
+    parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    args = parser.parse_args(argv)
+
+    plan = QUICK if args.quick else FULL
+    if args.reps:
+        plan = dataclasses.replace(plan, reps=args.reps)
+    scratch: ScratchDatabases | None = None
+    if not args.no_postgres:
+        scratch = ScratchDatabases(server_url())
+        why = scratch.reachable()
+        if why is not None:
+            log(f"PostgreSQL unreachable, its stores are skipped: {why}")
+            scratch = None
+    chosen = factories(scratch is not None)
+    if args.only:
+        chosen = [f for f in chosen if re.search(args.only, f().name)]
+    runner = Runner(plan, Path(args.workdir).resolve(), scratch)
+    started = time.time()
+    try:
+        runner.run(chosen, set(args.workloads.split(",")))
+    finally:
+        if scratch is not None:
+            scratch.drop_all()
+    names = [f().name for f in chosen]
+    peers = [(s.name, s.backend) for s in (f() for f in chosen) if s.group == "peer"]
+    sizes = list(plan.w3_sizes + plan.w3_ours_only)
+    workloads = ["W1", "W1x4", "W2"] + [f"W3@{s}" for s in sizes] + [f"W4@{plan.w4_size}"]
+    judged = [judge(t, runner.cells) for t in targets(runner.cells, peers, sizes)]
+    table = tables(runner.cells, names, workloads, judged)
+    command = "python -m bench.run" + (" --quick" if args.quick else "")
+    print(
+        f"\n{'Quick' if args.quick else 'Full'} run, {plan.reps} repetition(s), "
+        f"{time.time() - started:.0f} s; medians (W1/W1x4/W2 msg/s, W3/W4 ms):\n"
+    )
+    print(table)
+    path = results.write(Path(args.out), plan, runner, judged, table, command, started)
+    log(f"\nwrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,86 @@
+"""The errors the ledger raises: one hierarchy, each with a message a caller can act on.
+
+Entry points (HTTP, CLI, adapters) map these to their own shapes; nothing below them
+raises library or database errors for an outcome the caller caused.
+"""
+
+from __future__ import annotations
+
+
+class LedgerError(Exception):
+    """Base class of every error the ledger raises on purpose."""
+
+    code = "ledger_error"
+
+
+class InvalidInput(LedgerError, ValueError):
+    """An argument was refused; nothing was stored."""
+
+    code = "invalid_input"
+
+
+class InvalidMessage(InvalidInput):
+    """A message is not a valid chat message."""
+
+    code = "invalid_message"
+
+
+class InvalidSessionKey(InvalidInput):
+    """A session key or tenant name is not acceptable."""
+
+    code = "invalid_session_key"
+
+
+class PayloadTooLarge(InvalidInput):
+    """A message or a write exceeds the configured size limits."""
+
+    code = "payload_too_large"
+
+
+class TokenLimitExceeded(InvalidInput):
+    """`initial_token_count` is larger than `token_limit` (as in LlamaIndex)."""
+
+    code = "token_limit_exceeded"
+
+
+class SessionNotFound(LedgerError, LookupError):
+    """No session has this key (in this tenant)."""
+
+    code = "session_not_found"
+
+    def __init__(self, tenant: str, key: str) -> None:
+        super().__init__(f"session {key!r} not found in tenant {tenant!r}")
+        self.tenant = tenant
+        self.key = key
+
+
+class MessageNotFound(LedgerError, IndexError):
+    """No message at this position of the session's history."""
+
+    code = "message_not_found"
+
+
+class VersionConflict(LedgerError):
+    """The session is not at the version the caller expected; nothing was written."""
+
+    code = "version_conflict"
+
+    def __init__(self, key: str, expected: int, actual: int) -> None:
+        super().__init__(
+            f"session {key!r} is at version {actual}, not the expected version {expected}"
+        )
+        self.key = key
+        self.expected = expected
+        self.actual = actual
+
+
+class IdempotencyKeyReused(LedgerError):
+    """An idempotency key was used before for a different write."""
+
+    code = "idempotency_key_reused"
+
+
+class StoreNotReady(LedgerError):
+    """The store is unreachable or its tables do not exist (run `migrate`)."""
+
+    code = "store_not_ready"

@@ -1,0 +1,407 @@
+"""The Ledger: the command and query service over sessions (an eventsourcing Application).
+
+Writes load the session's O(1) state (cached, fast-forwarded from the store), append
+events, and hand them with their view rows to the recorder, which stores both in one
+transaction. A write that loses a race is retried; one that names a stale
+`expected_version` is refused. Reads go to the views only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import hashlib
+import json
+import random
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, ParamSpec, TypeVar
+
+from eventsourcing.application import AggregateNotFoundError, Application
+from eventsourcing.persistence import IntegrityError
+from eventsourcing.utils import Environment
+
+from .errors import (
+    IdempotencyKeyReused,
+    InvalidInput,
+    InvalidSessionKey,
+    LedgerError,
+    MessageNotFound,
+    PayloadTooLarge,
+    SessionNotFound,
+    StoreNotReady,
+    VersionConflict,
+)
+from .messages import ChatMessage
+from .ports import ACTIVE, STATUSES, SessionHead, SessionViews, WriteBatch, WriteResult
+from .session import Session, session_id
+from .tokens import NamedTokenizer, TokenCount, check_window_arguments, load_tokenizer
+
+P = ParamSpec("P")
+R = TypeVar("R")
+MAX_KEY_CHARS = 512
+MAX_TENANT_CHARS = 128
+MAX_IDEMPOTENCY_KEY_CHARS = 256
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Sizes beyond which a write is refused whole."""
+
+    max_message_bytes: int = 4 * 1024 * 1024
+    max_messages_per_write: int = 10_000
+    max_write_bytes: int = 32 * 1024 * 1024
+
+
+def _async_twin(method: Callable[P, R]) -> Callable[P, Any]:
+    @functools.wraps(method)
+    async def twin(*args: P.args, **kwargs: P.kwargs) -> R:
+        return await asyncio.to_thread(method, *args, **kwargs)
+
+    twin.__doc__ = f"Async twin of `{method.__name__}` (runs it in a worker thread)."
+    return twin
+
+
+class Ledger(Application[uuid.UUID]):
+    """Sessions of chat history, addressed by (tenant, key), kept as event streams."""
+
+    name = "ledger"
+
+    def __init__(
+        self,
+        env: Mapping[str, str],
+        *,
+        tokenizer: NamedTokenizer | None = None,
+        limits: Limits | None = None,
+        default_tenant: str = "default",
+        default_actor: str = "local",
+        token_limit: int = 3000,
+        write_retries: int = 100,
+        snapshot_interval: int = 200,
+    ) -> None:
+        # Per instance, so the interval is a setting rather than a class constant.
+        self.snapshotting_intervals = {Session: snapshot_interval}  # type: ignore[misc]
+        self.tokenizer = tokenizer or load_tokenizer("cl100k_base")
+        self.limits = limits or Limits()
+        self.default_tenant = _check_tenant(default_tenant)
+        self.default_actor = default_actor
+        self.token_limit = token_limit
+        self.write_retries = write_retries
+        super().__init__({**env, "IS_SNAPSHOTTING_ENABLED": "y"})
+        if not isinstance(self.recorder, SessionViews):
+            raise TypeError(f"{type(self.recorder).__name__} does not serve the session views")
+        self.views: SessionViews = self.recorder
+
+    def construct_env(self, name: str, env: Mapping[str, str] | None = None) -> Environment:
+        # Only the composition root configures the store: no stray os.environ settings.
+        return Environment(name, dict(env or {}))
+
+    # -- writes ---------------------------------------------------------------------------
+
+    def put(self, key: str, message: ChatMessage | Mapping[str, Any], **kw: Any) -> WriteResult:
+        """Append one message."""
+        return self.put_messages(key, [message], **kw)
+
+    def put_messages(
+        self, key: str, messages: Iterable[ChatMessage | Mapping[str, Any]], **kw: Any
+    ) -> WriteResult:
+        """Append messages, all or none, as one event."""
+        parsed, dicts = self._parse_messages(messages, allow_empty=False)
+        counts = tuple(self.tokenizer.count(m.content) for m in parsed)
+        return self._write(
+            key, "append", {"messages": dicts}, create=True, counts=counts,
+            command=lambda s, a: s.append(messages=dicts, **a), **kw,
+        )  # fmt: skip
+
+    def set(
+        self, key: str, messages: Iterable[ChatMessage | Mapping[str, Any]], **kw: Any
+    ) -> WriteResult:
+        """Replace the whole active history (the old one stays in the events)."""
+        parsed, dicts = self._parse_messages(messages, allow_empty=True)
+        counts = tuple(self.tokenizer.count(m.content) for m in parsed)
+        return self._write(
+            key, "replace", {"messages": dicts}, create=True, counts=counts,
+            command=lambda s, a: s.replace(messages=dicts, **a), **kw,
+        )  # fmt: skip
+
+    def reset(self, key: str, **kw: Any) -> WriteResult:
+        """Clear the history, active and archived."""
+        return self._write(key, "clear", {}, command=lambda s, a: s.clear(**a), **kw)
+
+    def delete_message(self, key: str, index: int, **kw: Any) -> WriteResult:
+        """Remove the message at `index` (negative counts from the end); `.removed` has it."""
+        if not isinstance(index, int) or isinstance(index, bool):
+            raise InvalidInput(f"index must be an integer; got {index!r}")
+        return self._write(key, "remove", {"index": index}, command=self._remover(index), **kw)
+
+    def delete_last_message(self, key: str, **kw: Any) -> WriteResult:
+        """Remove the newest message; `.removed` has it."""
+        return self._write(key, "remove", {"index": -1}, command=self._remover(-1), **kw)
+
+    def archive_oldest(self, key: str, n: int, **kw: Any) -> WriteResult:
+        """Move the `n` oldest active messages to the archive (status "archived")."""
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise InvalidInput(f"n must be a positive integer; got {n!r}")
+
+        def command(s: Session, audit: dict[str, Any]) -> None:
+            s.archive(count=min(n, s.message_count), **audit)
+
+        return self._write(key, "archive", {"n": n}, command=command, **kw)
+
+    def _remover(self, index: int) -> Callable[[Session, dict[str, Any]], Any]:
+        def command(s: Session, audit: dict[str, Any]) -> tuple[TokenCount, ChatMessage]:
+            position = index + s.message_count if index < 0 else index
+            found = self.views.message_at(s.id, position) if position >= 0 else None
+            if found is None:
+                raise MessageNotFound(
+                    f"no message at index {index} of session {s.key!r} ({s.message_count} messages)"
+                )
+            message_id, message, tokens = found
+            s.remove(position=position, message_id=message_id, message=message.to_dict(), **audit)
+            return TokenCount(tokens, tokens), message
+
+        return command
+
+    def _write(
+        self,
+        key: str,
+        op: str,
+        request: dict[str, Any],
+        *,
+        command: Callable[[Session, dict[str, Any]], Any],
+        create: bool = False,
+        counts: tuple[TokenCount, ...] = (),
+        tenant: str | None = None,
+        actor: str | None = None,
+        reason: str | None = None,
+        expected_version: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> WriteResult:
+        tenant = self._tenant(tenant)
+        _check_key(key)
+        _check_write_options(actor, reason, expected_version, idempotency_key)
+        sid = session_id(tenant, key)
+        digest = _digest(op, request) if idempotency_key is not None else None
+        audit: dict[str, Any] = {
+            "actor": actor or self.default_actor,
+            "reason": reason,
+            "idempotency_key": idempotency_key,
+            "request_digest": digest,
+        }
+        for attempt in range(self.write_retries):
+            if idempotency_key is not None and digest is not None:
+                prior = self.views.prior_write(sid, idempotency_key)
+                if prior is not None:
+                    if prior.request_digest != digest:
+                        raise IdempotencyKeyReused(
+                            f"idempotency key {idempotency_key!r} was used for a different "
+                            f"write to session {key!r}"
+                        )
+                    return WriteResult(prior.version, prior.message_count, replayed=True)
+            session = self._load(sid)
+            actual = session.version if session else 0
+            if expected_version is not None and expected_version != actual:
+                raise VersionConflict(key, expected_version, actual)
+            if session is None:
+                if not create:
+                    raise SessionNotFound(tenant, key)
+                session = Session(tenant=tenant, key=key, **audit)
+            first_message_id = session.next_message_id
+            outcome = command(session, audit)
+            removed: tuple[ChatMessage, ...] = ()
+            if isinstance(outcome, tuple):
+                counts, removed = (outcome[0],), (outcome[1],)
+            batch = WriteBatch(
+                session_id=sid,
+                tenant=tenant,
+                key=key,
+                events=tuple(session.pending_events),
+                first_message_id=first_message_id,
+                message_count=session.message_count,
+                archived_count=session.archived_count,
+                counts=counts,
+            )
+            try:
+                self.save(session, ledger_batch=batch)
+            except IntegrityError:
+                if expected_version is not None:
+                    head = self.views.session_head(sid)
+                    raise VersionConflict(
+                        key, expected_version, head.version if head else 0
+                    ) from None
+                time.sleep(random.uniform(0, 0.002 * min(attempt + 1, 10)))
+                continue
+            return WriteResult(session.version, session.message_count, removed=removed)
+        raise LedgerError(
+            f"session {key!r}: write lost the race {self.write_retries} times; try again"
+        )
+
+    def _load(self, sid: uuid.UUID) -> Session | None:
+        try:
+            session: Session = self.repository.get(sid)
+        except AggregateNotFoundError:
+            return None
+        return session
+
+    def _parse_messages(
+        self, messages: Iterable[ChatMessage | Mapping[str, Any]], *, allow_empty: bool
+    ) -> tuple[list[ChatMessage], list[dict[str, Any]]]:
+        if isinstance(messages, str | bytes | Mapping) or not isinstance(messages, Iterable):
+            raise InvalidInput("messages must be a list of messages")
+        parsed = [ChatMessage.parse(m) for m in messages]
+        if not parsed and not allow_empty:
+            raise InvalidInput("at least one message is required")
+        if len(parsed) > self.limits.max_messages_per_write:
+            raise PayloadTooLarge(
+                f"{len(parsed)} messages in one write; the limit is "
+                f"{self.limits.max_messages_per_write}"
+            )
+        dicts, total = [], 0
+        for i, m in enumerate(parsed):
+            encoded = m.to_json()
+            size = len(encoded.encode("utf-8"))
+            if size > self.limits.max_message_bytes:
+                raise PayloadTooLarge(
+                    f"message {i} is {size} bytes; the limit is {self.limits.max_message_bytes}"
+                )
+            total += size
+            dicts.append(json.loads(encoded))
+        if total > self.limits.max_write_bytes:
+            raise PayloadTooLarge(
+                f"the write is {total} bytes; the limit is {self.limits.max_write_bytes}"
+            )
+        return parsed, dicts
+
+    # -- reads ----------------------------------------------------------------------------
+
+    def get(
+        self,
+        key: str,
+        *,
+        tenant: str | None = None,
+        token_limit: int | None = None,
+        initial_token_count: int = 0,
+        tokenizer: NamedTokenizer | Callable[[str], Any] | None = None,
+    ) -> list[ChatMessage]:
+        """The context window: the newest messages that fit `token_limit` (ChatMemoryBuffer.get)."""
+        limit = self.token_limit if token_limit is None else token_limit
+        for name, value in (("token_limit", limit), ("initial_token_count", initial_token_count)):
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise InvalidInput(f"{name} must be an integer; got {value!r}")
+        check_window_arguments(limit, initial_token_count)
+        if tokenizer is not None and not isinstance(tokenizer, NamedTokenizer):
+            tokenizer = NamedTokenizer("caller", tokenizer)
+        if tokenizer is not None and tokenizer.name == self.tokenizer.name:
+            tokenizer = None  # the stored counts are this tokenizer's
+        sid = self._session_id(key, tenant)
+        return self.views.context_window(sid, limit, initial_token_count, tokenizer)
+
+    def get_all(
+        self,
+        key: str,
+        *,
+        tenant: str | None = None,
+        status: str = ACTIVE,
+        offset: int = 0,
+        limit: int | None = None,
+    ) -> list[ChatMessage]:
+        """The whole history in order (or a page of it); `status="archived"` for the archive."""
+        if status not in STATUSES:
+            raise InvalidInput(f"status must be one of {', '.join(STATUSES)}; got {status!r}")
+        if not isinstance(offset, int) or offset < 0:
+            raise InvalidInput(f"offset must be a non-negative integer; got {offset!r}")
+        if limit is not None and (not isinstance(limit, int) or limit < 0):
+            raise InvalidInput(f"limit must be a non-negative integer; got {limit!r}")
+        return self.views.history(self._session_id(key, tenant), status, offset, limit)
+
+    def head(self, key: str, *, tenant: str | None = None) -> SessionHead:
+        """The session's version, counts and times; SessionNotFound if it has none."""
+        found = self.views.session_head(self._session_id(key, tenant))
+        if found is None:
+            raise SessionNotFound(self._tenant(tenant), key)
+        return found
+
+    def keys(
+        self,
+        *,
+        tenant: str | None = None,
+        prefix: str = "",
+        after: str | None = None,
+        limit: int = 100,
+    ) -> list[str]:
+        """Session keys of a tenant in order, from after `after`, starting with `prefix`."""
+        if not isinstance(limit, int) or not 1 <= limit <= 10_000:
+            raise InvalidInput(f"limit must be between 1 and 10000; got {limit!r}")
+        if not isinstance(prefix, str) or (after is not None and not isinstance(after, str)):
+            raise InvalidInput("prefix and after must be strings")
+        return self.views.session_keys(self._tenant(tenant), prefix, after, limit)
+
+    def _session_id(self, key: str, tenant: str | None) -> uuid.UUID:
+        return session_id(self._tenant(tenant), _check_key(key))
+
+    def _tenant(self, tenant: str | None) -> str:
+        return self.default_tenant if tenant is None else _check_tenant(tenant)
+
+    aput = _async_twin(put)
+    aput_messages = _async_twin(put_messages)
+    aset = _async_twin(set)
+    areset = _async_twin(reset)
+    adelete_message = _async_twin(delete_message)
+    adelete_last_message = _async_twin(delete_last_message)
+    aarchive_oldest = _async_twin(archive_oldest)
+    aget = _async_twin(get)
+    aget_all = _async_twin(get_all)
+    ahead = _async_twin(head)
+    akeys = _async_twin(keys)
+
+
+def _digest(op: str, request: dict[str, Any]) -> str:
+    canonical = json.dumps({"op": op, **request}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def _check_text(value: object, what: str, max_chars: int) -> str:
+    if not isinstance(value, str) or not value:
+        raise InvalidSessionKey(f"{what} must be a non-empty string")
+    if len(value) > max_chars:
+        raise InvalidSessionKey(f"{what} is {len(value)} characters; the limit is {max_chars}")
+    if any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in value):
+        raise InvalidSessionKey(f"{what} must not contain control characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidSessionKey(f"{what} contains a lone surrogate") from None
+    return value
+
+
+def _check_key(key: object) -> str:
+    return _check_text(key, "session key", MAX_KEY_CHARS)
+
+
+def _check_tenant(tenant: object) -> str:
+    return _check_text(tenant, "tenant", MAX_TENANT_CHARS)
+
+
+def _check_write_options(
+    actor: object, reason: object, expected_version: object, idempotency_key: object
+) -> None:
+    if actor is not None:
+        _check_text(actor, "actor", MAX_TENANT_CHARS * 2)
+    if reason is not None and (not isinstance(reason, str) or len(reason) > 4096):
+        raise InvalidInput("reason must be a string of at most 4096 characters")
+    if reason is not None:
+        ChatMessage.parse({"role": "user", "content": reason})  # valid Unicode text
+    if expected_version is not None and (
+        not isinstance(expected_version, int) or isinstance(expected_version, bool)
+        or expected_version < 0
+    ):  # fmt: skip
+        raise InvalidInput(
+            f"expected_version must be a non-negative integer; got {expected_version!r}"
+        )
+    if idempotency_key is not None:
+        _check_text(idempotency_key, "idempotency key", MAX_IDEMPOTENCY_KEY_CHARS)
+
+
+__all__ = ["Ledger", "Limits", "SessionHead", "StoreNotReady", "WriteResult"]

@@ -1,0 +1,150 @@
+"""The chat message value object: LlamaIndex's roles and content blocks, kept losslessly.
+
+Reads LlamaIndex's JSON shape (`{"role", "blocks", "additional_kwargs"}`) and the plain
+one (`{"role", "content"}`), and writes one canonical shape: LlamaIndex's. Anything
+that is not valid JSON text (lone surrogates, NaN, non-string keys) is refused here, so
+every store can hold exactly what it was given.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import InvalidMessage
+
+ROLES = ("system", "developer", "user", "assistant", "function", "tool", "chatbot", "model")
+BLOCK_TYPES = (
+    "text", "image", "audio", "video", "document", "cache",
+    "citable", "citation", "thinking", "tool_call",
+)  # fmt: skip
+MAX_NESTING = 64
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    """One message of a conversation: a role, content blocks and extra keyword data."""
+
+    role: str
+    blocks: tuple[dict[str, Any], ...] = ()
+    additional_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def text(cls, role: str, text: str, **additional_kwargs: Any) -> ChatMessage:
+        """A message with one text block."""
+        return cls.parse({"role": role, "content": text, "additional_kwargs": additional_kwargs})
+
+    @classmethod
+    def parse(cls, obj: object) -> ChatMessage:
+        """Validate a message in LlamaIndex's JSON shape or the plain `{role, content}` one."""
+        if isinstance(obj, ChatMessage):
+            return obj
+        if not isinstance(obj, Mapping):
+            raise InvalidMessage(f"a message must be an object, not {type(obj).__name__}")
+        unknown = set(obj) - {"role", "content", "blocks", "additional_kwargs"}
+        if unknown:
+            raise InvalidMessage(f"unknown message fields: {', '.join(sorted(map(str, unknown)))}")
+        role = obj.get("role")
+        if role not in ROLES:
+            raise InvalidMessage(f"role must be one of {', '.join(ROLES)}; got {role!r}")
+        if "content" in obj and "blocks" in obj:
+            raise InvalidMessage("give either 'content' or 'blocks', not both")
+        blocks = _parse_content(obj["content"]) if "content" in obj else obj.get("blocks", [])
+        if not isinstance(blocks, Sequence) or isinstance(blocks, str | bytes):
+            raise InvalidMessage("'blocks' must be a list of content blocks")
+        kwargs = obj.get("additional_kwargs") or {}
+        if not isinstance(kwargs, Mapping):
+            raise InvalidMessage("'additional_kwargs' must be an object")
+        return cls(
+            role=str(role),
+            blocks=tuple(_parse_block(b, i) for i, b in enumerate(blocks)),
+            additional_kwargs=_json_value(kwargs, "additional_kwargs", 0),
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> ChatMessage:
+        """Rebuild a message from `to_json()` output (already validated when stored)."""
+        d = json.loads(text)
+        return cls(d["role"], tuple(d["blocks"]), d["additional_kwargs"])
+
+    def to_dict(self) -> dict[str, Any]:
+        """LlamaIndex's JSON shape; a fresh copy the caller may change."""
+        return json.loads(self.to_json())  # type: ignore[no-any-return]
+
+    def to_json(self) -> str:
+        """The canonical encoding: compact, UTF-8 text, control characters escaped."""
+        return json.dumps(
+            {"role": self.role, "blocks": self.blocks, "additional_kwargs": self.additional_kwargs},
+            ensure_ascii=False,
+            separators=(",", ":"),
+        )
+
+    @property
+    def content(self) -> str | None:
+        """Text blocks joined by newlines, as LlamaIndex's `ChatMessage.content`."""
+        texts = [b["text"] for b in self.blocks if b.get("block_type") == "text"]
+        joined = "\n".join(texts)
+        if joined:
+            return joined
+        return "" if len(texts) == 1 else None
+
+
+def _parse_content(content: object) -> object:
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return [{"block_type": "text", "text": content}]
+    return content
+
+
+def _parse_block(block: object, index: int) -> dict[str, Any]:
+    where = f"blocks[{index}]"
+    if not isinstance(block, Mapping):
+        raise InvalidMessage(f"{where} must be an object")
+    block_type = block.get("block_type")
+    if block_type not in BLOCK_TYPES:
+        raise InvalidMessage(
+            f"{where}.block_type must be one of {', '.join(BLOCK_TYPES)}; got {block_type!r}"
+        )
+    if block_type == "text" and not isinstance(block.get("text"), str):
+        raise InvalidMessage(f"{where}.text must be a string")
+    return _json_value(block, where, 0)  # type: ignore[no-any-return]
+
+
+def _json_value(value: Any, where: str, depth: int) -> Any:
+    """A deep copy of `value` if it is plain JSON; InvalidMessage naming the place if not."""
+    if depth > MAX_NESTING:
+        raise InvalidMessage(f"{where} is nested deeper than {MAX_NESTING} levels")
+    if isinstance(value, str):
+        _check_text(value, where)
+        return value
+    if value is None or isinstance(value, bool | int):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidMessage(f"{where} is {value}, which JSON cannot hold")
+        return value
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise InvalidMessage(f"{where} has a non-string key {k!r}")
+            _check_text(k, where)
+            out[k] = _json_value(v, f"{where}.{k}", depth + 1)
+        return out
+    if isinstance(value, list | tuple):
+        return [_json_value(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(value)]
+    raise InvalidMessage(f"{where} holds a {type(value).__name__}, which is not JSON")
+
+
+def _check_text(text: str, where: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InvalidMessage(
+            f"{where} contains a lone surrogate (U+{ord(text[e.start]):04X}) at offset "
+            f"{e.start}; text must be valid Unicode"
+        ) from None

@@ -1,0 +1,95 @@
+"""What the ledger needs from its store's views, and the values they exchange.
+
+The projections package implements `SessionViews` on each backend; the ledger only
+knows this protocol, so the domain imports nothing from the layers above it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol, runtime_checkable
+
+from .messages import ChatMessage
+from .tokens import NamedTokenizer, TokenCount
+
+ACTIVE = "active"
+ARCHIVED = "archived"
+STATUSES = (ACTIVE, ARCHIVED)
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """What a write did: the session's version and message count after it."""
+
+    version: int
+    message_count: int
+    replayed: bool = False  # True when an idempotent retry returned the first result
+    removed: tuple[ChatMessage, ...] = ()
+
+
+@dataclass(frozen=True)
+class SessionHead:
+    """A session's current position: version, counts and times."""
+
+    tenant: str
+    key: str
+    version: int
+    message_count: int
+    archived_count: int
+    token_total: int
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class PriorWrite:
+    """The write an idempotency key was first used for."""
+
+    request_digest: str
+    version: int
+    message_count: int
+
+
+@dataclass(frozen=True)
+class WriteBatch:
+    """One write's new events and what the views need beside them (same transaction)."""
+
+    session_id: uuid.UUID
+    tenant: str
+    key: str
+    events: tuple[Any, ...]
+    first_message_id: int  # the id the first new message gets
+    message_count: int  # active messages after the write
+    archived_count: int  # archived messages after the write
+    counts: tuple[TokenCount, ...]  # per new message, or the removed message
+
+
+@runtime_checkable
+class SessionViews(Protocol):
+    """Reads the ledger serves from its projections."""
+
+    def context_window(
+        self,
+        session_id: uuid.UUID,
+        token_limit: int,
+        initial_token_count: int,
+        tokenizer: NamedTokenizer | None,
+    ) -> list[ChatMessage]: ...
+
+    def history(
+        self, session_id: uuid.UUID, status: str, offset: int, limit: int | None
+    ) -> list[ChatMessage]: ...
+
+    def message_at(
+        self, session_id: uuid.UUID, position: int
+    ) -> tuple[int, ChatMessage, int] | None: ...  # (message id, message, stored tokens)
+
+    def session_head(self, session_id: uuid.UUID) -> SessionHead | None: ...
+
+    def session_keys(
+        self, tenant: str, prefix: str, after: str | None, limit: int
+    ) -> list[str]: ...
+
+    def prior_write(self, session_id: uuid.UUID, idempotency_key: str) -> PriorWrite | None: ...

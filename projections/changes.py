@@ -1,0 +1,155 @@
+"""What each event does to the views, as backend-neutral changes.
+
+One function turns a write's events into row changes; every backend applies them with
+its own SQL inside the transaction that stores the events, and `rebuild` feeds the
+whole log through the same function, so live views and rebuilt views cannot drift.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from session_ledger.domain.ports import ACTIVE, ARCHIVED, WriteBatch
+from session_ledger.domain.session import (
+    HistoryCleared,
+    HistoryReplaced,
+    MessageRemoved,
+    MessagesAppended,
+    MessagesArchived,
+    SessionStarted,
+)
+
+
+@dataclass(frozen=True)
+class MessageRow:
+    message_id: int
+    role: str
+    tokens: int
+    tokens_joined: int
+    body: str  # canonical JSON of the message
+
+
+@dataclass(frozen=True)
+class InsertMessages:
+    version: int
+    status: str
+    rows: tuple[MessageRow, ...]
+
+
+@dataclass(frozen=True)
+class CloseHistory:
+    """End every live row of these statuses at `version`."""
+
+    version: int
+    statuses: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class CloseMessage:
+    version: int
+    message_id: int
+    tokens: int
+
+
+@dataclass(frozen=True)
+class ArchiveOldest:
+    """End the `count` oldest live active rows and open archived copies of them."""
+
+    version: int
+    count: int
+
+
+Change = InsertMessages | CloseHistory | CloseMessage | ArchiveOldest
+
+
+@dataclass(frozen=True)
+class TimelineRow:
+    version: int
+    recorded_at: datetime
+    event_type: str
+    actor: str
+    reason: str | None
+    idempotency_key: str | None
+    request_digest: str | None
+    message_count: int
+
+
+@dataclass(frozen=True)
+class SessionRow:
+    tenant: str
+    key: str
+    version: int
+    message_count: int
+    archived_count: int
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class ViewChanges:
+    session_id: uuid.UUID
+    started: bool  # the write creates the session row
+    session: SessionRow
+    changes: tuple[Change, ...]
+    timeline: tuple[TimelineRow, ...]
+
+
+def view_changes(batch: WriteBatch) -> ViewChanges:
+    """The row changes of one write (a SessionStarted and/or one command event)."""
+    changes: list[Change] = []
+    timeline: list[TimelineRow] = []
+    started = False
+    for event in batch.events:
+        v = event.originator_version
+        count = batch.message_count
+        if isinstance(event, SessionStarted):
+            started, count = True, 0
+        elif isinstance(event, MessagesAppended | HistoryReplaced):
+            if isinstance(event, HistoryReplaced):
+                changes.append(CloseHistory(v, (ACTIVE,)))
+            rows = tuple(
+                MessageRow(
+                    batch.first_message_id + i,
+                    m["role"],
+                    batch.counts[i].alone,
+                    batch.counts[i].joined,
+                    json.dumps(m, ensure_ascii=False, separators=(",", ":")),
+                )
+                for i, m in enumerate(event.messages)
+            )
+            changes.append(InsertMessages(v, ACTIVE, rows))
+        elif isinstance(event, HistoryCleared):
+            changes.append(CloseHistory(v, (ACTIVE, ARCHIVED)))
+        elif isinstance(event, MessageRemoved):
+            changes.append(CloseMessage(v, event.message_id, batch.counts[0].alone))
+        elif isinstance(event, MessagesArchived):
+            if event.count:
+                changes.append(ArchiveOldest(v, event.count))
+        else:
+            raise TypeError(f"no projection for {type(event).__name__}")
+        timeline.append(_timeline_row(event, count))
+    last = batch.events[-1]
+    session = SessionRow(
+        batch.tenant, batch.key, last.originator_version, batch.message_count, batch.archived_count,
+        last.timestamp,
+    )  # fmt: skip
+    return ViewChanges(batch.session_id, started, session, tuple(changes), tuple(timeline))
+
+
+def _timeline_row(event: Any, message_count: int) -> TimelineRow:
+    # The first write of a session stores SessionStarted and its command together; the
+    # idempotency key identifies that write once, on the command's row.
+    first = isinstance(event, SessionStarted)
+    return TimelineRow(
+        version=event.originator_version,
+        recorded_at=event.timestamp,
+        event_type=type(event).__name__,
+        actor=event.actor,
+        reason=event.reason,
+        idempotency_key=None if first else event.idempotency_key,
+        request_digest=None if first else event.request_digest,
+        message_count=message_count,
+    )

@@ -1,0 +1,144 @@
+"""SQLite storage: the event recorder that writes the views in the same transaction.
+
+The embedded default (a file in WAL mode with synchronous=FULL) and the in-memory
+store (`memory://`, a private in-memory database) both use it.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+from eventsourcing.persistence import AggregateRecorder, ApplicationRecorder, StoredEvent
+from eventsourcing.sqlite import (
+    SQLiteApplicationRecorder,
+    SQLiteConnection,
+    SQLiteConnectionPool,
+    SQLiteCursor,
+    SQLiteDatastore,
+    SQLiteFactory,
+)
+
+from .changes import MessageRow, view_changes
+from .views import Reader, SQLViews
+
+VIEW_TABLES = [
+    "CREATE TABLE IF NOT EXISTS ledger_messages ("
+    " session_id TEXT NOT NULL, message_id INTEGER NOT NULL, valid_from INTEGER NOT NULL,"
+    " valid_to INTEGER, status TEXT NOT NULL, role TEXT NOT NULL, tokens INTEGER NOT NULL,"
+    " tokens_joined INTEGER NOT NULL, message TEXT NOT NULL,"
+    " PRIMARY KEY (session_id, message_id, valid_from))",
+    "CREATE INDEX IF NOT EXISTS ledger_messages_live ON ledger_messages"
+    " (session_id, status, message_id, role, tokens, tokens_joined) WHERE valid_to IS NULL",
+    "CREATE TABLE IF NOT EXISTS ledger_sessions ("
+    " session_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, session_key TEXT NOT NULL,"
+    " version INTEGER NOT NULL, message_count INTEGER NOT NULL,"
+    " archived_count INTEGER NOT NULL, token_total INTEGER NOT NULL,"
+    " created_at TEXT NOT NULL, updated_at TEXT NOT NULL)",
+    "CREATE UNIQUE INDEX IF NOT EXISTS ledger_sessions_key"
+    " ON ledger_sessions (tenant, session_key)",
+    "CREATE TABLE IF NOT EXISTS ledger_timeline ("
+    " session_id TEXT NOT NULL, version INTEGER NOT NULL, recorded_at TEXT NOT NULL,"
+    " event_type TEXT NOT NULL, actor TEXT NOT NULL, reason TEXT, idempotency_key TEXT,"
+    " request_digest TEXT, message_count INTEGER NOT NULL, PRIMARY KEY (session_id, version))",
+    "CREATE UNIQUE INDEX IF NOT EXISTS ledger_timeline_idempotency ON ledger_timeline"
+    " (session_id, idempotency_key) WHERE idempotency_key IS NOT NULL",
+    "CREATE INDEX IF NOT EXISTS ledger_timeline_time ON ledger_timeline (session_id, recorded_at)",
+]
+TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"  # fixed width, so text order is time order
+
+
+class SQLiteLedgerRecorder(SQLiteApplicationRecorder, SQLViews):
+    """Stores events and their view rows atomically in one SQLite database."""
+
+    def __init__(self, datastore: SQLiteDatastore, events_table_name: str = "ledger_events"):
+        super().__init__(datastore, events_table_name)
+        self.rows_read = 0
+
+    def construct_create_table_statements(self) -> list[str]:
+        return [*super().construct_create_table_statements(), *VIEW_TABLES]
+
+    def _insert_events(
+        self, c: SQLiteCursor, stored_events: Sequence[StoredEvent], **kwargs: Any
+    ) -> Sequence[int] | None:
+        ids = super()._insert_events(c, stored_events, **kwargs)
+        batch = kwargs.get("ledger_batch")
+        if batch is not None:
+            self.apply_changes(c, view_changes(batch))
+        return ids
+
+    @contextmanager
+    def _reading(self) -> Iterator[Reader]:
+        with self.datastore.transaction(commit=False) as c:
+
+            def read(sql: str, params: Sequence[Any]) -> list[Any]:
+                c.execute(sql, params)
+                return list(c.fetchall())
+
+            yield read
+
+    def _execute(self, cursor: Any, sql: str, params: Sequence[Any]) -> None:
+        cursor.execute(sql, params)
+
+    def _insert_rows(
+        self, cursor: Any, sid: Any, version: int, status: str, rows: Sequence[MessageRow]
+    ) -> None:
+        cursor.executemany(
+            "INSERT INTO ledger_messages (session_id, message_id, valid_from, valid_to, status,"
+            " role, tokens, tokens_joined, message) VALUES (?, ?, ?, NULL, ?, ?, ?, ?, ?)",
+            [(sid, r.message_id, version, status, r.role, r.tokens, r.tokens_joined, r.body)
+             for r in rows],
+        )  # fmt: skip
+
+    def _sid(self, session_id: uuid.UUID) -> Any:
+        return session_id.hex
+
+    def _time(self, value: datetime) -> Any:
+        return value.astimezone(UTC).strftime(TIME_FORMAT)
+
+    def _datetime(self, value: Any) -> datetime:
+        return datetime.strptime(value, TIME_FORMAT).replace(tzinfo=UTC)
+
+
+class _DurablePool(SQLiteConnectionPool):
+    """Connections that fsync every commit (synchronous=FULL), also in WAL mode."""
+
+    def _create_connection(self) -> SQLiteConnection:
+        connection = super()._create_connection()
+        connection._sqlite_conn.execute("PRAGMA synchronous=FULL")
+        return connection
+
+
+class SQLiteLedgerFactory(SQLiteFactory):
+    """eventsourcing persistence module for the ledger on SQLite."""
+
+    def __init__(self, env: Any):
+        super().__init__(env)
+        pool = self.datastore.pool
+        self.datastore.pool = _DurablePool(db_name=pool.db_name, lock_timeout=pool.lock_timeout)
+        pool.close()
+
+    def aggregate_recorder(self, purpose: str = "events") -> AggregateRecorder:
+        recorder = self.aggregate_recorder_class(
+            self.datastore, events_table_name=f"ledger_{purpose}"
+        )
+        if self.env_create_table():
+            recorder.create_table()
+        return recorder
+
+    def application_recorder(self) -> ApplicationRecorder:
+        recorder = SQLiteLedgerRecorder(self.datastore)
+        if self.env_create_table():
+            recorder.create_table()
+        return recorder
+
+
+def sqlite_tables_exist(db_name: str) -> bool:
+    """Whether `migrate` has run on this database."""
+    with sqlite3.connect(db_name, uri=True) as conn:
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    return {"ledger_events", "ledger_snapshots", "ledger_messages"} <= names
