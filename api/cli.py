@@ -1,0 +1,205 @@
+"""The `session-ledger` command: serve the API, migrate the store, manage API keys,
+and show a session to a person.
+
+Every command reads the same `LEDGER_*` settings as the server; options override them.
+Key and show commands work on the store directly (whoever runs them can read the
+database anyway), so they need no API key.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated, Any
+
+import typer
+from session_ledger.domain.errors import LedgerError
+
+from .keystore import ROLES, KeyNotFound, KeyStore, open_key_store
+from .settings import Settings
+
+cli = typer.Typer(name="session-ledger", no_args_is_help=True, add_completion=False,
+                  help="Event-sourced conversation memory for LLM agents.")  # fmt: skip
+keys_cli = typer.Typer(no_args_is_help=True, help="Create, list and revoke API keys.")
+cli.add_typer(keys_cli, name="keys")
+
+DatabaseUrl = Annotated[
+    str | None, typer.Option(help="Store URL (default: LEDGER_DATABASE_URL).", show_default=False)
+]
+Tenant = Annotated[str | None, typer.Option(help="Tenant (default: LEDGER_DEFAULT_TENANT).")]
+
+
+def load_settings(database_url: str | None = None, **overrides: Any) -> Settings:
+    if database_url is not None:
+        # Exported too, so uvicorn's worker processes read the same store.
+        os.environ["LEDGER_DATABASE_URL"] = database_url
+        overrides["database_url"] = database_url
+    return Settings(**{k: v for k, v in overrides.items() if v is not None})
+
+
+@contextmanager
+def key_store(settings: Settings) -> Iterator[KeyStore]:
+    store = open_key_store(
+        settings.database_url, pool_size=1, lock_timeout=settings.lock_timeout_seconds
+    )
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+@contextmanager
+def failing_cleanly() -> Iterator[None]:
+    """Refusals and store problems end the command with a message, not a traceback."""
+    try:
+        yield
+    except (LedgerError, KeyNotFound) as exc:
+        typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
+        raise typer.Exit(1) from None
+
+
+def migrate_store(settings: Settings, store: KeyStore) -> None:
+    """Create the ledger's and the key table; on an empty key table, the first admin key."""
+    from .bootstrap import migrate
+
+    migrate(settings)
+    store.migrate()
+    secret = store.ensure_admin(settings.default_tenant, settings.bootstrap_key)
+    if secret is not None and settings.bootstrap_key is None:
+        typer.secho(
+            f"Created the first admin API key of tenant {settings.default_tenant!r}. It is "
+            f"shown this once; keep it:\n\n    {secret}\n", fg=typer.colors.YELLOW, bold=True,
+        )  # fmt: skip
+    elif secret is not None:
+        typer.echo("Created the first admin API key from LEDGER_BOOTSTRAP_KEY.")
+
+
+@cli.command()
+def migrate(database_url: DatabaseUrl = None) -> None:
+    """Create the store's tables (safe to run from many processes) and the first admin key."""
+    settings = load_settings(database_url)
+    with failing_cleanly(), key_store(settings) as store:
+        migrate_store(settings, store)
+    typer.echo("The store is ready.")
+
+
+@cli.command()
+def serve(
+    host: Annotated[str | None, typer.Option(help="Address to bind (LEDGER_HOST).")] = None,
+    port: Annotated[int | None, typer.Option(help="Port to bind (LEDGER_PORT).")] = None,
+    workers: Annotated[int | None, typer.Option(help="Processes (LEDGER_WORKERS).")] = None,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Serve the HTTP API (uvicorn); migrates first unless LEDGER_MIGRATE_ON_START=false."""
+    import uvicorn
+
+    from .app import create_app
+
+    settings = load_settings(database_url, host=host, port=port, workers=workers)
+    in_memory = settings.database_url.startswith("memory://")
+    if in_memory and settings.workers > 1:
+        typer.secho("error: memory:// lives in one process; use one worker", err=True)
+        raise typer.Exit(2)
+    with failing_cleanly():
+        store = open_key_store(settings.database_url, pool_size=settings.pool_size,
+                               lock_timeout=settings.lock_timeout_seconds)  # fmt: skip
+        if settings.migrate_on_start or in_memory:
+            migrate_store(settings, store)
+    base = f"http://{settings.host}:{settings.port}"
+    typer.echo(
+        f"session-ledger serves {base} (API docs: {base}/docs).\n"
+        "Authenticate with 'Authorization: Bearer <API key>': the admin key printed on first "
+        "start (or LEDGER_BOOTSTRAP_KEY), or one made by `session-ledger keys create`."
+    )
+    if settings.workers == 1:
+        app = create_app(settings, key_store=store, ledger=_memory_ledger(settings))
+        uvicorn.run(app, host=settings.host, port=settings.port)
+        return
+    store.close()
+    for name in ("host", "port", "workers"):
+        os.environ[f"LEDGER_{name.upper()}"] = str(getattr(settings, name))
+    uvicorn.run("session_ledger.api.app:app_from_env", factory=True, host=settings.host,
+                port=settings.port, workers=settings.workers)  # fmt: skip
+
+
+def _memory_ledger(settings: Settings) -> Any:
+    """memory:// has no separate migrate step: its tables come with the ledger."""
+    if not settings.database_url.startswith("memory://"):
+        return None
+    from .bootstrap import open_ledger
+
+    return open_ledger(settings, create_tables=True)
+
+
+@keys_cli.command("create")
+def keys_create(
+    role: Annotated[str, typer.Option(help=f"One of: {', '.join(ROLES)}.")] = "agent",
+    tenant: Tenant = None,
+    name: Annotated[str, typer.Option(help="A label for people.")] = "",
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Create an API key and print its secret (shown this once)."""
+    settings = load_settings(database_url)
+    with failing_cleanly(), key_store(settings) as store:
+        record, secret = store.create(tenant or settings.default_tenant, role, name)
+    typer.echo(f"id: {record.id}\ntenant: {record.tenant}\nrole: {record.role}\nkey: {secret}")
+
+
+@keys_cli.command("list")
+def keys_list(tenant: Tenant = None, database_url: DatabaseUrl = None) -> None:
+    """List API keys (all tenants unless --tenant), revoked ones marked."""
+    settings = load_settings(database_url)
+    with failing_cleanly(), key_store(settings) as store:
+        records = store.list(tenant)
+    for r in records:
+        state = f"revoked {r.revoked_at:%Y-%m-%d %H:%M}" if r.revoked_at else "active"
+        typer.echo(f"{r.id}  {r.tenant}  {r.role:<7}  {state:<24}  {r.name}")
+
+
+@keys_cli.command("revoke")
+def keys_revoke(key_id: str, database_url: DatabaseUrl = None) -> None:
+    """Revoke an API key by its id: it stops working at once."""
+    settings = load_settings(database_url)
+    with failing_cleanly(), key_store(settings) as store:
+        store.revoke(key_id)
+    typer.echo(f"revoked {key_id}")
+
+
+@cli.command()
+def show(
+    key: str,
+    tenant: Tenant = None,
+    archived: Annotated[bool, typer.Option(help="Show the archived messages.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON document.")] = False,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Print a session: its version and counts, then its messages, oldest first."""
+    from .bootstrap import open_ledger
+
+    settings = load_settings(database_url)
+    tenant = tenant or settings.default_tenant
+    with failing_cleanly():
+        ledger = open_ledger(settings)
+        try:
+            head = ledger.head(key, tenant=tenant)
+            status = "archived" if archived else "active"
+            messages = ledger.get_all(key, tenant=tenant, status=status)
+        finally:
+            ledger.close()
+    if as_json:
+        document = {"key": key, "tenant": tenant, "version": head.version,
+                    "messages": [m.to_dict() for m in messages]}  # fmt: skip
+        typer.echo(json.dumps(document, ensure_ascii=False, indent=2))
+        return
+    typer.echo(f"session {key!r} (tenant {tenant!r}): version {head.version}, "
+               f"{head.message_count} active, {head.archived_count} archived, "
+               f"updated {head.updated_at:%Y-%m-%d %H:%M:%S} UTC")  # fmt: skip
+    for index, message in enumerate(messages):
+        typer.echo(f"[{index}] {message.role}: {message.content}")
+
+
+def main() -> None:
+    """Entry point of the `session-ledger` script."""
+    cli()
