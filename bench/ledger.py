@@ -30,7 +30,8 @@ class LedgerStore(Store):
             url = ctx.postgres_url
         settings = Settings(database_url=url, token_limit=TOKEN_LIMIT)
         migrate(settings)
-        self.ledger = open_ledger(settings)
+        # An in-memory store has no tables until the Ledger that holds it makes them.
+        self.ledger = open_ledger(settings, create_tables=self.backend == "memory")
 
     def native(self, message: Message) -> Any:
         from session_ledger.domain.messages import ChatMessage

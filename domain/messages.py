@@ -55,7 +55,8 @@ class ChatMessage:
         blocks = _parse_content(obj["content"]) if "content" in obj else obj.get("blocks", [])
         if not isinstance(blocks, Sequence) or isinstance(blocks, str | bytes):
             raise InvalidMessage("'blocks' must be a list of content blocks")
-        kwargs = obj.get("additional_kwargs") or {}
+        kwargs = obj.get("additional_kwargs")
+        kwargs = {} if kwargs is None else kwargs
         if not isinstance(kwargs, Mapping):
             raise InvalidMessage("'additional_kwargs' must be an object")
         return cls(

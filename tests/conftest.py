@@ -1,0 +1,68 @@
+"""Fixtures shared by every test: ledgers on each store, PostgreSQL discovery."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from session_ledger.api.bootstrap import migrate, open_ledger
+from session_ledger.api.settings import Settings
+from session_ledger.domain.ledger import Ledger
+
+DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
+STORES = ("memory", "sqlite", "postgres")
+
+
+def postgres_url() -> str:
+    """The test PostgreSQL URL; skips loudly when unreachable, fails when required."""
+    url = os.environ.get("LEDGER_TEST_POSTGRES_URL", DEFAULT_POSTGRES_URL)
+    try:
+        psycopg.connect(url, connect_timeout=3).close()
+    except psycopg.Error as e:
+        reason = f"PostgreSQL unreachable at {url}: {e}".strip()
+        if os.environ.get("LEDGER_REQUIRE_POSTGRES") == "1":
+            pytest.fail(f"{reason} (LEDGER_REQUIRE_POSTGRES=1)")
+        pytest.skip(f"SKIPPING POSTGRES TESTS: {reason}; set LEDGER_REQUIRE_POSTGRES=1 to fail")
+    return url
+
+
+def store_url(store: str, tmp_path: Path) -> str:
+    if store == "memory":
+        return "memory://"
+    if store == "sqlite":
+        return f"sqlite:///{tmp_path / 'ledger.db'}"
+    return postgres_url()
+
+
+def make_settings(store: str, tmp_path: Path, **overrides: object) -> Settings:
+    """Settings for a test ledger: whitespace tokens, a fresh tenant per test."""
+    values: dict[str, object] = {
+        "database_url": store_url(store, tmp_path),
+        "tokenizer": "whitespace",
+        "default_tenant": f"t-{uuid.uuid4().hex[:12]}",
+    }
+    values.update(overrides)
+    return Settings(**values)  # type: ignore[arg-type]
+
+
+def make_ledger(settings: Settings) -> Ledger:
+    migrate(settings)
+    return open_ledger(settings, create_tables=settings.database_url.startswith("memory"))
+
+
+@pytest.fixture(params=STORES)
+def store(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def ledger(store: str, tmp_path: Path) -> Iterator[Ledger]:
+    """A ledger on each store in turn (the contract suite runs unchanged on all three)."""
+    instance = make_ledger(make_settings(store, tmp_path))
+    yield instance
+    instance.close()

@@ -1,0 +1,132 @@
+"""Bad input is refused whole with a typed error; nothing is stored or lost."""
+
+from __future__ import annotations
+
+import pytest
+
+from session_ledger.domain.errors import (
+    InvalidInput,
+    InvalidMessage,
+    InvalidSessionKey,
+    PayloadTooLarge,
+)
+from session_ledger.domain.ledger import Ledger
+
+GOOD = {"role": "user", "content": "fine"}
+
+
+@pytest.fixture
+def seeded(ledger: Ledger) -> Ledger:
+    ledger.put("s", GOOD)
+    return ledger
+
+
+def assert_untouched(ledger: Ledger) -> None:
+    head = ledger.head("s")
+    assert (head.version, head.message_count) == (2, 1)
+    assert [m.content for m in ledger.get_all("s")] == ["fine"]
+
+
+BAD_MESSAGES = [
+    ({"role": "wizard", "content": "x"}, "role must be one of"),
+    ({"role": "USER", "content": "x"}, "role must be one of"),
+    ({"content": "no role"}, "role must be one of"),
+    ({"role": "user", "content": "\ud800 lone"}, "lone surrogate"),
+    ({"role": "user", "content": "ok", "additional_kwargs": {"k": "\udfff"}}, "lone surrogate"),
+    ({"role": "user", "content": 42}, "'blocks' must be a list"),
+    ({"role": "user", "blocks": "text"}, "'blocks' must be a list"),
+    ({"role": "user", "blocks": [{"block_type": "hologram"}]}, "block_type must be one of"),
+    ({"role": "user", "blocks": [{"block_type": "text", "text": 1}]}, "text must be a string"),
+    ({"role": "user", "blocks": [{"block_type": "text"}]}, "text must be a string"),
+    ({"role": "user", "content": "x", "blocks": []}, "either 'content' or 'blocks'"),
+    ({"role": "user", "content": "x", "extra": 1}, "unknown message fields"),
+    ({"role": "user", "content": "x", "additional_kwargs": []}, "must be an object"),
+    ({"role": "user", "content": "x", "additional_kwargs": {"n": float("nan")}}, "JSON"),
+    ({"role": "user", "content": "x", "additional_kwargs": {1: "x"}}, "non-string key"),
+    ({"role": "user", "content": "x", "additional_kwargs": {"b": b"raw"}}, "not JSON"),
+    ("just a string", "must be an object"),
+    (None, "must be an object"),
+]
+
+
+@pytest.mark.parametrize(("bad", "why"), BAD_MESSAGES)
+def test_bad_messages_are_refused_in_every_write(seeded: Ledger, bad: object, why: str) -> None:
+    for call in (
+        lambda: seeded.put("s", bad),  # type: ignore[arg-type]
+        lambda: seeded.put_messages("s", [GOOD, bad]),  # type: ignore[list-item]
+        lambda: seeded.set("s", [bad]),  # type: ignore[list-item]
+    ):
+        with pytest.raises(InvalidMessage, match=why):
+            call()
+    assert_untouched(seeded)
+
+
+def test_deep_nesting_is_refused(seeded: Ledger) -> None:
+    deep: dict[str, object] = {}
+    node = deep
+    for _ in range(100):
+        node["n"] = {}
+        node = node["n"]  # type: ignore[assignment]
+    with pytest.raises(InvalidMessage, match="nested deeper"):
+        seeded.put("s", {"role": "user", "content": "x", "additional_kwargs": deep})
+    assert_untouched(seeded)
+
+
+@pytest.mark.parametrize(
+    "key", ["", "x" * 513, "tab\tkey", "nul\x00key", "del\x7fkey", "\ud800", 7, None]
+)
+def test_bad_session_keys(seeded: Ledger, key: object) -> None:
+    with pytest.raises(InvalidSessionKey):
+        seeded.put(key, GOOD)  # type: ignore[arg-type]
+    with pytest.raises(InvalidSessionKey):
+        seeded.get_all(key)  # type: ignore[arg-type]
+    assert_untouched(seeded)
+
+
+def test_empty_writes(seeded: Ledger) -> None:
+    with pytest.raises(InvalidInput, match="at least one message"):
+        seeded.put_messages("s", [])
+    with pytest.raises(InvalidInput, match="list of messages"):
+        seeded.put_messages("s", GOOD)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInput, match="list of messages"):
+        seeded.set("s", "text")  # type: ignore[arg-type]
+    assert_untouched(seeded)
+
+
+def test_huge_payloads_are_refused(store: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from tests.conftest import make_ledger, make_settings
+
+    ledger = make_ledger(
+        make_settings(
+            store, tmp_path, max_message_bytes=1000, max_messages_per_write=5, max_write_bytes=3000
+        )
+    )
+    try:
+        ledger.put("s", GOOD)
+        with pytest.raises(PayloadTooLarge, match="message 0 is .* bytes; the limit is 1000"):
+            ledger.put("s", {"role": "user", "content": "x" * 1000})
+        with pytest.raises(PayloadTooLarge, match="6 messages in one write; the limit is 5"):
+            ledger.put_messages("s", [GOOD] * 6)
+        with pytest.raises(PayloadTooLarge, match="the write is .* bytes; the limit is 3000"):
+            ledger.set("s", [{"role": "user", "content": "y" * 900}] * 4)
+        assert_untouched(ledger)
+    finally:
+        ledger.close()
+
+
+def test_unicode_is_stored_exactly(ledger: Ledger) -> None:
+    texts = [
+        "emoji 😀👩‍👩‍👧 and flags 🇳🇱",
+        "RTL: שלום עולם مرحبا بالعالم",
+        "NUL\x00inside and at the end\x00",
+        "controls \x01\x1f\x7f and \u2028 line separator",
+        "combining e\u0301 vs \u00e9, zero width \u200b",
+        "",
+    ]
+    ledger.put_messages("u", [{"role": "user", "content": t} for t in texts])
+    assert [m.content for m in ledger.get_all("u")] == texts
+    assert [m.content for m in ledger.get("u", token_limit=10_000)] == texts
+    key = "user/42 ünïcode 🔑 spaces & ?query#frag"
+    ledger.put(key, {"role": "user", "content": "k"})
+    assert ledger.keys(prefix="user/") == [key]
+    assert ledger.head(key).key == key
