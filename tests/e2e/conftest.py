@@ -1,0 +1,181 @@
+"""Real servers for the end-to-end tests: `session-ledger serve` in a child process.
+
+One server per store (a SQLite file, a fresh PostgreSQL database), shared by the
+session's tests; every test uses fresh session keys, and the tenants below:
+  tenant A ("default"): the bootstrap admin, an agent, an auditor;
+  tenant B: an agent and an admin, made with the CLI (`keys create --tenant`).
+Limits are set low so the 413 paths are cheap to reach.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+import httpx
+import psycopg
+import pytest
+from session_ledger.api.client import LedgerClient
+
+DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
+LIMITS = {
+    "LEDGER_MAX_BODY_BYTES": str(256 * 1024),
+    "LEDGER_MAX_MESSAGE_BYTES": str(16 * 1024),
+    "LEDGER_MAX_MESSAGES_PER_WRITE": "50",
+    "LEDGER_MAX_WRITE_BYTES": str(128 * 1024),
+    "LEDGER_TOKENIZER": "whitespace",
+}
+CLI = [sys.executable, "-c", "from session_ledger.api.cli import main; main()"]
+STARTUP_SECONDS = 60
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def postgres_url() -> str:
+    """The test server's URL; skips loudly when unreachable, fails when required."""
+    url = os.environ.get("LEDGER_TEST_POSTGRES_URL", DEFAULT_POSTGRES_URL)
+    try:
+        psycopg.connect(url, connect_timeout=3).close()
+    except psycopg.Error as e:
+        reason = f"PostgreSQL unreachable at {url}: {e}".strip()
+        if os.environ.get("LEDGER_REQUIRE_POSTGRES") == "1":
+            pytest.fail(f"{reason} (LEDGER_REQUIRE_POSTGRES=1)")
+        pytest.skip(f"SKIPPING POSTGRES TESTS: {reason}; set LEDGER_REQUIRE_POSTGRES=1 to fail")
+    return url
+
+
+@pytest.fixture(scope="session")
+def postgres_database() -> Iterator[str]:
+    """A fresh database (the key table starts empty, so bootstrap is tested for real)."""
+    admin_url = postgres_url()
+    name = f"ledger_e2e_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    yield urlsplit(admin_url)._replace(path=f"/{name}").geturl()
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def run_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*CLI, *args], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+@dataclass
+class Server:
+    """A running `session-ledger serve` process."""
+
+    env: dict[str, str]
+    process: subprocess.Popen[str] | None = None
+    output: list[str] = field(default_factory=list)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.env['LEDGER_PORT']}"
+
+    def start(self) -> Server:
+        self.process = subprocess.Popen(
+            [*CLI, "serve"], env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + STARTUP_SECONDS
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                out = self.process.stdout.read() if self.process.stdout else ""
+                raise RuntimeError(f"server exited with {self.process.returncode}:\n{out}")
+            try:
+                if httpx.get(f"{self.base_url}/healthz", timeout=1).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"server did not answer within {STARTUP_SECONDS}s")
+
+    def stop(self) -> str:
+        """Stop the server; returns what it printed."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self.process is not None and self.process.stdout is not None:
+            self.output.append(self.process.stdout.read())
+            self.process.stdout.close()
+        return "".join(self.output)
+
+
+def server_env(database_url: str, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LEDGER_")}
+    return {**env, **LIMITS, "LEDGER_DATABASE_URL": database_url, "LEDGER_HOST": "127.0.0.1",
+            "LEDGER_PORT": str(free_port()), **extra}  # fmt: skip
+
+
+@dataclass
+class Deployment:
+    """A server and the API keys of the two tenants the tests use."""
+
+    server: Server
+    store: str
+    keys: dict[str, str]
+    key_ids: dict[str, str]
+
+    @property
+    def base_url(self) -> str:
+        return self.server.base_url
+
+    def client(self, who: str) -> LedgerClient:
+        return LedgerClient(self.base_url, self.keys[who], timeout=60)
+
+    def raw(self, who: str | None = None) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {self.keys[who]}"} if who else {}
+        return httpx.Client(base_url=self.base_url, headers=headers, timeout=60)
+
+
+def _cli_key(env: dict[str, str], tenant: str, role: str) -> tuple[str, str]:
+    done = run_cli(env, "keys", "create", "--tenant", tenant, "--role", role, "--name", role)
+    assert done.returncode == 0, done.stderr
+    fields = dict(line.split(": ", 1) for line in done.stdout.splitlines() if ": " in line)
+    return fields["id"], fields["key"]
+
+
+@pytest.fixture(scope="session", params=["sqlite", "postgres"])
+def deployment(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Deployment]:
+    """A running server on each store in turn, with keys for tenants A and B."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path_factory.mktemp('e2e') / 'ledger.db'}"
+    else:
+        url = request.getfixturevalue("postgres_database")
+    admin_key = "sl_test_" + secrets.token_urlsafe(24)
+    server = Server(server_env(url, LEDGER_BOOTSTRAP_KEY=admin_key)).start()
+    keys, ids = {"a_admin": admin_key}, {}
+    with LedgerClient(server.base_url, admin_key) as admin:
+        for role in ("agent", "auditor"):
+            created = admin.create_key(role, name=f"a {role}")
+            keys[f"a_{role}"], ids[f"a_{role}"] = created.key, created.id
+    for role in ("agent", "admin"):
+        ids[f"b_{role}"], keys[f"b_{role}"] = _cli_key(server.env, "tenant-b", role)
+    yield Deployment(server, request.param, keys, ids)
+    server.stop()
+
+
+@pytest.fixture
+def session_key() -> str:
+    """A fresh session key with the characters that need encoding: `/`, space, unicode."""
+    return f"e2e/{uuid.uuid4().hex[:8]} chat/ünï ✓"
