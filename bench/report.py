@@ -143,7 +143,11 @@ def format_cell(reps: list[Cell] | None) -> str:
 
 
 def tables(
-    cells: Cells, order: list[str], workloads: list[str], judged: list[dict[str, Any]]
+    cells: Cells,
+    order: list[str],
+    workloads: list[str],
+    judged: list[dict[str, Any]],
+    notes: list[str],
 ) -> str:
     head = ["system"]
     for w in workloads:
@@ -160,6 +164,7 @@ def tables(
                 growth = [c.extra["cost_growth"] for c in reps or [] if "cost_growth" in c.extra]
                 row.append(f"{statistics.median(growth):.1f}x" if growth else "—")
         lines.append("| " + " | ".join(row) + " |")
+    lines += ["", *(f"- {note}" for note in notes)] if notes else []
     lines += ["", "| target | median ratio (per repetition) | required | |", "|---|---|---|---|"]
     for j in judged:
         if j["median"] is None:

@@ -262,7 +262,17 @@ def main(argv: list[str] | None = None) -> int:
     sizes = list(plan.w3_sizes + plan.w3_ours_only)
     workloads = ["W1", "W1x4", "W2"] + [f"W3@{s}" for s in sizes] + [f"W4@{plan.w4_size}"]
     judged = [judge(t, runner.cells) for t in targets(runner.cells, peers, sizes)]
-    table = tables(runner.cells, names, workloads, judged)
+    notes = [
+        f"{s.name}: {note}"
+        for s in (f() for f in chosen)
+        for note in (s.window_note, s.history_note)
+        if note
+    ]
+    notes.append(
+        f"W3 raw tail SELECT reads the {runner.window_rows} newest rows: the window "
+        "ChatMemoryBuffer keeps for this corpus at 4,000 tokens"
+    )
+    table = tables(runner.cells, names, workloads, judged, notes)
     command = "python -m bench.run" + (" --quick" if args.quick else "")
     print(
         f"\n{'Quick' if args.quick else 'Full'} run, {plan.reps} repetition(s), "

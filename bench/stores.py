@@ -27,6 +27,7 @@ class Store(ABC):
     backend: str = ""  # "memory", "sqlite", "postgres" or "file": what ratios pair on
     concurrent = True  # can W1x4 run it from 4 threads (each via writer())?
     window_note = ""  # how its W3 window differs, if it does
+    history_note = ""  # how its reads differ, if they do
 
     @abstractmethod
     def open(self, ctx: Context) -> None:
