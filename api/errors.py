@@ -126,7 +126,9 @@ async def handle_validation(request: Request, exc: Exception) -> JSONResponse:
 
 async def handle_http(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
-    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+    # FastAPI answers 400 itself when the body cannot be parsed (e.g. nested too deep).
+    codes = {400: "malformed_json", 404: "not_found", 405: "method_not_allowed"}
+    code = codes.get(exc.status_code, "http_error")
     return error_response(exc.status_code, code, str(exc.detail), headers=exc.headers)
 
 

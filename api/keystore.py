@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import secrets
 import threading
 from abc import ABC, abstractmethod
@@ -19,6 +20,7 @@ from session_ledger.domain.errors import InvalidInput
 
 ROLES = ("agent", "auditor", "admin")
 MIN_SECRET_CHARS = 24
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # the ledger refuses these in tenant names
 _DUMMY_HASH = hashlib.sha256(b"no key has this hash").hexdigest()
 
 
@@ -51,8 +53,8 @@ def new_secret() -> str:
 def check_key_fields(tenant: str, role: str, name: str) -> None:
     if role not in ROLES:
         raise InvalidInput(f"role must be one of {', '.join(ROLES)}; got {role!r}")
-    if not tenant or len(tenant) > 128 or not tenant.isprintable():
-        raise InvalidInput("tenant must be 1 to 128 printable characters")
+    if not tenant or len(tenant) > 128 or CONTROL.search(tenant):
+        raise InvalidInput("tenant must be 1 to 128 characters, no control characters")
     if len(name) > 200 or not name.isprintable():
         raise InvalidInput("name must be at most 200 printable characters")
 

@@ -49,7 +49,16 @@ def revoked_key(deployment: Deployment) -> str:
 
 @pytest.mark.parametrize(
     "authorization",
-    [None, "", "Bearer", "Bearer  x y", "Basic dXNlcjpwYXNz", "Bearer not-a-key", "Token x", "REVOKED"],
+    [
+        None,
+        "",
+        "Bearer",
+        "Bearer  x y",
+        "Basic dXNlcjpwYXNz",
+        "Bearer not-a-key",
+        "Token x",
+        "REVOKED",
+    ],
 )
 def test_without_a_valid_key_every_route_is_401(
     deployment: Deployment, session_key: str, revoked_key: str, authorization: str | None

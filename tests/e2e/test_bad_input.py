@@ -1,0 +1,226 @@
+"""Bad input over HTTP: refused whole with the right 4xx and the one error shape, never a
+5xx, and nothing stored. The server's limits are set low by the fixture (conftest.LIMITS)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from session_ledger.api.client import session_path
+
+from .conftest import LIMITS, Deployment
+
+USER = {"role": "user", "content": "hi"}
+MAX_BODY = int(LIMITS["LEDGER_MAX_BODY_BYTES"])
+MAX_MESSAGE = int(LIMITS["LEDGER_MAX_MESSAGE_BYTES"])
+MAX_MESSAGES = int(LIMITS["LEDGER_MAX_MESSAGES_PER_WRITE"])
+
+
+def error_of(answer: httpx.Response, status: int) -> dict[str, Any]:
+    assert answer.status_code == status, answer.text
+    body = answer.json()
+    assert set(body) == {"error"} and set(body["error"]) == {"code", "message", "details"}
+    assert body["error"]["message"]
+    return body["error"]  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def http(deployment: Deployment) -> Iterator[httpx.Client]:
+    with deployment.raw("a_agent") as client:
+        yield client
+
+
+def assert_nothing_stored(http: httpx.Client, key: str) -> None:
+    assert http.get(session_path(key)).status_code == 404
+
+
+@pytest.mark.parametrize("method", ["POST", "PUT"])
+def test_empty_body_is_422(http: httpx.Client, session_key: str, method: str) -> None:
+    path = session_path(session_key, "/messages")
+    for content in (b"", b"{}", b"null"):
+        answer = http.request(method, path, content=content,
+                              headers={"Content-Type": "application/json"})  # fmt: skip
+        assert error_of(answer, 422)["code"] == "invalid_request"
+    assert error_of(http.post(path, json={"messages": []}), 422)["code"] == "invalid_request"
+    assert_nothing_stored(http, session_key)
+
+
+def test_body_over_the_limit_is_413_by_length_and_when_streamed(
+    http: httpx.Client, session_key: str
+) -> None:
+    path = session_path(session_key, "/messages")
+    big = json.dumps({"messages": [{"role": "user", "content": "x" * MAX_BODY}]}).encode()
+    answer = http.post(path, content=big, headers={"Content-Type": "application/json"})
+    assert error_of(answer, 413)["code"] == "body_too_large"
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: chunked transfer encoding
+        for start in range(0, len(big), 8192):
+            yield big[start : start + 8192]
+
+    answer = http.post(path, content=chunks(), headers={"Content-Type": "application/json"})
+    assert error_of(answer, 413)["code"] == "body_too_large"
+    assert_nothing_stored(http, session_key)
+
+
+def test_message_and_write_over_the_limits_are_413(http: httpx.Client, session_key: str) -> None:
+    path = session_path(session_key, "/messages")
+    too_long = {"role": "user", "content": "x" * MAX_MESSAGE}
+    assert error_of(http.post(path, json={"messages": [too_long]}), 413)["code"] == (
+        "payload_too_large"
+    )
+    too_many = {"messages": [USER] * (MAX_MESSAGES + 1)}
+    assert error_of(http.put(path, json=too_many), 413)["code"] == "payload_too_large"
+    near_limit = {"role": "user", "content": "x" * (MAX_MESSAGE - 200)}
+    too_much = {"messages": [near_limit] * 9}  # each fits, together over max_write_bytes
+    assert error_of(http.post(path, json=too_much), 413)["code"] == "payload_too_large"
+    assert_nothing_stored(http, session_key)
+
+
+def test_nul_bytes_are_kept_exactly(http: httpx.Client, session_key: str) -> None:
+    message = {
+        "role": "user",
+        "blocks": [{"block_type": "text", "text": "a\u0000b"}],
+        "additional_kwargs": {"k\u0000": "v\u0000"},
+    }
+    assert http.post(
+        session_path(session_key, "/messages"), json={"messages": [message]}
+    ).is_success
+    assert http.get(session_path(session_key, "/messages")).json()["messages"] == [message]
+
+
+@pytest.mark.parametrize(
+    "raw_message",
+    [
+        '{"role": "user", "content": "\\ud800"}',
+        '{"role": "user", "content": "ok", "additional_kwargs": {"x": "\\udfff tail"}}',
+        '{"role": "user", "blocks": [{"block_type": "text", "text": "\\ud83d"}]}',
+    ],
+)
+def test_lone_surrogates_are_422(http: httpx.Client, session_key: str, raw_message: str) -> None:
+    body = '{"messages": [' + raw_message + "]}"
+    answer = http.post(session_path(session_key, "/messages"), content=body.encode(),
+                       headers={"Content-Type": "application/json"})  # fmt: skip
+    assert error_of(answer, 422)["code"] == "invalid_message"
+    assert_nothing_stored(http, session_key)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"messages": [{"role": "wizard", "content": "hi"}]},
+        {"messages": [{"role": 1, "content": "hi"}]},
+        {"messages": [{"content": "hi"}]},
+        {"messages": "hi"},
+        {"messages": [["user", "hi"]]},
+        {"messages": [{"role": "user", "content": 5}]},
+        {"messages": [{"role": "user", "content": "hi", "blocks": []}]},
+        {"messages": [{"role": "user", "blocks": [{"block_type": "laser", "text": "x"}]}]},
+        {"messages": [{"role": "user", "blocks": [{"block_type": "text", "text": 3}]}]},
+        {"messages": [{"role": "user", "content": "hi", "additional_kwargs": []}]},
+        {"messages": [{"role": "user", "content": "hi", "extra": 1}]},
+        {"messages": [USER], "extra": True},
+        [USER],
+        "just a string",
+    ],
+)
+def test_wrong_shapes_and_types_are_422(http: httpx.Client, session_key: str, body: Any) -> None:
+    for method in ("POST", "PUT"):
+        answer = http.request(method, session_path(session_key, "/messages"), json=body)
+        assert error_of(answer, 422)["code"] in ("invalid_request", "invalid_message")
+    assert_nothing_stored(http, session_key)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"{bad json", b'{"messages": [', b"\xff\xfe{}", b'{"messages": [] ]', b"[" * 50_000],
+)
+def test_malformed_json_is_400(http: httpx.Client, session_key: str, content: bytes) -> None:
+    answer = http.post(session_path(session_key, "/messages"), content=content,
+                       headers={"Content-Type": "application/json"})  # fmt: skip
+    assert error_of(answer, 400)["code"] == "malformed_json"
+    assert_nothing_stored(http, session_key)
+
+
+def test_a_body_that_is_not_json_is_refused(http: httpx.Client, session_key: str) -> None:
+    answer = http.post(session_path(session_key, "/messages"), content=b"role=user",
+                       headers={"Content-Type": "application/x-www-form-urlencoded"})  # fmt: skip
+    assert 400 <= answer.status_code < 500 and "error" in answer.json()
+    assert_nothing_stored(http, session_key)
+
+
+@pytest.mark.parametrize(
+    "segment",
+    ["%FF", "%ED%A0%80", "%00", "a%0Ab", "%7F", "x" * 513, "%C3%28"],
+    ids=["bad-utf8", "surrogate", "nul", "newline", "del", "too-long", "bad-utf8-2"],
+)
+def test_bad_session_keys_are_422_on_every_route(http: httpx.Client, segment: str) -> None:
+    for method, suffix, body in [
+        ("POST", "/messages", {"messages": [USER]}), ("PUT", "/messages", {"messages": []}),
+        ("GET", "/messages", None), ("GET", "/context", None), ("GET", "", None),
+        ("DELETE", "/messages", None), ("DELETE", "/messages/last", None),
+    ]:  # fmt: skip
+        answer = http.request(method, f"/v1/sessions/{segment}{suffix}", json=body)
+        assert error_of(answer, 422)["code"] == "invalid_session_key", (method, suffix)
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"If-Match": "abc"}, {"If-Match": '"1", "2"'}, {"If-Match": 'W/"1"'},
+        {"If-None-Match": '"3"'}, {"If-Match": '"1"', "If-None-Match": "*"},
+        {"Idempotency-Key": "k" * 300}, {"Idempotency-Key": "a\tb"},
+    ],
+)  # fmt: skip
+def test_malformed_write_headers_are_422(
+    http: httpx.Client, session_key: str, headers: dict[str, str]
+) -> None:
+    answer = http.post(session_path(session_key, "/messages"), json={"messages": [USER]},
+                       headers=headers)  # fmt: skip
+    assert error_of(answer, 422)["code"] in ("invalid_input", "invalid_session_key")
+    assert_nothing_stored(http, session_key)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/messages/abc", "/messages/1.5", f"/messages/{10**30}",
+        "/messages?status=deleted", "/messages?offset=-1", "/messages?limit=x",
+        f"/messages?offset={10**30}", "/context?token_limit=-1", "/context?token_limit=abc",
+        "/context?initial_token_count=-5",
+    ],
+)  # fmt: skip
+def test_bad_numbers_and_enums_are_422(http: httpx.Client, session_key: str, path: str) -> None:
+    http.post(session_path(session_key, "/messages"), json={"messages": [USER]})
+    method = "DELETE" if path.startswith("/messages/") else "GET"
+    answer = http.request(method, session_path(session_key) + path)
+    assert error_of(answer, 422)["code"] == "invalid_request"
+    assert http.get(session_path(session_key)).json()["message_count"] == 1
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["limit=0", "limit=100000", "prefix=%00", "cursor=a%0Ab", "prefix=" + "p" * 600],
+)
+def test_bad_session_list_queries_are_refused(http: httpx.Client, query: str) -> None:
+    answer = http.get(f"/v1/sessions?{query}")
+    assert answer.status_code == 422, answer.text
+
+
+@pytest.mark.parametrize(
+    "body", [{"role": "root"}, {"role": "agent", "name": "n" * 201}, {"role": "agent", "x": 1},
+             {}, {"role": "agent", "name": "tab\there"}],
+)  # fmt: skip
+def test_bad_key_requests_are_422(deployment: Deployment, body: dict[str, Any]) -> None:
+    with deployment.raw("a_admin") as admin:
+        before = len(admin.get("/v1/keys").json()["keys"])
+        answer = admin.post("/v1/keys", json=body)
+        assert answer.status_code == 422, answer.text
+        assert len(admin.get("/v1/keys").json()["keys"]) == before
+
+
+def test_unknown_routes_and_methods_use_the_error_shape(http: httpx.Client) -> None:
+    assert error_of(http.get("/v1/nothing"), 404)["code"] == "not_found"
+    assert error_of(http.patch("/v1/sessions/x/messages"), 405)["code"] == "method_not_allowed"
