@@ -153,7 +153,9 @@ def _cli_key(env: dict[str, str], tenant: str, role: str) -> tuple[str, str]:
     return fields["id"], fields["key"]
 
 
-@pytest.fixture(scope="session", params=["sqlite", "postgres"])
+@pytest.fixture(
+    scope="session", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
 def deployment(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Deployment]:
