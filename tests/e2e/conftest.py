@@ -17,6 +17,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -56,16 +57,25 @@ def postgres_url() -> str:
     return url
 
 
+@contextmanager
+def fresh_postgres_database(prefix: str = "ledger_e2e") -> Iterator[str]:
+    """A new, empty database on the test server (dropped afterwards): its URL."""
+    admin_url = postgres_url()
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield urlsplit(admin_url)._replace(path=f"/{name}").geturl()
+    finally:
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 @pytest.fixture(scope="session")
 def postgres_database() -> Iterator[str]:
     """A fresh database (the key table starts empty, so bootstrap is tested for real)."""
-    admin_url = postgres_url()
-    name = f"ledger_e2e_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    yield urlsplit(admin_url)._replace(path=f"/{name}").geturl()
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with fresh_postgres_database() as url:
+        yield url
 
 
 def run_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:

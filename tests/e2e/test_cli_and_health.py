@@ -13,7 +13,14 @@ import psycopg
 import pytest
 from session_ledger.api.client import LedgerAPIError, LedgerClient
 
-from .conftest import Deployment, Server, postgres_url, run_cli, server_env
+from .conftest import (
+    Deployment,
+    Server,
+    fresh_postgres_database,
+    postgres_url,
+    run_cli,
+    server_env,
+)
 
 KEY = re.compile(r"^\s+(sl_[A-Za-z0-9_-]{40,})$", re.MULTILINE)
 
@@ -100,28 +107,23 @@ def test_serve_refuses_to_start_on_a_store_without_tables(tmp_path: Path) -> Non
 
 @pytest.mark.postgres
 def test_readyz_and_requests_are_503_when_the_store_goes_away() -> None:
-    admin_url = postgres_url()
-    name = f"ledger_gone_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    url = urlsplit(admin_url)._replace(path=f"/{name}").geturl()
     admin_key = "sl_test_" + uuid.uuid4().hex
-    env = server_env(url, LEDGER_BOOTSTRAP_KEY=admin_key, LEDGER_LOCK_TIMEOUT_SECONDS="2")
-    server = Server(env).start()
-    try:
-        with LedgerClient(server.base_url, admin_key) as api:
-            api.put("k", {"role": "user", "content": "hi"})
-            with psycopg.connect(admin_url, autocommit=True) as conn:
-                conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
-            with httpx.Client(base_url=server.base_url) as http:
-                answer = http.get("/readyz")
-            assert answer.status_code == 503, answer.text
-            assert answer.json()["error"]["code"] == "store_not_ready"
-            for call in (lambda: api.head("k"), lambda: api.put("k", {"role": "user"})):
-                with pytest.raises(LedgerAPIError) as err:
-                    call()
-                assert err.value.status == 503, err.value
-    finally:
-        server.stop()
-        with psycopg.connect(admin_url, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with fresh_postgres_database("ledger_gone") as url:
+        env = server_env(url, LEDGER_BOOTSTRAP_KEY=admin_key, LEDGER_LOCK_TIMEOUT_SECONDS="2")
+        server = Server(env).start()
+        try:
+            with LedgerClient(server.base_url, admin_key) as api:
+                api.put("k", {"role": "user", "content": "hi"})
+                name = urlsplit(url).path.lstrip("/")
+                with psycopg.connect(postgres_url(), autocommit=True) as conn:
+                    conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+                with httpx.Client(base_url=server.base_url) as http:
+                    answer = http.get("/readyz")
+                assert answer.status_code == 503, answer.text
+                assert answer.json()["error"]["code"] == "store_not_ready"
+                for call in (lambda: api.head("k"), lambda: api.put("k", {"role": "user"})):
+                    with pytest.raises(LedgerAPIError) as err:
+                        call()
+                    assert err.value.status == 503, err.value
+        finally:
+            server.stop()
