@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
 
-from eventsourcing.application import AggregateNotFoundError, Application
+from eventsourcing.application import AggregateNotFoundError, Application, ProcessingEvent
 from eventsourcing.persistence import IntegrityError
 from eventsourcing.utils import Environment
 
@@ -233,10 +233,25 @@ class Ledger(Application[uuid.UUID]):
                     ) from None
                 time.sleep(random.uniform(0, 0.002 * min(attempt + 1, 10)))
                 continue
+            if self.repository.cache is not None:
+                # The saved state is the newest we know: the next write need not read back
+                # this write's event (a large `set` would cost its whole payload again).
+                self.repository.cache.put(sid, session)
             return WriteResult(session.version, session.message_count, removed=removed)
         raise LedgerError(
             f"session {key!r}: write lost the race {self.write_retries} times; try again"
         )
+
+    def _take_snapshots(self, processing_event: ProcessingEvent[uuid.UUID]) -> None:
+        # Snapshot the state just saved, instead of the library's default of reading the
+        # stream back to the event's version: a snapshot costs no reads.
+        if self.snapshots is None:
+            return
+        for aggregate in processing_event.aggregates.values():
+            interval = self.snapshotting_intervals.get(type(aggregate))
+            first = aggregate.version - len(processing_event.events) + 1
+            if interval and any(v % interval == 0 for v in range(first, aggregate.version + 1)):
+                self.snapshots.put([Session.Snapshot.take(aggregate)])
 
     def _load(self, sid: uuid.UUID) -> Session | None:
         try:

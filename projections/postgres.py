@@ -13,9 +13,19 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
-from eventsourcing.persistence import ApplicationRecorder, StoredEvent
-from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore, PostgresFactory
-from psycopg import Cursor
+from eventsourcing.persistence import (
+    ApplicationRecorder,
+    InterfaceError,
+    OperationalError,
+    StoredEvent,
+)
+from eventsourcing.postgres import (
+    PostgresAggregateRecorder,
+    PostgresApplicationRecorder,
+    PostgresDatastore,
+    PostgresFactory,
+)
+from eventsourcing.utils import retry
 from psycopg.sql import SQL
 
 from .changes import MessageRow, view_changes
@@ -62,12 +72,22 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder, SQLViews):
         self.sql_create_statements.extend(SQL(s) for s in VIEW_TABLES)  # type: ignore[misc]
         self.rows_read = 0
 
-    def _insert_events(
-        self, curs: Cursor[Any], stored_events: Sequence[StoredEvent], **kwargs: Any
-    ) -> None:
+    @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
+    def insert_events(
+        self, stored_events: Sequence[StoredEvent], **kwargs: Any
+    ) -> Sequence[int] | None:
+        # One plain transaction, not the library's pipeline: a lost race then fails on the
+        # events' primary key before any view statement is sent (psycopg's pipeline left
+        # prepared statements unusable after such errors), and nothing is NOTIFYed,
+        # because the views are written here rather than by a subscriber.
         batch = kwargs.get("ledger_batch")
-        if batch is not None:
-            self.apply_changes(curs, view_changes(batch))
+        with self.datastore.get_connection() as conn, conn.transaction(), conn.cursor() as curs:
+            self._lock_table(curs)
+            PostgresAggregateRecorder._insert_stored_events(self, curs, stored_events)
+            ids = self._fetch_ids_after_insert_events(curs, stored_events)
+            if batch is not None:
+                self.apply_changes(curs, view_changes(batch))
+        return ids
 
     @contextmanager
     def _reading(self) -> Iterator[Reader]:
@@ -81,7 +101,7 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder, SQLViews):
             yield read
 
     def _execute(self, cursor: Any, sql: str, params: Sequence[Any]) -> None:
-        cursor.execute(_sql(sql), params, prepare=True)
+        cursor.execute(_sql(sql), params, prepare=False)
 
     def _insert_rows(
         self, cursor: Any, sid: Any, version: int, status: str, rows: Sequence[MessageRow]

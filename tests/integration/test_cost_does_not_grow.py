@@ -1,0 +1,102 @@
+"""`put` and `get` cost the same at 100 and 10,000 messages: counted, not timed."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from session_ledger.domain.ledger import Ledger
+from tests.conftest import make_ledger, make_settings
+
+WORDS = "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor".split()
+
+
+def message(i: int) -> dict[str, str]:
+    role = "user" if i % 2 == 0 else "assistant"
+    return {"role": role, "content": " ".join(WORDS[(i + j) % len(WORDS)] for j in range(40))}
+
+
+class EventReads:
+    """Counts the stored events (and snapshots) the ledger reads."""
+
+    def __init__(self, ledger: Ledger, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.rows = 0
+        recorders = [ledger.recorder] + ([ledger.snapshots.recorder] if ledger.snapshots else [])
+        for recorder in recorders:
+            monkeypatch.setattr(recorder, "select_events", self._counting(recorder.select_events))
+
+    def _counting(self, select: Callable[..., Any]) -> Callable[..., Any]:
+        def select_events(*args: Any, **kwargs: Any) -> Any:
+            rows = select(*args, **kwargs)
+            self.rows += len(rows)
+            return rows
+
+        return select_events
+
+    def during(self, call: Callable[[], object]) -> int:
+        before = self.rows
+        call()
+        return self.rows - before
+
+
+def view_rows_during(ledger: Ledger, call: Callable[[], object]) -> int:
+    before = ledger.views.rows_read  # type: ignore[attr-defined]
+    call()
+    return int(ledger.views.rows_read - before)  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def grown(store: str, tmp_path: Path) -> Ledger:
+    """Two sessions on one store: 100 messages and 10,000 messages."""
+    ledger = make_ledger(make_settings(store, tmp_path))
+    ledger.put_messages("small", [message(i) for i in range(100)])
+    for start in range(0, 10_000, 2_000):
+        ledger.put_messages("large", [message(i) for i in range(start, start + 2_000)])
+    return ledger
+
+
+def test_get_reads_only_the_window(grown: Ledger) -> None:
+    for limit in (100, 1_000, 3_000):  # windows shorter than the small session
+        small = view_rows_during(grown, lambda: grown.get("small", token_limit=limit))
+        large = view_rows_during(grown, lambda: grown.get("large", token_limit=limit))
+        assert small == large, f"limit {limit}: {small} rows at 100 messages, {large} at 10,000"
+    for limit in (100, 4_000, 40_000):
+        window = len(grown.get("large", token_limit=limit))
+        large = view_rows_during(grown, lambda: grown.get("large", token_limit=limit))
+        # the window's bodies, its role/count tail with batch overshoot, the session row
+        assert large <= window + 2 * (window + 32) + 1, (limit, window, large)
+    grown.close()
+
+
+def test_put_reads_no_history(grown: Ledger, monkeypatch: pytest.MonkeyPatch) -> None:
+    reads = EventReads(grown, monkeypatch)
+    grown.put("small", message(0))
+    grown.put("large", message(0))  # warm the cache for both
+    small = reads.during(lambda: grown.put("small", message(1)))
+    large = reads.during(lambda: grown.put("large", message(1)))
+    small_rows = view_rows_during(grown, lambda: grown.put("small", message(2)))
+    large_rows = view_rows_during(grown, lambda: grown.put("large", message(2)))
+    assert small == large == 0
+    assert small_rows == large_rows == 0
+    grown.close()
+
+
+def test_a_cold_put_reads_a_snapshot_and_a_bounded_tail(tmp_path: Path) -> None:
+    settings = make_settings("sqlite", tmp_path, snapshot_interval=20)
+    ledger = make_ledger(settings)
+    for i in range(300):
+        ledger.put("long", message(i))
+    ledger.close()
+
+    cold = make_ledger(settings)  # a new process: empty cache
+    reads = EventReads(cold, monkeypatch := pytest.MonkeyPatch())
+    try:
+        read = reads.during(lambda: cold.put("long", message(300)))
+        assert 1 <= read <= 20  # the latest snapshot and the events after it
+        assert cold.head("long").message_count == 301
+    finally:
+        monkeypatch.undo()
+        cold.close()
