@@ -24,6 +24,7 @@ class Target:
     b: tuple[str, str]
     op: str  # ">=" or "<="
     threshold: float
+    peer: str = ""  # set for "faster than this peer": a / b is then our speed-up
 
     def ratios(self, cells: Cells) -> list[tuple[float, bool]]:
         """(ratio, predicted?) for every repetition where both cells have a figure."""
@@ -37,69 +38,56 @@ class Target:
         return out
 
 
-def targets(cells: Cells, peers: list[tuple[str, str]], sizes: list[int]) -> list[Target]:
-    """The issue's targets, for the stores present in this run. peers: (name, backend)."""
+def targets(cells: Cells, peers: list[tuple[str, str, bool]], sizes: list[int]) -> list[Target]:
+    """The issue's targets for the stores in this run; peers: (name, backend, W4 comparable)."""
     out: list[Target] = []
     for db, title in (("sqlite", "SQLite"), ("postgres", "PostgreSQL")):
         ours, raw = OURS[db], RAW[db]
         if ours not in cells:
             continue
         limit = 0.5 if db == "sqlite" else 0.4
-        out.append(Target(f"W1 {title}: ours / raw", (ours, "W1"), (raw, "W1"), ">=", limit))
+        out.append(Target(f"W1 {title}: ours / raw msg/s", (ours, "W1"), (raw, "W1"), ">=", limit))
         if db == "postgres":
             out.append(
-                Target(
-                    "W1x4 PostgreSQL: ours / raw 4 conns", (ours, "W1x4"), (raw, "W1x4"), ">=", 0.5
-                )
-            )
+                Target("W1x4 PostgreSQL: ours / raw 4 connections msg/s", (ours, "W1x4"),
+                       (raw, "W1x4"), ">=", 0.5)
+            )  # fmt: skip
         out.append(
-            Target(
-                f"W3@10000 {title}: ours / raw tail SELECT",
-                (ours, "W3@10000"),
-                (raw, "W3@10000"),
-                "<=",
-                5.0,
-            )
-        )
-        for size in (s for s in sizes if s > 100):
-            if size >= 10_000:
-                out.append(
-                    Target(
-                        f"W3 growth {title}: ours @{size:,} / @100",
-                        (ours, f"W3@{size}"),
-                        (ours, "W3@100"),
-                        "<=",
-                        1.5,
-                    )
-                )
+            Target(f"W3@10000 {title}: ours / raw tail SELECT ms", (ours, "W3@10000"),
+                   (raw, "W3@10000"), "<=", 5.0)
+        )  # fmt: skip
+        for size in (s for s in sizes if s >= 10_000):
+            out.append(
+                Target(f"W3 growth {title}: ours @{size:,} / @100", (ours, f"W3@{size}"),
+                       (ours, "W3@100"), "<=", 1.5)
+            )  # fmt: skip
         out.append(
-            Target(
-                f"W4 {title}: ours / raw full SELECT",
-                (ours, "W4@10000"),
-                (raw, "W4@10000"),
-                "<=",
-                2.0,
-            )
-        )
-    for peer, backend in peers:
+            Target(f"W4 {title}: ours / raw full SELECT ms", (ours, "W4@10000"),
+                   (raw, "W4@10000"), "<=", 2.0)
+        )  # fmt: skip
+    for peer, backend, w4_comparable in peers:
         ours = OURS["postgres" if backend == "postgres" else "sqlite"]
         if ours not in cells:
             continue
         for w in ("W1", "W2"):
-            out.append(Target(f"{w} vs {peer}: ours / peer msg/s", (ours, w), (peer, w), ">=", 1))
-        for w in [f"W3@{s}" for s in sizes if s <= 10_000] + ["W4@10000"]:
-            out.append(Target(f"{w} vs {peer}: peer ms / ours ms", (peer, w), (ours, w), ">=", 1))
+            out.append(Target(f"{w} vs {peer}", (ours, w), (peer, w), ">=", 1, peer))
+        reads = [f"W3@{s}" for s in sizes if s <= 10_000]
+        for w in reads + (["W4@10000"] if w4_comparable else []):
+            out.append(Target(f"{w} vs {peer}", (peer, w), (ours, w), ">=", 1, peer))
     return out
 
 
 def judge(target: Target, cells: Cells) -> dict[str, Any]:
     ratios = target.ratios(cells)
     if not ratios:
-        return {"label": target.label, "median": None, "holds": None, "per_rep": []}
+        return {"label": target.label, "peer": target.peer, "median": None, "holds": None,
+                "per_rep": []}  # fmt: skip
     median = statistics.median(r for r, _ in ratios)
     holds = median >= target.threshold if target.op == ">=" else median <= target.threshold
     return {
         "label": target.label,
+        "peer": target.peer,
+        "workload": target.a[1] if target.a[0] != target.peer else target.b[1],
         "op": target.op,
         "threshold": target.threshold,
         "median": median,
@@ -162,11 +150,11 @@ def tables(
             row.append(format_cell(reps))
             if w == "W1":
                 growth = [c.extra["cost_growth"] for c in reps or [] if "cost_growth" in c.extra]
-                row.append(f"{statistics.median(growth):.1f}x" if growth else "—")
+                row.append(f"{_fmt(statistics.median(growth))}x" if growth else "—")
         lines.append("| " + " | ".join(row) + " |")
     lines += ["", *(f"- {note}" for note in notes)] if notes else []
     lines += ["", "| target | median ratio (per repetition) | required | |", "|---|---|---|---|"]
-    for j in judged:
+    for j in (j for j in judged if not j["peer"]):
         if j["median"] is None:
             lines.append(f"| {j['label']} | — | | n/a |")
             continue
@@ -177,4 +165,54 @@ def tables(
             f"| {j['label']} | {_fmt(j['median'])} ({reps}){pred} | {j['op']} {j['threshold']:g}"
             f" | {mark} |"
         )
+    peers = list(dict.fromkeys(j["peer"] for j in judged if j["peer"]))
+    if peers:
+        columns = list(dict.fromkeys(j["workload"] for j in judged if j["peer"]))
+        lines += [
+            "",
+            "session-ledger's speed-up over each peer (same database kind; > 1 = faster; "
+            "median of the per-repetition ratios; ~ = from a predicted cell):",
+            "",
+            "| peer | " + " | ".join(columns) + " |",
+            "|---|" + "---|" * len(columns),
+        ]
+        for peer in peers:
+            row = [peer]
+            for w in columns:
+                j = next((j for j in judged if j["peer"] == peer and j["workload"] == w), None)
+                if j is None or j["median"] is None:
+                    row.append("—")
+                    continue
+                mark = "PASS" if j["holds"] else "FAIL"
+                row.append(f"{'~' if j['predicted'] else ''}{_fmt(j['median'])}x {mark}")
+            lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
+
+
+def http_table(cells: Cells) -> str:
+    """W6: one row per server, operation and concurrency (medians over repetitions)."""
+    rows = []
+    for store, by_workload in cells.items():
+        for workload, reps in by_workload.items():
+            if not workload.startswith("W6 ") or not any(c.value for c in reps):
+                continue
+            _, op, concurrency = workload.split()
+            done = [c for c in reps if c.value is not None]
+            rate = statistics.median(c.value for c in done if c.value is not None)
+            p50 = statistics.median(c.extra["p50_ms"] for c in done)
+            p99 = statistics.median(c.extra["p99_ms"] for c in done)
+            rows.append(
+                f"| {store} | {op} | {concurrency[1:]} | {_fmt(rate)} | {_fmt(p50)} | {_fmt(p99)} |"
+            )
+    if not rows:
+        return ""
+    head = [
+        "",
+        "",
+        "W6 HTTP (`session-ledger serve`, one worker; put = one message, get = the "
+        "4,000-token window of a 1,000-message session):",
+        "",
+        "| server | op | concurrency | req/s | p50 ms | p99 ms |",
+        "|---|---|---|---|---|---|",
+    ]
+    return "\n".join(head + rows)

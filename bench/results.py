@@ -58,6 +58,7 @@ def write(
         "packages": _versions(),
         "plan": dataclasses.asdict(plan),
         "window_rows": runner.window_rows,
+        "load_average_per_repetition": runner.load_averages,
         "cells": {
             store: {w: [c.as_dict() for c in reps] for w, reps in by_workload.items()}
             for store, by_workload in runner.cells.items()

@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import dataclasses
 import importlib.util
+import os
 import re
 import shutil
 import sys
@@ -20,9 +21,9 @@ import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from . import corpus, results
+from . import corpus, http_api, results
 from .postgres import ScratchDatabases, server_url
-from .report import Cells, judge, tables, targets
+from .report import Cells, http_table, judge, tables, targets
 from .stores import Context, Store
 from .workloads import WRITERS, Cell, append_parallel, append_sequence, predict_read, timed_read
 
@@ -39,10 +40,11 @@ class Plan:
     write_budget_s: float  # per write cell and repetition
     read_budget_s: float  # a read cell predicted to take longer is not run
     read_spend_s: float  # how long a fast read is repeated for its median
+    w6_requests: int  # HTTP requests per W6 cell
 
 
-FULL = Plan(3, 2000, 100, 50, (100, 1000, 10_000), (100_000,), 10_000, 60.0, 30.0, 1.0)
-QUICK = Plan(1, 1000, 50, 20, (100, 1000, 10_000), (), 10_000, 15.0, 10.0, 0.3)
+FULL = Plan(3, 2000, 100, 50, (100, 1000, 10_000), (100_000,), 10_000, 60.0, 30.0, 1.0, 2000)
+QUICK = Plan(1, 1000, 50, 20, (100, 1000, 10_000), (), 10_000, 15.0, 10.0, 0.3, 300)
 
 
 def log(text: str) -> None:
@@ -57,16 +59,21 @@ def factories(with_postgres: bool) -> list[Callable[[], Store]]:
     from .anchors.raw_sqlite import RawSQLite
     from .ledger import LedgerStore
 
+    # Run order puts each of our stores next to the raw database it is compared with,
+    # so a pair shares the machine's state as far as possible (others share it too).
     out: list[Callable[[], Store]] = []
-    if importlib.util.find_spec("session_ledger.api.bootstrap") is not None:
-        out += [lambda: LedgerStore("memory"), lambda: LedgerStore("sqlite")]
-        if with_postgres:
-            out.append(lambda: LedgerStore("postgres"))
-    else:
+    ours = importlib.util.find_spec("session_ledger.api.bootstrap") is not None
+    if not ours:
         log("session_ledger.api.bootstrap not found: measuring the anchors only")
+    if ours:
+        out.append(lambda: LedgerStore("sqlite"))
     out.append(RawSQLite)
     if with_postgres:
+        if ours:
+            out.append(lambda: LedgerStore("postgres"))
         out.append(RawPostgres)
+    if ours:
+        out.append(lambda: LedgerStore("memory"))
     out += [LlamaSimple, LlamaSQLite]
     if with_postgres:
         out.append(LlamaPostgres)
@@ -83,6 +90,7 @@ class Runner:
         self.messages = corpus.conversation(max(biggest, plan.w1_messages, plan.w2_messages))
         self.window_rows = corpus.window_size(self.messages[: plan.w4_size])
         self.cells: Cells = {}
+        self.load_averages: list[float] = []
 
     @contextlib.contextmanager
     def opened(self, factory: Callable[[], Store], tag: str) -> Iterator[Store]:
@@ -104,11 +112,11 @@ class Runner:
                 self.scratch.drop(url)
             shutil.rmtree(workdir, ignore_errors=True)
 
-    def record(self, store: Store, workload: str, cell: Cell) -> None:
-        self.cells.setdefault(store.name, {}).setdefault(workload, []).append(cell)
+    def record(self, name: str, workload: str, cell: Cell) -> None:
+        self.cells.setdefault(name, {}).setdefault(workload, []).append(cell)
         shown = cell.best()
         text = "—" if shown is None else f"{shown:,.3f}"
-        log(f"  {store.name:42} {workload:10} {text:>14} {cell.unit} {cell.note}")
+        log(f"  {name:42} {workload:10} {text:>14} {cell.unit} {cell.note}")
 
     def guarded(self, store: Store, workload: str, measure: Callable[[], Cell]) -> None:
         try:
@@ -119,7 +127,7 @@ class Runner:
                 "ms" if workload.startswith(("W3", "W4")) else "msg/s",
                 note=f"error: {type(exc).__name__}: {exc}"[:300],
             )
-        self.record(store, workload, cell)
+        self.record(store.name, workload, cell)
 
     def earlier_prediction(self, store: Store, workload: str) -> Cell | None:
         """A write cell that passed its budget once is predicted again, not rerun."""
@@ -128,16 +136,17 @@ class Runner:
                 return Cell(cell.unit, predicted=cell.predicted, note="predicted in repetition 1")
         return None
 
-    def writes(self, store: Store, rep: int, natives: list[object]) -> None:
+    def writes(self, store: Store, rep: int, natives: list[object], workloads: set[str]) -> None:
         p = self.plan
         budget = p.write_budget_s
-        w1 = [(f"w1-{rep}", m) for m in natives[: p.w1_messages]]
-        self.guarded(
-            store,
-            "W1",
-            lambda: self.earlier_prediction(store, "W1") or append_sequence(store, w1, budget),
-        )
-        if store.concurrent:
+        if "W1" in workloads:
+            w1 = [(f"w1-{rep}", m) for m in natives[: p.w1_messages]]
+            self.guarded(
+                store,
+                "W1",
+                lambda: self.earlier_prediction(store, "W1") or append_sequence(store, w1, budget),
+            )
+        if "W1x4" in workloads and store.concurrent:
             share = p.w1_messages // WRITERS
             per_writer = [
                 [(f"w1x4-{rep}-{t}", m) for m in natives[t * share : (t + 1) * share]]
@@ -151,16 +160,17 @@ class Runner:
                     or append_parallel(store, per_writer, budget)
                 ),
             )
-        w2 = [
-            (f"w2-{rep}-{s}", natives[i])
-            for i in range(p.w2_messages)
-            for s in range(p.w2_sessions)
-        ]
-        self.guarded(
-            store,
-            "W2",
-            lambda: self.earlier_prediction(store, "W2") or append_sequence(store, w2, budget),
-        )
+        if "W2" in workloads:
+            w2 = [
+                (f"w2-{rep}-{s}", natives[i])
+                for i in range(p.w2_messages)
+                for s in range(p.w2_sessions)
+            ]
+            self.guarded(
+                store,
+                "W2",
+                lambda: self.earlier_prediction(store, "W2") or append_sequence(store, w2, budget),
+            )
 
     def reads(self, store: Store, sizes: list[int]) -> None:
         p = self.plan
@@ -170,7 +180,7 @@ class Runner:
             predicted = predict_read(measured, size)
             if predicted is not None and predicted / 1000 > p.read_budget_s:
                 self.record(
-                    store,
+                    store.name,
                     workload,
                     Cell("ms", predicted=predicted, note=f"predicted {predicted / 1000:,.0f} s"),
                 )
@@ -212,18 +222,51 @@ class Runner:
                         store.load(f"w3-{size}", natives[:size])
                     log(f"loaded {store.name}: {sizes} in {time.perf_counter() - t0:.1f} s")
                     read_stores.append((store, sizes))
+            servers = self.servers(readers) if "W6" in workloads else []
             for rep in range(p.reps):
-                log(f"repetition {rep + 1}/{p.reps}")
-                if workloads & {"W1", "W2"}:
+                # Other work on the machine moves every figure: keep the load with them.
+                self.load_averages.append(os.getloadavg()[0])
+                log(f"repetition {rep + 1}/{p.reps} (load average {self.load_averages[-1]:.1f})")
+                if workloads & {"W1", "W1x4", "W2"}:
                     for factory in chosen:
                         with self.opened(factory, f"w{rep}") as store:
                             natives = [
                                 store.native(m)
                                 for m in self.messages[: max(p.w1_messages, p.w2_messages)]
                             ]
-                            self.writes(store, rep, natives)
+                            self.writes(store, rep, natives, workloads)
                 for store, sizes in read_stores:
                     self.reads(store, sizes)
+                for name, server in servers:
+                    try:
+                        cells = http_api.measure(
+                            server, rep, self.messages[:100], p.w6_requests, p.write_budget_s
+                        )
+                    except Exception as exc:
+                        traceback.print_exc(file=sys.stderr)
+                        cells = {"W6": Cell("req/s", note=f"error: {exc}"[:300])}
+                    for workload, cell in cells.items():
+                        self.record(name, workload, cell)
+
+    def servers(self, stack: contextlib.ExitStack) -> list[tuple[str, http_api.Server]]:
+        """`session-ledger serve` on SQLite and PostgreSQL, stopped when `stack` closes."""
+        if importlib.util.find_spec("session_ledger.api.cli") is None:
+            return []
+        out = []
+        for backend in ("sqlite", "postgres") if self.scratch else ("sqlite",):
+            workdir = self.workdir / f"http-{backend}"
+            shutil.rmtree(workdir, ignore_errors=True)
+            workdir.mkdir(parents=True)
+            stack.callback(shutil.rmtree, workdir, ignore_errors=True)
+            if backend == "sqlite":
+                url = f"sqlite:///{workdir / 'ledger.db'}"
+            else:
+                assert self.scratch is not None
+                url = self.scratch.create("http")
+                stack.callback(self.scratch.drop, url)
+            server = stack.enter_context(http_api.serving(url, workdir, self.messages))
+            out.append((f"session-ledger {backend} HTTP", server))
+        return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -231,7 +274,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="smaller, 1 repetition, minutes")
     parser.add_argument("--reps", type=int, help="repetitions (medians over them)")
     parser.add_argument("--only", help="regex: run only the stores whose name matches")
-    parser.add_argument("--workloads", default="W1,W2,W3,W4", help="subset, e.g. W3,W4")
+    parser.add_argument(
+        "--workloads",
+        default="W1,W1x4,W2,W3,W4,W6",
+        help="a subset, e.g. W3,W4 (W3 and W4 share their loaded histories)",
+    )
     parser.add_argument("--no-postgres", action="store_true", help="skip PostgreSQL stores")
     parser.add_argument("--workdir", default="var/bench", help="where SQLite/JSON files go")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
@@ -257,8 +304,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if scratch is not None:
             scratch.drop_all()
-    names = [f().name for f in chosen]
-    peers = [(s.name, s.backend) for s in (f() for f in chosen) if s.group == "peer"]
+    stores = [f() for f in chosen]
+    rank = {"ours": 0, "raw": 1, "peer": 2}
+    names = [s.name for s in sorted(stores, key=lambda s: rank[s.group])]
+    peers = [(s.name, s.backend, not s.reads_process_memory) for s in stores if s.group == "peer"]
     sizes = list(plan.w3_sizes + plan.w3_ours_only)
     workloads = ["W1", "W1x4", "W2"] + [f"W3@{s}" for s in sizes] + [f"W4@{plan.w4_size}"]
     judged = [judge(t, runner.cells) for t in targets(runner.cells, peers, sizes)]
@@ -273,9 +322,12 @@ def main(argv: list[str] | None = None) -> int:
         "ChatMemoryBuffer keeps for this corpus at 4,000 tokens"
     )
     table = tables(runner.cells, names, workloads, judged, notes)
+    table += http_table(runner.cells)
     command = "python -m bench.run" + (" --quick" if args.quick else "")
+    loads = ", ".join(f"{x:.1f}" for x in runner.load_averages)
     print(
         f"\n{'Quick' if args.quick else 'Full'} run, {plan.reps} repetition(s), "
+        f"load average at each repetition's start: {loads}; "
         f"{time.time() - started:.0f} s; medians (W1/W1x4/W2 msg/s, W3/W4 ms):\n"
     )
     print(table)

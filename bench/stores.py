@@ -28,6 +28,7 @@ class Store(ABC):
     concurrent = True  # can W1x4 run it from 4 threads (each via writer())?
     window_note = ""  # how its W3 window differs, if it does
     history_note = ""  # how its reads differ, if they do
+    reads_process_memory = False  # W4 then reads a dict, not a store: no peer for it
 
     @abstractmethod
     def open(self, ctx: Context) -> None:

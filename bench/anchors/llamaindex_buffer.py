@@ -60,6 +60,7 @@ class LlamaSimple(_BufferStore):
     backend = "file"
     concurrent = False  # persist() rewrites one JSON file: threads would interleave writes
     history_note = "reads a dict in process memory; persist() writes without fsync"
+    reads_process_memory = True
 
     def _chat_store(self, ctx: Context) -> BaseChatStore:
         self.path = str(ctx.workdir / "simple-chat-store.json")
