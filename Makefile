@@ -29,3 +29,18 @@ lint: $(STAMP)
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .hypothesis
+
+# Benchmarks against the stores users would pick instead (bench/README.md).
+BENCH_STAMP := $(VENV)/.bench-installed
+
+.PHONY: bench bench-quick
+
+$(BENCH_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/python -m pip install --quiet -e '.[dev,llamaindex,bench]'
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
+	$(BIN)/python -m bench.run
+
+bench-quick: $(BENCH_STAMP)
+	$(BIN)/python -m bench.run --quick
