@@ -54,6 +54,12 @@ class SessionNotFound(LedgerError, LookupError):
         self.key = key
 
 
+class StateNotFound(LedgerError, LookupError):
+    """The session has no state at the version or time asked for."""
+
+    code = "state_not_found"
+
+
 class MessageNotFound(LedgerError, IndexError):
     """No message at this position of the session's history."""
 

@@ -17,6 +17,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, ParamSpec, TypeVar
 
 from eventsourcing.application import AggregateNotFoundError, Application, ProcessingEvent
@@ -31,12 +32,29 @@ from .errors import (
     MessageNotFound,
     PayloadTooLarge,
     SessionNotFound,
+    StateNotFound,
     StoreNotReady,
     VersionConflict,
 )
 from .messages import ChatMessage
-from .ports import ACTIVE, STATUSES, SessionHead, SessionViews, WriteBatch, WriteResult
-from .session import Session, session_id
+from .ports import (
+    ACTIVE,
+    STATUSES,
+    AuditEntry,
+    SessionHead,
+    SessionViews,
+    WriteBatch,
+    WriteResult,
+)
+from .session import (
+    HistoryCleared,
+    HistoryReplaced,
+    MessageRemoved,
+    MessagesAppended,
+    Session,
+    SessionStarted,
+    session_id,
+)
 from .tokens import NamedTokenizer, TokenCount, check_window_arguments, load_tokenizer
 
 P = ParamSpec("P")
@@ -121,10 +139,14 @@ class Ledger(Application[uuid.UUID]):
         """Replace the whole active history (the old one stays in the events)."""
         parsed, dicts = self._parse_messages(messages, allow_empty=True)
         counts = tuple(self.tokenizer.count(m.content) for m in parsed)
+
+        def command(s: Session, audit: dict[str, Any]) -> None:
+            current = self.views.history(s.id, ACTIVE, 0, len(parsed)) if s.message_count else []
+            s.replace(messages=dicts, kept=_common_prefix(current, parsed), **audit)
+
         return self._write(
-            key, "replace", {"messages": dicts}, create=True, counts=counts,
-            command=lambda s, a: s.replace(messages=dicts, **a), **kw,
-        )  # fmt: skip
+            key, "replace", {"messages": dicts}, create=True, counts=counts, command=command, **kw
+        )
 
     def reset(self, key: str, **kw: Any) -> WriteResult:
         """Clear the history, active and archived."""
@@ -151,16 +173,16 @@ class Ledger(Application[uuid.UUID]):
         return self._write(key, "archive", {"n": n}, command=command, **kw)
 
     def _remover(self, index: int) -> Callable[[Session, dict[str, Any]], Any]:
-        def command(s: Session, audit: dict[str, Any]) -> tuple[TokenCount, ChatMessage]:
+        def command(s: Session, audit: dict[str, Any]) -> tuple[ChatMessage]:
             position = index + s.message_count if index < 0 else index
             found = self.views.message_at(s.id, position) if position >= 0 else None
             if found is None:
                 raise MessageNotFound(
                     f"no message at index {index} of session {s.key!r} ({s.message_count} messages)"
                 )
-            message_id, message, tokens = found
+            message_id, message = found
             s.remove(position=position, message_id=message_id, message=message.to_dict(), **audit)
-            return TokenCount(tokens, tokens), message
+            return (message,)
 
         return command
 
@@ -209,10 +231,7 @@ class Ledger(Application[uuid.UUID]):
                     raise SessionNotFound(tenant, key)
                 session = Session(tenant=tenant, key=key, **audit)
             first_message_id = session.next_message_id
-            outcome = command(session, audit)
-            removed: tuple[ChatMessage, ...] = ()
-            if isinstance(outcome, tuple):
-                counts, removed = (outcome[0],), (outcome[1],)
+            removed: tuple[ChatMessage, ...] = command(session, audit) or ()
             batch = WriteBatch(
                 session_id=sid,
                 tenant=tenant,
@@ -299,8 +318,11 @@ class Ledger(Application[uuid.UUID]):
         token_limit: int | None = None,
         initial_token_count: int = 0,
         tokenizer: NamedTokenizer | Callable[[str], Any] | None = None,
+        as_of_version: int | None = None,
+        as_of: datetime | None = None,
     ) -> list[ChatMessage]:
-        """The context window: the newest messages that fit `token_limit` (ChatMemoryBuffer.get)."""
+        """The context window: the newest messages that fit `token_limit` (ChatMemoryBuffer.get),
+        now or as the agent would have been given it at `as_of_version` / `as_of`."""
         limit = self.token_limit if token_limit is None else token_limit
         for name, value in (("token_limit", limit), ("initial_token_count", initial_token_count)):
             if not isinstance(value, int) or isinstance(value, bool):
@@ -311,7 +333,8 @@ class Ledger(Application[uuid.UUID]):
         if tokenizer is not None and tokenizer.name == self.tokenizer.name:
             tokenizer = None  # the stored counts are this tokenizer's
         sid = self._session_id(key, tenant)
-        return self.views.context_window(sid, limit, initial_token_count, tokenizer)
+        version = self._version(sid, key, tenant, as_of_version, as_of)
+        return self.views.context_window(sid, limit, initial_token_count, tokenizer, version)
 
     def get_all(
         self,
@@ -321,15 +344,106 @@ class Ledger(Application[uuid.UUID]):
         status: str = ACTIVE,
         offset: int = 0,
         limit: int | None = None,
+        as_of_version: int | None = None,
+        as_of: datetime | None = None,
     ) -> list[ChatMessage]:
-        """The whole history in order (or a page of it); `status="archived"` for the archive."""
+        """The whole history in order (or a page of it); `status="archived"` for the archive;
+        as it stood at `as_of_version` or at time `as_of` when given."""
         if status not in STATUSES:
             raise InvalidInput(f"status must be one of {', '.join(STATUSES)}; got {status!r}")
         if not isinstance(offset, int) or offset < 0:
             raise InvalidInput(f"offset must be a non-negative integer; got {offset!r}")
         if limit is not None and (not isinstance(limit, int) or limit < 0):
             raise InvalidInput(f"limit must be a non-negative integer; got {limit!r}")
-        return self.views.history(self._session_id(key, tenant), status, offset, limit)
+        sid = self._session_id(key, tenant)
+        version = self._version(sid, key, tenant, as_of_version, as_of)
+        return self.views.history(sid, status, offset, limit, version)
+
+    def audit(
+        self, key: str, *, tenant: str | None = None, after_version: int = 0, limit: int = 100
+    ) -> list[AuditEntry]:
+        """The session's events after `after_version`, oldest first: who changed what, when."""
+        if not isinstance(after_version, int) or after_version < 0:
+            raise InvalidInput(
+                f"after_version must be a non-negative integer; got {after_version!r}"
+            )
+        if not isinstance(limit, int) or not 1 <= limit <= 1000:
+            raise InvalidInput(f"limit must be between 1 and 1000; got {limit!r}")
+        sid = self._session_id(key, tenant)
+        if self.views.session_head(sid) is None:
+            raise SessionNotFound(self._tenant(tenant), key)
+        events = self.events.get(sid, gt=after_version or None, limit=limit)
+        return [self._audit_entry(sid, e) for e in events]
+
+    def _audit_entry(self, sid: uuid.UUID, event: Any) -> AuditEntry:
+        changes: dict[str, Any]
+        if isinstance(event, SessionStarted):
+            changes = {"tenant": event.tenant, "key": event.key}
+        elif isinstance(event, MessagesAppended):
+            changes = {"added": event.messages}
+        elif isinstance(event, HistoryReplaced):
+            ended = self.views.ended_at(sid, event.originator_version)
+            changes = {
+                "kept": event.kept,
+                "removed": [m.to_dict() for status, m in ended if status == ACTIVE],
+                "added": event.messages[event.kept :],
+            }
+        elif isinstance(event, HistoryCleared):
+            ended = self.views.ended_at(sid, event.originator_version)
+            changes = {
+                "cleared": sum(status == ACTIVE for status, _ in ended),
+                "cleared_archived": sum(status != ACTIVE for status, _ in ended),
+            }
+        elif isinstance(event, MessageRemoved):
+            changes = {"position": event.position, "message_id": event.message_id,
+                       "removed": event.message}  # fmt: skip
+        else:
+            changes = {"archived": event.count}
+        return AuditEntry(
+            version=event.originator_version,
+            event_type=type(event).__name__,
+            recorded_at=event.timestamp,
+            actor=event.actor,
+            reason=event.reason,
+            idempotency_key=event.idempotency_key,
+            changes=changes,
+        )
+
+    def _version(
+        self,
+        sid: uuid.UUID,
+        key: str,
+        tenant: str | None,
+        as_of_version: int | None,
+        as_of: datetime | None,
+    ) -> int | None:
+        """The version a point-in-time read names (None: now); StateNotFound if none."""
+        if as_of_version is None and as_of is None:
+            return None
+        if as_of_version is not None and as_of is not None:
+            raise InvalidInput("give as_of_version or as_of, not both")
+        head = self.views.session_head(sid)
+        if head is None:
+            raise SessionNotFound(self._tenant(tenant), key)
+        if as_of is not None:
+            if not isinstance(as_of, datetime):
+                raise InvalidInput(f"as_of must be a datetime; got {as_of!r}")
+            when = as_of if as_of.tzinfo is not None else as_of.replace(tzinfo=UTC)
+            version = self.views.version_at(sid, when)
+            if version is None:
+                raise StateNotFound(
+                    f"session {key!r} did not exist yet at {when.isoformat()}; it was "
+                    f"started at {head.created_at.isoformat()}"
+                )
+            return version
+        if not isinstance(as_of_version, int) or isinstance(as_of_version, bool):
+            raise InvalidInput(f"as_of_version must be an integer; got {as_of_version!r}")
+        if not 1 <= as_of_version <= head.version:
+            raise StateNotFound(
+                f"session {key!r} has no version {as_of_version}; its versions are 1 "
+                f"to {head.version}"
+            )
+        return as_of_version
 
     def head(self, key: str, *, tenant: str | None = None) -> SessionHead:
         """The session's version, counts and times; SessionNotFound if it has none."""
@@ -366,10 +480,18 @@ class Ledger(Application[uuid.UUID]):
     adelete_message = _async_twin(delete_message)
     adelete_last_message = _async_twin(delete_last_message)
     aarchive_oldest = _async_twin(archive_oldest)
+    aaudit = _async_twin(audit)
     aget = _async_twin(get)
     aget_all = _async_twin(get_all)
     ahead = _async_twin(head)
     akeys = _async_twin(keys)
+
+
+def _common_prefix(old: list[ChatMessage], new: list[ChatMessage]) -> int:
+    for i, (a, b) in enumerate(zip(old, new, strict=False)):
+        if a != b:
+            return i
+    return min(len(old), len(new))
 
 
 def _digest(op: str, request: dict[str, Any]) -> str:

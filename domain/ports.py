@@ -44,6 +44,19 @@ class SessionHead:
 
 
 @dataclass(frozen=True)
+class AuditEntry:
+    """One event of a session's stream, for the audit trail: who changed what, when."""
+
+    version: int
+    event_type: str
+    recorded_at: datetime
+    actor: str
+    reason: str | None
+    idempotency_key: str | None
+    changes: dict[str, Any]  # what the event did, e.g. {"added": [...]} or {"removed": [...]}
+
+
+@dataclass(frozen=True)
 class PriorWrite:
     """The write an idempotency key was first used for."""
 
@@ -63,7 +76,7 @@ class WriteBatch:
     first_message_id: int  # the id the first new message gets
     message_count: int  # active messages after the write
     archived_count: int  # archived messages after the write
-    counts: tuple[TokenCount, ...]  # per new message, or the removed message
+    counts: tuple[TokenCount, ...]  # per message of an append or a replace
 
 
 @runtime_checkable
@@ -76,15 +89,25 @@ class SessionViews(Protocol):
         token_limit: int,
         initial_token_count: int,
         tokenizer: NamedTokenizer | None,
+        version: int | None = None,
     ) -> list[ChatMessage]: ...
 
     def history(
-        self, session_id: uuid.UUID, status: str, offset: int, limit: int | None
+        self,
+        session_id: uuid.UUID,
+        status: str,
+        offset: int,
+        limit: int | None,
+        version: int | None = None,
     ) -> list[ChatMessage]: ...
+
+    def version_at(self, session_id: uuid.UUID, when: datetime) -> int | None: ...
+
+    def ended_at(self, session_id: uuid.UUID, version: int) -> list[tuple[str, ChatMessage]]: ...
 
     def message_at(
         self, session_id: uuid.UUID, position: int
-    ) -> tuple[int, ChatMessage, int] | None: ...  # (message id, message, stored tokens)
+    ) -> tuple[int, ChatMessage] | None: ...  # (message id, message)
 
     def session_head(self, session_id: uuid.UUID) -> SessionHead | None: ...
 

@@ -35,6 +35,13 @@ class Session(Aggregate):
         idempotency_key: str | None
         request_digest: str | None
 
+    def trigger_event(self, event_class: Any, **kwargs: Any) -> None:
+        # Time never runs backwards within a session, even across hosts with skewed
+        # clocks, so "the state at time t" is always one version.
+        if kwargs.get("timestamp") is None:
+            kwargs["timestamp"] = max(event_class.create_timestamp(), self.modified_on)
+        super().trigger_event(event_class, **kwargs)
+
     @staticmethod
     def create_id(tenant: str, key: str, **_: Any) -> uuid.UUID:
         return session_id(tenant, key)
@@ -71,13 +78,16 @@ class Session(Aggregate):
     def replace(
         self,
         messages: list[dict[str, Any]],
+        kept: int,
         actor: str,
         reason: str | None,
         idempotency_key: str | None,
         request_digest: str | None,
     ) -> None:
+        # The first `kept` messages equal the current ones and keep their ids: an agent
+        # that sets its whole history every turn stores each message once in the views.
         self.message_count = len(messages)
-        self.next_message_id += len(messages)
+        self.next_message_id += len(messages) - kept
 
     @event("HistoryCleared")
     def clear(

@@ -42,17 +42,17 @@ class InsertMessages:
 
 @dataclass(frozen=True)
 class CloseHistory:
-    """End every live row of these statuses at `version`."""
+    """End every live row of these statuses at `version`, except the `kept` oldest."""
 
     version: int
     statuses: tuple[str, ...]
+    kept: int = 0
 
 
 @dataclass(frozen=True)
 class CloseMessage:
     version: int
     message_id: int
-    tokens: int
 
 
 @dataclass(frozen=True)
@@ -85,6 +85,7 @@ class SessionRow:
     version: int
     message_count: int
     archived_count: int
+    created_at: datetime  # used only when the row is created
     updated_at: datetime
 
 
@@ -108,33 +109,35 @@ def view_changes(batch: WriteBatch) -> ViewChanges:
         if isinstance(event, SessionStarted):
             started, count = True, 0
         elif isinstance(event, MessagesAppended | HistoryReplaced):
+            kept = 0
             if isinstance(event, HistoryReplaced):
-                changes.append(CloseHistory(v, (ACTIVE,)))
+                kept = event.kept
+                changes.append(CloseHistory(v, (ACTIVE,), kept))
             rows = tuple(
                 MessageRow(
                     batch.first_message_id + i,
                     m["role"],
-                    batch.counts[i].alone,
-                    batch.counts[i].joined,
+                    batch.counts[kept + i].alone,
+                    batch.counts[kept + i].joined,
                     json.dumps(m, ensure_ascii=False, separators=(",", ":")),
                 )
-                for i, m in enumerate(event.messages)
+                for i, m in enumerate(event.messages[kept:])
             )
             changes.append(InsertMessages(v, ACTIVE, rows))
         elif isinstance(event, HistoryCleared):
             changes.append(CloseHistory(v, (ACTIVE, ARCHIVED)))
         elif isinstance(event, MessageRemoved):
-            changes.append(CloseMessage(v, event.message_id, batch.counts[0].alone))
+            changes.append(CloseMessage(v, event.message_id))
         elif isinstance(event, MessagesArchived):
             if event.count:
                 changes.append(ArchiveOldest(v, event.count))
         else:
             raise TypeError(f"no projection for {type(event).__name__}")
         timeline.append(_timeline_row(event, count))
-    last = batch.events[-1]
+    first, last = batch.events[0], batch.events[-1]
     session = SessionRow(
-        batch.tenant, batch.key, last.originator_version, batch.message_count, batch.archived_count,
-        last.timestamp,
+        batch.tenant, batch.key, last.originator_version, batch.message_count,
+        batch.archived_count, first.timestamp, last.timestamp,
     )  # fmt: skip
     return ViewChanges(batch.session_id, started, session, tuple(changes), tuple(timeline))
 

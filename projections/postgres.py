@@ -40,6 +40,8 @@ VIEW_TABLES = [
     "CREATE INDEX IF NOT EXISTS ledger_messages_live ON ledger_messages"
     " (session_id, status, message_id) INCLUDE (role, tokens, tokens_joined)"
     " WHERE valid_to IS NULL",
+    "CREATE INDEX IF NOT EXISTS ledger_messages_ended ON ledger_messages"
+    " (session_id, valid_to) WHERE valid_to IS NOT NULL",
     "CREATE TABLE IF NOT EXISTS ledger_sessions ("
     ' session_id uuid PRIMARY KEY, tenant text NOT NULL, session_key text COLLATE "C" NOT NULL,'
     " version bigint NOT NULL, message_count bigint NOT NULL, archived_count bigint NOT NULL,"
@@ -66,6 +68,7 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder, SQLViews):
     """Stores events and their view rows atomically in one PostgreSQL database."""
 
     no_limit = None
+    event_position = "notification_id"
 
     def __init__(self, datastore: PostgresDatastore, *, events_table_name: str = "ledger_events"):
         super().__init__(datastore, events_table_name=events_table_name)
@@ -93,12 +96,31 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder, SQLViews):
     def _reading(self) -> Iterator[Reader]:
         with self.datastore.get_connection() as conn, conn.transaction(), conn.cursor() as curs:
             curs.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            yield self._reader(curs)
 
-            def read(sql: str, params: Sequence[Any]) -> list[Any]:
-                curs.execute(_sql(sql), params, prepare=True)
-                return curs.fetchall()
+    def _reader(self, cursor: Any) -> Reader:
+        def read(sql: str, params: Sequence[Any]) -> list[Any]:
+            cursor.execute(_sql(sql), params, prepare=True)
+            return cursor.fetchall()  # type: ignore[no-any-return]
 
-            yield read
+        return read
+
+    @contextmanager
+    def _write_transaction(self) -> Iterator[Any]:
+        with self.datastore.get_connection() as conn, conn.transaction(), conn.cursor() as curs:
+            curs.execute("LOCK TABLE ledger_events IN EXCLUSIVE MODE")
+            yield curs
+
+    @contextmanager
+    def _stream(self, sql: str) -> Iterator[Iterator[Any]]:
+        with (
+            self.datastore.get_connection() as conn,
+            conn.transaction(),
+            conn.cursor(name="ledger_dump") as curs,
+        ):
+            curs.itersize = 2000
+            curs.execute(sql)
+            yield iter(curs)
 
     def _execute(self, cursor: Any, sql: str, params: Sequence[Any]) -> None:
         cursor.execute(_sql(sql), params, prepare=False)

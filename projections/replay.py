@@ -55,9 +55,11 @@ def apply(state: ReplayedSession, event: Any) -> None:
     if isinstance(event, SessionStarted):
         return
     if isinstance(event, MessagesAppended | HistoryReplaced):
+        kept = 0
         if isinstance(event, HistoryReplaced):
-            state.active = []
-        for m in event.messages:
+            kept = event.kept
+            state.active = state.active[:kept]
+        for m in event.messages[kept:]:
             state.active.append((state.next_message_id, ChatMessage.parse(m)))
             state.next_message_id += 1
     elif isinstance(event, HistoryCleared):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sqlite3
 import uuid
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,7 +24,7 @@ from eventsourcing.sqlite import (
 )
 
 from .changes import MessageRow, view_changes
-from .views import Reader, SQLViews
+from .views import TIME_FORMAT, Reader, SQLViews
 
 VIEW_TABLES = [
     "CREATE TABLE IF NOT EXISTS ledger_messages ("
@@ -34,6 +34,8 @@ VIEW_TABLES = [
     " PRIMARY KEY (session_id, message_id, valid_from))",
     "CREATE INDEX IF NOT EXISTS ledger_messages_live ON ledger_messages"
     " (session_id, status, message_id, role, tokens, tokens_joined) WHERE valid_to IS NULL",
+    "CREATE INDEX IF NOT EXISTS ledger_messages_ended ON ledger_messages"
+    " (session_id, valid_to) WHERE valid_to IS NOT NULL",
     "CREATE TABLE IF NOT EXISTS ledger_sessions ("
     " session_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, session_key TEXT NOT NULL,"
     " version INTEGER NOT NULL, message_count INTEGER NOT NULL,"
@@ -49,7 +51,6 @@ VIEW_TABLES = [
     " (session_id, idempotency_key) WHERE idempotency_key IS NOT NULL",
     "CREATE INDEX IF NOT EXISTS ledger_timeline_time ON ledger_timeline (session_id, recorded_at)",
 ]
-TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"  # fixed width, so text order is time order
 
 
 class SQLiteLedgerRecorder(SQLiteApplicationRecorder, SQLViews):
@@ -74,15 +75,26 @@ class SQLiteLedgerRecorder(SQLiteApplicationRecorder, SQLViews):
     @contextmanager
     def _reading(self) -> Iterator[Reader]:
         with self.datastore.transaction(commit=False) as c:
-
-            def read(sql: str, params: Sequence[Any]) -> list[Any]:
-                c.execute(sql, params)
-                return list(c.fetchall())
-
-            yield read
+            yield self._reader(c)
 
     def _execute(self, cursor: Any, sql: str, params: Sequence[Any]) -> None:
         cursor.execute(sql, params)
+
+    def _write_transaction(self) -> AbstractContextManager[Any]:
+        return self.datastore.transaction(commit=True)
+
+    def _reader(self, cursor: Any) -> Reader:
+        def read(sql: str, params: Sequence[Any]) -> list[Any]:
+            cursor.execute(sql, params)
+            return list(cursor.fetchall())
+
+        return read
+
+    @contextmanager
+    def _stream(self, sql: str) -> Iterator[Iterator[Any]]:
+        with self.datastore.transaction(commit=False) as c:
+            c.execute(sql, ())
+            yield iter(c.fetchone, None)
 
     def _insert_rows(
         self, cursor: Any, sid: Any, version: int, status: str, rows: Sequence[MessageRow]

@@ -14,10 +14,11 @@ from __future__ import annotations
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager
-from datetime import datetime
+from contextlib import AbstractContextManager, contextmanager
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from eventsourcing.persistence import StoredEvent
 from session_ledger.domain.messages import ChatMessage
 from session_ledger.domain.ports import ACTIVE, ARCHIVED, PriorWrite, SessionHead
 from session_ledger.domain.tokens import NamedTokenizer, TailEntry, window_length
@@ -31,11 +32,30 @@ from .changes import (
     ViewChanges,
 )
 
+TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"  # fixed width, so text order is time order
 TAIL_BATCH = 32  # rows per tail read; doubles while the window keeps growing
 MAX_TAIL_BATCH = 1024
 MAX_CHAR = "\U0010ffff"
 
 LIVE = "session_id = ? AND status = ? AND valid_to IS NULL"
+AT_VERSION = (
+    "session_id = ? AND status = ? AND valid_from <= ? AND (valid_to IS NULL OR valid_to > ?)"
+)
+
+
+def _portable(value: Any) -> Any:
+    if isinstance(value, uuid.UUID):
+        return value.hex
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).strftime(TIME_FORMAT)
+    return value
+
+
+def _rows_at(sid: Any, status: str, version: int | None) -> tuple[str, tuple[Any, ...]]:
+    """The rows of a status live now (version None) or at `version`."""
+    if version is None:
+        return LIVE, (sid, status)
+    return AT_VERSION, (sid, status, version, version)
 
 
 class Reader(Protocol):
@@ -45,6 +65,13 @@ class Reader(Protocol):
 class SQLViews(ABC):
     """Reads and inline writes of the views; subclasses supply the SQL dialect."""
 
+    view_tables = ("ledger_sessions", "ledger_messages", "ledger_timeline")
+    view_order = {
+        "ledger_sessions": "session_id",
+        "ledger_messages": "session_id, message_id, valid_from",
+        "ledger_timeline": "session_id, version",
+    }
+    event_position = "rowid"  # the column that orders the whole event log
     no_limit: Any = -1
     rows_read = 0  # view rows this recorder fetched: the cost model the tests check
 
@@ -56,6 +83,17 @@ class SQLViews(ABC):
 
     @abstractmethod
     def _execute(self, cursor: Any, sql: str, params: Sequence[Any]) -> None: ...
+
+    @abstractmethod
+    def _write_transaction(self) -> AbstractContextManager[Any]:
+        """A write transaction that keeps other writers of events out until it ends."""
+
+    @abstractmethod
+    def _reader(self, cursor: Any) -> Reader: ...
+
+    @abstractmethod
+    def _stream(self, sql: str) -> AbstractContextManager[Iterator[Any]]:
+        """Rows of a query, fetched as iterated (for whole-table reads)."""
 
     @abstractmethod
     def _insert_rows(
@@ -85,25 +123,23 @@ class SQLViews(ABC):
             "version = excluded.version, message_count = excluded.message_count, "
             "archived_count = excluded.archived_count, updated_at = excluded.updated_at",
             (sid, s.tenant, s.key, s.version, s.message_count, s.archived_count,
-             self._time(s.updated_at), self._time(s.updated_at)),
+             self._time(s.created_at), self._time(s.updated_at)),
         )  # fmt: skip
         for c in vc.changes:
             if isinstance(c, InsertMessages):
                 self._insert_rows(cursor, sid, c.version, c.status, c.rows)
                 if c.status == ACTIVE:
                     self._add_tokens(cursor, sid, sum(r.tokens for r in c.rows))
-            elif isinstance(c, CloseHistory):
+                continue
+            if isinstance(c, CloseHistory):
                 marks = ", ".join("?" for _ in c.statuses)
                 run(
                     cursor,
-                    "UPDATE ledger_messages SET valid_to = ? WHERE session_id = ? "
-                    f"AND valid_to IS NULL AND status IN ({marks})",
-                    (c.version, sid, *c.statuses),
-                )
-                run(
-                    cursor,
-                    "UPDATE ledger_sessions SET token_total = 0 WHERE session_id = ?",
-                    (sid,),
+                    "UPDATE ledger_messages SET valid_to = ? WHERE message_id IN (SELECT "
+                    "message_id FROM ledger_messages WHERE session_id = ? AND valid_to IS NULL "
+                    f"AND status IN ({marks}) ORDER BY message_id LIMIT ? OFFSET ?) "
+                    f"AND session_id = ? AND valid_to IS NULL AND status IN ({marks})",
+                    (c.version, sid, *c.statuses, self.no_limit, c.kept, sid, *c.statuses),
                 )
             elif isinstance(c, CloseMessage):
                 run(
@@ -111,9 +147,16 @@ class SQLViews(ABC):
                     f"UPDATE ledger_messages SET valid_to = ? WHERE {LIVE} AND message_id = ?",
                     (c.version, sid, ACTIVE, c.message_id),
                 )
-                self._add_tokens(cursor, sid, -c.tokens)
             elif isinstance(c, ArchiveOldest):
                 self._archive_oldest(cursor, sid, c)
+            # Whatever left the active history at this version takes its tokens along.
+            run(
+                cursor,
+                "UPDATE ledger_sessions SET token_total = token_total - (SELECT "
+                "COALESCE(SUM(tokens), 0) FROM ledger_messages WHERE session_id = ? "
+                "AND status = ? AND valid_to = ?) WHERE session_id = ?",
+                (sid, ACTIVE, c.version, sid),
+            )
         for t in vc.timeline:
             run(
                 cursor,
@@ -132,7 +175,6 @@ class SQLViews(ABC):
         )
 
     def _archive_oldest(self, cursor: Any, sid: Any, c: ArchiveOldest) -> None:
-        archived = "session_id = ? AND status = ? AND valid_from = ?"
         self._execute(
             cursor,
             "INSERT INTO ledger_messages (session_id, message_id, valid_from, valid_to, status, "
@@ -144,15 +186,9 @@ class SQLViews(ABC):
         self._execute(
             cursor,
             f"UPDATE ledger_messages SET valid_to = ? WHERE {LIVE} AND message_id IN "
-            f"(SELECT message_id FROM ledger_messages WHERE {archived})",
+            "(SELECT message_id FROM ledger_messages WHERE session_id = ? AND status = ? "
+            "AND valid_from = ?)",
             (c.version, sid, ACTIVE, sid, ARCHIVED, c.version),
-        )
-        self._execute(
-            cursor,
-            "UPDATE ledger_sessions SET token_total = token_total - "
-            "(SELECT COALESCE(SUM(tokens), 0) "
-            f"FROM ledger_messages WHERE {archived}) WHERE session_id = ?",
-            (sid, ARCHIVED, c.version, sid),
         )
 
     # -- reads (SessionViews) ---------------------------------------------------------------
@@ -163,19 +199,26 @@ class SQLViews(ABC):
         token_limit: int,
         initial_token_count: int,
         tokenizer: NamedTokenizer | None,
+        version: int | None = None,
     ) -> list[ChatMessage]:
         sid = self._sid(session_id)
+        where, params = _rows_at(sid, ACTIVE, version)
         with self._reading() as read:
-            rows = self._fetch(
-                read, "SELECT message_count FROM ledger_sessions WHERE session_id = ?", (sid,)
-            )
+            if version is None:
+                sql, key = "SELECT message_count FROM ledger_sessions WHERE session_id = ?", (sid,)
+            else:
+                sql = (
+                    "SELECT message_count FROM ledger_timeline WHERE session_id = ? AND version = ?"
+                )
+                key = (sid, version)
+            rows = self._fetch(read, sql, key)
             total = rows[0]["message_count"] if rows else 0
             if total == 0:
                 return []
             seen: list[Any] = []
 
             def tail() -> Iterator[TailEntry]:
-                for row in self._tail(read, sid, with_body=tokenizer is not None):
+                for row in self._tail(read, where, params, with_body=tokenizer is not None):
                     seen.append(row)
                     if tokenizer is None:
                         yield TailEntry(row["role"], row["tokens"], row["tokens_joined"])
@@ -186,27 +229,27 @@ class SQLViews(ABC):
             k = window_length(tail(), total, token_limit, initial_token_count)
             if tokenizer is not None:
                 return [ChatMessage.from_json(r["message"]) for r in reversed(seen[:k])]
-            first_id = seen[k - 1]["message_id"]
             bodies = self._fetch(
                 read,
-                f"SELECT message FROM ledger_messages WHERE {LIVE} AND message_id >= ? "
+                f"SELECT message FROM ledger_messages WHERE {where} AND message_id >= ? "
                 "ORDER BY message_id",
-                (sid, ACTIVE, first_id),
+                (*params, seen[k - 1]["message_id"]),
             )
         return [ChatMessage.from_json(r["message"]) for r in bodies]
 
-    def _tail(self, read: Reader, sid: Any, *, with_body: bool) -> Iterator[Any]:
-        """The live active messages newest first, read in growing batches as consumed."""
+    def _tail(
+        self, read: Reader, where: str, params: tuple[Any, ...], *, with_body: bool
+    ) -> Iterator[Any]:
+        """The messages newest first, read in growing batches as they are consumed."""
         columns = "message_id, role, tokens, tokens_joined" + (", message" if with_body else "")
         before, batch = None, TAIL_BATCH
         while True:
             bound = "" if before is None else " AND message_id < ?"
-            params = (sid, ACTIVE) + (() if before is None else (before,)) + (batch,)
             rows = self._fetch(
                 read,
-                f"SELECT {columns} FROM ledger_messages WHERE {LIVE}{bound} "
+                f"SELECT {columns} FROM ledger_messages WHERE {where}{bound} "
                 "ORDER BY message_id DESC LIMIT ?",
-                params,
+                (*params, *(() if before is None else (before,)), batch),
             )
             yield from rows
             if len(rows) < batch:
@@ -214,30 +257,56 @@ class SQLViews(ABC):
             before, batch = rows[-1]["message_id"], min(batch * 2, MAX_TAIL_BATCH)
 
     def history(
-        self, session_id: uuid.UUID, status: str, offset: int, limit: int | None
+        self,
+        session_id: uuid.UUID,
+        status: str,
+        offset: int,
+        limit: int | None,
+        version: int | None = None,
     ) -> list[ChatMessage]:
+        where, params = _rows_at(self._sid(session_id), status, version)
         with self._reading() as read:
             rows = self._fetch(
                 read,
-                f"SELECT message FROM ledger_messages WHERE {LIVE} ORDER BY message_id "
+                f"SELECT message FROM ledger_messages WHERE {where} ORDER BY message_id "
                 "LIMIT ? OFFSET ?",
-                (self._sid(session_id), status, self.no_limit if limit is None else limit, offset),
+                (*params, self.no_limit if limit is None else limit, offset),
             )
         return [ChatMessage.from_json(r["message"]) for r in rows]
 
-    def message_at(
-        self, session_id: uuid.UUID, position: int
-    ) -> tuple[int, ChatMessage, int] | None:
+    def version_at(self, session_id: uuid.UUID, when: datetime) -> int | None:
+        """The session's version at time `when`: its last event at or before then."""
         with self._reading() as read:
             rows = self._fetch(
                 read,
-                f"SELECT message_id, message, tokens FROM ledger_messages WHERE {LIVE} "
+                "SELECT version FROM ledger_timeline WHERE session_id = ? AND recorded_at <= ? "
+                "ORDER BY recorded_at DESC, version DESC LIMIT 1",
+                (self._sid(session_id), self._time(when)),
+            )
+        return rows[0]["version"] if rows else None
+
+    def ended_at(self, session_id: uuid.UUID, version: int) -> list[tuple[str, ChatMessage]]:
+        """The messages (with their status) that left the history at `version`."""
+        with self._reading() as read:
+            rows = self._fetch(
+                read,
+                "SELECT status, message FROM ledger_messages WHERE session_id = ? "
+                "AND valid_to = ? ORDER BY status, message_id",
+                (self._sid(session_id), version),
+            )
+        return [(r["status"], ChatMessage.from_json(r["message"])) for r in rows]
+
+    def message_at(self, session_id: uuid.UUID, position: int) -> tuple[int, ChatMessage] | None:
+        with self._reading() as read:
+            rows = self._fetch(
+                read,
+                f"SELECT message_id, message FROM ledger_messages WHERE {LIVE} "
                 "ORDER BY message_id LIMIT 1 OFFSET ?",
                 (self._sid(session_id), ACTIVE, position),
             )
         if not rows:
             return None
-        return rows[0]["message_id"], ChatMessage.from_json(rows[0]["message"]), rows[0]["tokens"]
+        return rows[0]["message_id"], ChatMessage.from_json(rows[0]["message"])
 
     def session_head(self, session_id: uuid.UUID) -> SessionHead | None:
         with self._reading() as read:
@@ -274,6 +343,48 @@ class SQLViews(ABC):
         if not rows:
             return None
         return PriorWrite(rows[0]["request_digest"], rows[0]["version"], rows[0]["message_count"])
+
+    # -- rebuild ----------------------------------------------------------------------------
+
+    def snapshot(self) -> AbstractContextManager[Reader]:
+        """A consistent read of the store, for long reads such as a rebuild's."""
+        return self._reading()
+
+    @contextmanager
+    def rebuilding(self) -> Iterator[tuple[Any, Reader]]:
+        """Empty views in a transaction that holds writers off; readers keep the old ones
+        until it commits."""
+        with self._write_transaction() as cursor:
+            for table in self.view_tables:
+                self._execute(cursor, f"DELETE FROM {table}", ())
+            yield cursor, self._reader(cursor)
+
+    def stored_events(self, read: Reader, page: int = 1000) -> Iterator[StoredEvent]:
+        """Every stored event in log order, read a page at a time through `read`."""
+        position, after = self.event_position, 0
+        while True:
+            rows = read(
+                f"SELECT {position} AS position, originator_id, originator_version, topic, "
+                f"state FROM ledger_events WHERE {position} > ? ORDER BY {position} LIMIT ?",
+                (after, page),
+            )
+            for r in rows:
+                yield StoredEvent(
+                    originator_id=uuid.UUID(str(r["originator_id"])),
+                    originator_version=r["originator_version"],
+                    topic=r["topic"],
+                    state=bytes(r["state"]),
+                )
+            if len(rows) < page:
+                return
+            after = rows[-1]["position"]
+
+    def dump(self, table: str) -> Iterator[tuple[Any, ...]]:
+        """A view table's rows in key order, in a form equal across backends."""
+        with self._stream(f"SELECT * FROM {table} ORDER BY {self.view_order[table]}") as rows:
+            for row in rows:
+                # sqlite3.Row iterates its values, psycopg's dict rows their keys
+                yield tuple(_portable(row[k]) for k in row.keys())  # noqa: SIM118
 
     def _fetch(self, read: Reader, sql: str, params: Sequence[Any]) -> list[Any]:
         rows = read(sql, params)

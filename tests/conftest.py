@@ -31,6 +31,19 @@ def postgres_url() -> str:
     return url
 
 
+@pytest.fixture
+def fresh_postgres_url() -> Iterator[str]:
+    """A new, empty PostgreSQL database for tests that read the whole store."""
+    base = postgres_url()
+    name = f"ledger_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    url = base.rsplit("/", 1)[0] + f"/{name}"
+    yield url
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 def store_url(store: str, tmp_path: Path) -> str:
     if store == "memory":
         return "memory://"

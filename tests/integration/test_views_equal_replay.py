@@ -1,4 +1,5 @@
-"""Invariant 1: the views, after any sequence of writes, equal the canonical replay."""
+"""Invariant 1: the views equal the canonical replay, now and at every past version;
+invariant 2 at every past version: get(as_of=v) is ChatMemoryBuffer.get over replay(v)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from session_ledger.domain.ledger import Ledger
 from session_ledger.domain.session import session_id
 from session_ledger.projections.replay import replay
 from tests.conftest import make_ledger, make_settings
+from tests.unit.test_window_matches_llamaindex import as_llamaindex, llamaindex_window
 
 TEXT = st.sampled_from(["hi", "a b", "", "x y z", "😀"])
 MSG = st.builds(lambda r, t: {"role": r, "content": t}, st.sampled_from(["user", "assistant", "tool"]), TEXT)
@@ -57,5 +59,14 @@ def test_views_equal_replay_after_random_writes(shared_ledger: Ledger, ops: list
     assert ledger.get_all(key, status="archived") == replayed.archived_messages
     assert head.version == replayed.version
     assert (head.message_count, head.archived_count) == (len(replayed.active), len(replayed.archived))
-    expected_tokens = sum(len((m.content if m.content is not None else "None").split()) for m in replayed.messages)
+    expected_tokens = sum(len(str(m.content).split()) for m in replayed.messages)
     assert head.token_total == expected_tokens
+
+    events = list(ledger.events.get(session_id(ledger.default_tenant, key)))
+    for v in range(1, head.version + 1):
+        then = replay(events, v)
+        assert ledger.get_all(key, as_of_version=v) == then.messages, f"version {v}"
+        assert ledger.get_all(key, as_of_version=v, status="archived") == then.archived_messages
+        for limit in (1, 3, 8):
+            expected = llamaindex_window([m.to_dict() for m in then.messages], limit, 0, str.split)
+            assert as_llamaindex(ledger.get(key, token_limit=limit, as_of_version=v)) == expected
