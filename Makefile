@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test serve migrate lint format clean
+.PHONY: install test serve migrate lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,12 @@ migrate: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check domain projections api tests bench
 	$(BIN)/ruff format --check domain projections api tests bench
+	@# mypy cannot follow the editable install's package mapping: give it the same
+	@# mapping as symlinks (session_ledger/domain -> domain, ...).
+	@rm -rf $(VENV)/typecheck && mkdir -p $(VENV)/typecheck/session_ledger
+	@for p in domain projections api; do ln -s "$(CURDIR)/$$p" $(VENV)/typecheck/session_ledger/$$p; done
+	cd $(VENV)/typecheck && MYPYPATH=. $(CURDIR)/$(BIN)/mypy --strict --namespace-packages \
+		--explicit-package-bases -p session_ledger.domain -p session_ledger.projections
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .hypothesis

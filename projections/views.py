@@ -205,13 +205,16 @@ class SQLViews(ABC):
         where, params = _rows_at(sid, ACTIVE, version)
         with self._reading() as read:
             if version is None:
-                sql, key = "SELECT message_count FROM ledger_sessions WHERE session_id = ?", (sid,)
-            else:
-                sql = (
-                    "SELECT message_count FROM ledger_timeline WHERE session_id = ? AND version = ?"
+                rows = self._fetch(
+                    read, "SELECT message_count FROM ledger_sessions WHERE session_id = ?", (sid,)
                 )
-                key = (sid, version)
-            rows = self._fetch(read, sql, key)
+            else:
+                rows = self._fetch(
+                    read,
+                    "SELECT message_count FROM ledger_timeline "
+                    "WHERE session_id = ? AND version = ?",
+                    (sid, version),
+                )
             total = rows[0]["message_count"] if rows else 0
             if total == 0:
                 return []

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from session_ledger.domain.errors import (
     InvalidInput,
     InvalidMessage,
@@ -103,11 +102,11 @@ def test_huge_payloads_are_refused(store: str, tmp_path) -> None:  # type: ignor
     )
     try:
         ledger.put("s", GOOD)
-        with pytest.raises(PayloadTooLarge, match="message 0 is .* bytes; the limit is 1000"):
+        with pytest.raises(PayloadTooLarge, match=r"message 0 is .* bytes; the limit is 1000"):
             ledger.put("s", {"role": "user", "content": "x" * 1000})
         with pytest.raises(PayloadTooLarge, match="6 messages in one write; the limit is 5"):
             ledger.put_messages("s", [GOOD] * 6)
-        with pytest.raises(PayloadTooLarge, match="the write is .* bytes; the limit is 3000"):
+        with pytest.raises(PayloadTooLarge, match=r"the write is .* bytes; the limit is 3000"):
             ledger.set("s", [{"role": "user", "content": "y" * 900}] * 4)
         assert_untouched(ledger)
     finally:

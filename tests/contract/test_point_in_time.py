@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
-
 from session_ledger.domain.errors import InvalidInput, SessionNotFound, StateNotFound
 from session_ledger.domain.ledger import Ledger
 
@@ -24,7 +23,11 @@ def test_as_of_version_reads_every_past_state(ledger: Ledger) -> None:
     ledger.set("s", [{"role": "user", "content": "c"}])  # v4
     ledger.reset("s")  # v5
     assert [texts(ledger.get_all("s", as_of_version=v)) for v in range(1, 6)] == [
-        [], ["a"], ["a", "b"], ["c"], []
+        [],
+        ["a"],
+        ["a", "b"],
+        ["c"],
+        [],
     ]
     assert texts(ledger.get("s", as_of_version=3, token_limit=1)) == ["a", "b"][-1:]
 
@@ -44,7 +47,7 @@ def test_as_of_timestamp_between_events_gives_the_earlier_state(ledger: Ledger) 
 def test_naive_timestamps_are_utc(ledger: Ledger) -> None:
     ledger.put("s", {"role": "user", "content": "x"})
     aware = timeline(ledger, "s")[-1]
-    naive = aware.astimezone(timezone.utc).replace(tzinfo=None)
+    naive = aware.astimezone(UTC).replace(tzinfo=None)
     assert texts(ledger.get_all("s", as_of=naive)) == ["x"]
     east = aware.astimezone(timezone(timedelta(hours=5)))
     assert texts(ledger.get_all("s", as_of=east)) == ["x"]

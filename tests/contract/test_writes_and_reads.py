@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
 from session_ledger.domain.errors import (
     InvalidInput,
     MessageNotFound,

@@ -8,8 +8,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
 from session_ledger.api.settings import Settings
+
 from tests.conftest import make_ledger, make_settings
 
 PER_WRITER = 500
@@ -73,6 +73,7 @@ def test_two_processes_append_to_one_session(store: str, tmp_path: Path) -> None
 
 def test_one_ledger_shared_by_threads(ledger) -> None:  # type: ignore[no-untyped-def]
     """The in-process case: one Ledger object, many threads."""
+
     def writer(name: str) -> None:
         for i in range(50):
             ledger.put("shared", {"role": "user", "content": f"{name}:{i}"})

@@ -7,11 +7,24 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from session_ledger.domain.ledger import Ledger
+
 from tests.conftest import make_ledger, make_settings
 
-WORDS = "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor".split()
+WORDS = [
+    "lorem",
+    "ipsum",
+    "dolor",
+    "sit",
+    "amet",
+    "consectetur",
+    "adipiscing",
+    "elit",
+    "sed",
+    "do",
+    "eiusmod",
+    "tempor",
+]
 
 
 def message(i: int) -> dict[str, str]:
@@ -60,12 +73,12 @@ def grown(store: str, tmp_path: Path) -> Ledger:
 
 def test_get_reads_only_the_window(grown: Ledger) -> None:
     for limit in (100, 1_000, 3_000):  # windows shorter than the small session
-        small = view_rows_during(grown, lambda: grown.get("small", token_limit=limit))
-        large = view_rows_during(grown, lambda: grown.get("large", token_limit=limit))
+        small = view_rows_during(grown, lambda limit=limit: grown.get("small", token_limit=limit))
+        large = view_rows_during(grown, lambda limit=limit: grown.get("large", token_limit=limit))
         assert small == large, f"limit {limit}: {small} rows at 100 messages, {large} at 10,000"
     for limit in (100, 4_000, 40_000):
         window = len(grown.get("large", token_limit=limit))
-        large = view_rows_during(grown, lambda: grown.get("large", token_limit=limit))
+        large = view_rows_during(grown, lambda limit=limit: grown.get("large", token_limit=limit))
         # the window's bodies, its role/count tail with batch overshoot, the session row
         assert large <= window + 2 * (window + 32) + 1, (limit, window, large)
     grown.close()

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from session_ledger.domain.ledger import Ledger
 from session_ledger.projections.rebuild import check, rebuild
 from session_ledger.projections.views import SQLViews
+
 from tests.conftest import make_ledger, make_settings
 
 
@@ -47,7 +47,9 @@ def busy_ledger(store: str, tmp_path: Path, request: pytest.FixtureRequest) -> L
 def test_rebuild_reproduces_the_views_exactly(store: str, busy_ledger: Ledger) -> None:
     before = all_rows(busy_ledger)
     processed: list[int] = []
-    count = rebuild(views(busy_ledger), busy_ledger.mapper, busy_ledger.tokenizer, progress=processed.append)
+    count = rebuild(
+        views(busy_ledger), busy_ledger.mapper, busy_ledger.tokenizer, progress=processed.append
+    )
     assert count == processed[-1] == 3 * 10
     assert all_rows(busy_ledger) == before
     busy_ledger.close()

@@ -4,21 +4,22 @@ invariant 2 at every past version: get(as_of=v) is ChatMemoryBuffer.get over rep
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from session_ledger.domain.errors import MessageNotFound
 from session_ledger.domain.ledger import Ledger
 from session_ledger.domain.session import session_id
 from session_ledger.projections.replay import replay
+
 from tests.conftest import make_ledger, make_settings
 from tests.unit.test_window_matches_llamaindex import as_llamaindex, llamaindex_window
 
 TEXT = st.sampled_from(["hi", "a b", "", "x y z", "😀"])
-MSG = st.builds(lambda r, t: {"role": r, "content": t}, st.sampled_from(["user", "assistant", "tool"]), TEXT)
+MSG = st.builds(
+    lambda r, t: {"role": r, "content": t}, st.sampled_from(["user", "assistant", "tool"]), TEXT
+)
 OPS = st.lists(
     st.one_of(
         st.tuples(st.just("put"), MSG),
@@ -34,13 +35,17 @@ OPS = st.lists(
 
 
 @pytest.fixture(scope="module", params=["memory", "sqlite", "postgres"])
-def shared_ledger(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ledger]:
+def shared_ledger(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Ledger]:
     ledger = make_ledger(make_settings(request.param, tmp_path_factory.mktemp("replay")))
     yield ledger
     ledger.close()
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(ops=OPS, key=st.uuids().map(str))
 def test_views_equal_replay_after_random_writes(shared_ledger: Ledger, ops: list, key: str) -> None:  # type: ignore[type-arg]
     ledger = shared_ledger
@@ -58,7 +63,10 @@ def test_views_equal_replay_after_random_writes(shared_ledger: Ledger, ops: list
     assert ledger.get_all(key) == replayed.messages
     assert ledger.get_all(key, status="archived") == replayed.archived_messages
     assert head.version == replayed.version
-    assert (head.message_count, head.archived_count) == (len(replayed.active), len(replayed.archived))
+    assert (head.message_count, head.archived_count) == (
+        len(replayed.active),
+        len(replayed.archived),
+    )
     expected_tokens = sum(len(str(m.content).split()) for m in replayed.messages)
     assert head.token_total == expected_tokens
 

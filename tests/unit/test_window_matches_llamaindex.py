@@ -14,10 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from llama_index.core.base.llms.types import ChatMessage as LlamaMessage
 from llama_index.core.memory import ChatMemoryBuffer
-
 from session_ledger.domain.ledger import Ledger
 from session_ledger.domain.messages import ROLES
 from session_ledger.domain.tokens import load_tokenizer
+
 from tests.conftest import make_ledger, make_settings
 
 WORDS = st.sampled_from(["a", "bb", "tool", "call", "42", "über", "😀", "x-y", "...", "\n"])
@@ -31,7 +31,7 @@ BLOCKS = st.one_of(
 )
 MESSAGE = st.builds(
     lambda role, blocks: {"role": role, "blocks": blocks, "additional_kwargs": {}},
-    st.sampled_from(ROLES + ("assistant", "tool", "user")),
+    st.sampled_from((*ROLES, "assistant", "tool", "user")),
     BLOCKS,
 )
 HISTORY = st.lists(MESSAGE, max_size=25)
@@ -60,7 +60,9 @@ def whitespace_ledger(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ledg
     ledger.close()
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(history=HISTORY, limit=st.integers(1, 40), initial=st.integers(0, 45))
 def test_get_equals_chat_memory_buffer(
     whitespace_ledger: Ledger, history: list[dict[str, Any]], limit: int, initial: int
@@ -106,7 +108,9 @@ CL100K_MESSAGES = st.lists(
 )
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(history=CL100K_MESSAGES, limit=st.integers(1, 300))
 def test_default_tokenizer_window_equals_chat_memory_buffer(
     cl100k_ledger: Ledger, history: list[dict[str, Any]], limit: int
@@ -120,7 +124,9 @@ def test_default_tokenizer_window_equals_chat_memory_buffer(
     assert as_llamaindex(got) == expected
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(history=CL100K_MESSAGES, limit=st.integers(1, 300))
 def test_default_tokenizer_window_never_exceeds_chat_memory_buffer(
     cl100k_ledger: Ledger, history: list[dict[str, Any]], limit: int
