@@ -23,7 +23,8 @@ def store_env(settings: Settings, *, create_tables: bool) -> dict[str, str]:
     """The eventsourcing environment for the store named by `settings.database_url`."""
     url = settings.database_url
     common = {
-        "AGGREGATE_CACHE_MAXSIZE": str(settings.aggregate_cache_size),
+        "AGGREGATE_CACHE_MAXSIZE": str(settings.aggregate_cache_size or ""),
+        "AGGREGATE_CACHE_FASTFORWARD": "n",  # the Ledger reloads on a failed save instead
         "CREATE_TABLE": "y" if create_tables else "n",
     }
     if url.startswith("memory://"):

@@ -1,14 +1,17 @@
 """The Ledger: the command and query service over sessions (an eventsourcing Application).
 
-Writes load the session's O(1) state (cached, fast-forwarded from the store), append
-events, and hand them with their view rows to the recorder, which stores both in one
-transaction. A write that loses a race is retried; one that names a stale
-`expected_version` is refused. Reads go to the views only.
+Writes load the session's O(1) state (cached per process; a snapshot and the events
+after it on a miss), append events, and hand them with their view rows to the
+recorder, which stores both in one transaction. The cache is trusted without a read:
+a copy made stale by another process fails to save on the events' primary key, and
+the write is retried on fresh state. One that names a stale `expected_version` is
+refused. Reads go to the views only.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import hashlib
 import json
@@ -212,6 +215,7 @@ class Ledger(Application[uuid.UUID]):
             "idempotency_key": idempotency_key,
             "request_digest": digest,
         }
+        fresh = False  # True once the cached state may be behind another process's writes
         for attempt in range(self.write_retries):
             if idempotency_key is not None and digest is not None:
                 prior = self.views.prior_write(sid, idempotency_key)
@@ -222,9 +226,12 @@ class Ledger(Application[uuid.UUID]):
                             f"write to session {key!r}"
                         )
                     return WriteResult(prior.version, prior.message_count, replayed=True)
-            session = self._load(sid)
+            session = self._load(sid, fresh=fresh)
             actual = session.version if session else 0
             if expected_version is not None and expected_version != actual:
+                if not fresh:
+                    fresh = True
+                    continue
                 raise VersionConflict(key, expected_version, actual)
             if session is None:
                 if not create:
@@ -243,8 +250,9 @@ class Ledger(Application[uuid.UUID]):
                 counts=counts,
             )
             try:
-                self.save(session, ledger_batch=batch)
+                self._save(session, batch)
             except IntegrityError:
+                fresh = True
                 if expected_version is not None:
                     head = self.views.session_head(sid)
                     raise VersionConflict(
@@ -252,14 +260,20 @@ class Ledger(Application[uuid.UUID]):
                     ) from None
                 time.sleep(random.uniform(0, 0.002 * min(attempt + 1, 10)))
                 continue
-            if self.repository.cache is not None:
-                # The saved state is the newest we know: the next write need not read back
-                # this write's event (a large `set` would cost its whole payload again).
-                self.repository.cache.put(sid, session)
             return WriteResult(session.version, session.message_count, removed=removed)
         raise LedgerError(
             f"session {key!r}: write lost the race {self.write_retries} times; try again"
         )
+
+    def _save(self, session: Session, batch: WriteBatch) -> None:
+        # Application.save, minus its runtime protocol checks of every argument (a tenth of
+        # a put's time) and its notify hooks, which nothing here uses.
+        processing = ProcessingEvent[uuid.UUID]()
+        processing.events.extend(session.collect_events())
+        processing.aggregates[session.id] = session
+        processing.saved_kwargs["ledger_batch"] = batch
+        self._record(processing)
+        self._take_snapshots(processing)
 
     def _take_snapshots(self, processing_event: ProcessingEvent[uuid.UUID]) -> None:
         # Snapshot the state just saved, instead of the library's default of reading the
@@ -272,7 +286,12 @@ class Ledger(Application[uuid.UUID]):
             if interval and any(v % interval == 0 for v in range(first, aggregate.version + 1)):
                 self.snapshots.put([Session.Snapshot.take(aggregate)])
 
-    def _load(self, sid: uuid.UUID) -> Session | None:
+    def _load(self, sid: uuid.UUID, *, fresh: bool) -> Session | None:
+        """The session's write state: cached without a read (a stale copy fails to save and
+        is then reloaded), or from the latest snapshot and the events after it."""
+        if fresh and self.repository.cache is not None:
+            with contextlib.suppress(KeyError):
+                self.repository.cache.get(sid, evict=True)
         try:
             session: Session = self.repository.get(sid)
         except AggregateNotFoundError:
@@ -301,7 +320,9 @@ class Ledger(Application[uuid.UUID]):
                     f"message {i} is {size} bytes; the limit is {self.limits.max_message_bytes}"
                 )
             total += size
-            dicts.append(json.loads(encoded))
+            dicts.append(
+                {"role": m.role, "blocks": list(m.blocks), "additional_kwargs": m.additional_kwargs}
+            )
         if total > self.limits.max_write_bytes:
             raise PayloadTooLarge(
                 f"the write is {total} bytes; the limit is {self.limits.max_write_bytes}"

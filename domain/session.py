@@ -11,6 +11,7 @@ and in the projections.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from typing import Any
 
@@ -21,7 +22,12 @@ TENANT_NAMESPACE = uuid.UUID("6f0f9d3c-3b49-5c2e-9a57-2f5b8c1d7e40")
 
 def session_id(tenant: str, key: str) -> uuid.UUID:
     """The stream id of (tenant, key): stable, and distinct across tenants."""
-    return uuid.uuid5(uuid.uuid5(TENANT_NAMESPACE, tenant), key)
+    return uuid.uuid5(_tenant_namespace(tenant), key)
+
+
+@functools.lru_cache(maxsize=1024)
+def _tenant_namespace(tenant: str) -> uuid.UUID:
+    return uuid.uuid5(TENANT_NAMESPACE, tenant)
 
 
 class Session(Aggregate):
@@ -41,6 +47,14 @@ class Session(Aggregate):
         if kwargs.get("timestamp") is None:
             kwargs["timestamp"] = max(event_class.create_timestamp(), self.modified_on)
         super().trigger_event(event_class, **kwargs)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Session:
+        # Every attribute is immutable or empty (pending events are collected before a
+        # session is cached), so a copy of the attribute dict is a deep copy.
+        clone = object.__new__(Session)
+        clone.__dict__.update(self.__dict__)
+        clone.__dict__["_pending_events"] = []
+        return clone
 
     @staticmethod
     def create_id(tenant: str, key: str, **_: Any) -> uuid.UUID:

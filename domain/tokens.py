@@ -11,6 +11,7 @@ splitting; the cl100k_base pre-tokenizer does for text that does not end in whit
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -35,17 +36,33 @@ class TailEntry(NamedTuple):
     joined: int
 
 
+# A space preceded by a non-space character starts a new pre-token in cl100k_base (no
+# pattern of its pre-tokenizer reaches across it), so what a leading space changes lies
+# in the text before the first such space.
+_CHUNK_BREAK = re.compile(r"(?<=\S) ")
+
+
 @dataclass(frozen=True)
 class NamedTokenizer:
-    """A tokenizer and the name its stored counts are filed under."""
+    """A tokenizer and the name its stored counts are filed under.
+
+    `pretokenized`: the tokenizer splits text into pre-tokens the way cl100k_base does, so
+    the joined count needs only the head of the text tokenized again, not all of it.
+    """
 
     name: str
     encode: Tokenizer
+    pretokenized: bool = False
 
     def count(self, content: str | None) -> TokenCount:
         """Counts for one message; `content` None counts as "None", as in LlamaIndex."""
         text = str(content)
-        return TokenCount(len(self.encode(text)), len(self.encode(" " + text)))
+        alone = len(self.encode(text))
+        if self.pretokenized:
+            found = _CHUNK_BREAK.search(text)
+            head = text[: found.start()] if found else text
+            return TokenCount(alone, alone + len(self.encode(" " + head)) - len(self.encode(head)))
+        return TokenCount(alone, len(self.encode(" " + text)))
 
 
 def load_tokenizer(name: str) -> NamedTokenizer:
@@ -63,7 +80,7 @@ def load_tokenizer(name: str) -> NamedTokenizer:
         def encode(text: str) -> list[int]:
             return encoding.encode(text, allowed_special="all")
 
-        return NamedTokenizer(name, encode)
+        return NamedTokenizer(name, encode, pretokenized=True)
     raise InvalidInput(f"unknown tokenizer {name!r}; use cl100k_base or whitespace")
 
 

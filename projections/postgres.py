@@ -1,8 +1,7 @@
 """PostgreSQL storage: the event recorder that writes the views in the same transaction.
 
 Message bodies are JSON text with control characters escaped, so NUL survives (text
-and jsonb columns reject a raw U+0000). Many rows go in as one `unnest` statement, so
-a large `set` is one round trip, not thousands queued in psycopg's pipeline.
+and jsonb columns reject a raw U+0000).
 """
 
 from __future__ import annotations
@@ -20,16 +19,16 @@ from eventsourcing.persistence import (
     StoredEvent,
 )
 from eventsourcing.postgres import (
-    PostgresAggregateRecorder,
     PostgresApplicationRecorder,
     PostgresDatastore,
     PostgresFactory,
 )
 from eventsourcing.utils import retry
-from psycopg.sql import SQL
+from psycopg.sql import SQL, Composed, Identifier
+from session_ledger.domain.ports import ACTIVE
 
-from .changes import MessageRow, view_changes
-from .views import Reader, SQLViews
+from .changes import InsertMessages, MessageRow, ViewChanges, view_changes
+from .views import SESSION_UPSERT, TIMELINE_COLUMNS, Reader, SQLViews
 
 VIEW_TABLES = [
     "CREATE TABLE IF NOT EXISTS ledger_messages ("
@@ -57,7 +56,15 @@ VIEW_TABLES = [
     " (session_id, idempotency_key) WHERE idempotency_key IS NOT NULL",
     "CREATE INDEX IF NOT EXISTS ledger_timeline_time ON ledger_timeline (session_id, recorded_at)",
 ]
-ROWS_PER_STATEMENT = 2000
+# Any number of rows in one statement: a large `set` is one round trip, not thousands
+# of statements queued in psycopg's pipeline.
+MESSAGES_INSERT = (
+    "INSERT INTO ledger_messages (session_id, message_id, valid_from, valid_to, status, role,"
+    " tokens, tokens_joined, message)"
+    " SELECT %s, m.id, %s, NULL, %s, m.role, m.tokens, m.joined, m.body"
+    " FROM unnest(%s::bigint[], %s::text[], %s::integer[], %s::integer[], %s::text[])"
+    " AS m(id, role, tokens, joined, body)"
+)
 
 
 def _sql(statement: str) -> str:
@@ -79,18 +86,65 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder, SQLViews):
     def insert_events(
         self, stored_events: Sequence[StoredEvent], **kwargs: Any
     ) -> Sequence[int] | None:
-        # One plain transaction, not the library's pipeline: a lost race then fails on the
-        # events' primary key before any view statement is sent (psycopg's pipeline left
-        # prepared statements unusable after such errors), and nothing is NOTIFYed,
-        # because the views are written here rather than by a subscriber.
+        # No table lock and no NOTIFY: the library takes `LOCK TABLE ... EXCLUSIVE` so that
+        # subscribers tailing the log never skip an id that commits late; nothing here
+        # tails the log (views are written in this transaction), and the lock would make
+        # every writer of every session wait in one line. Per-session order and
+        # integrity rest on the (originator_id, originator_version) primary key.
         batch = kwargs.get("ledger_batch")
-        with self.datastore.get_connection() as conn, conn.transaction(), conn.cursor() as curs:
-            self._lock_table(curs)
-            PostgresAggregateRecorder._insert_stored_events(self, curs, stored_events)
-            ids = self._fetch_ids_after_insert_events(curs, stored_events)
-            if batch is not None:
-                self.apply_changes(curs, view_changes(batch))
-        return ids
+        changes = view_changes(batch) if batch is not None else None
+        events = [
+            self.construct_pg_stored_event(
+                e.originator_id, e.originator_version, e.topic, e.state
+            )
+            for e in stored_events
+        ]  # fmt: skip
+        with self.datastore.get_connection() as conn:
+            if changes is not None and all(isinstance(c, InsertMessages) for c in changes.changes):
+                # An append (the common write) is ONE statement: one round trip, one commit.
+                rows = conn.execute(self._append_statement, self._append_params(events, changes))
+                return [r["notification_id"] for r in rows.fetchall()]
+            with conn.transaction(), conn.cursor() as curs:
+                curs.execute(self._insert_events_sql, (events,))
+                ids = [r["notification_id"] for r in curs.fetchall()]
+                if changes is not None:
+                    self.apply_changes(curs, changes)
+            return ids
+
+    @property
+    def _insert_events_sql(self) -> Composed:
+        return SQL(
+            "INSERT INTO {schema}.{table} (originator_id, originator_version, topic, state) "
+            "SELECT originator_id, originator_version, topic, state "
+            "FROM unnest(%s::{schema}.{type}[]) RETURNING notification_id"
+        ).format(
+            schema=Identifier(self.datastore.schema),
+            table=Identifier(self.events_table_name),
+            type=Identifier(self.stored_event_type_name),
+        )
+
+    @property
+    def _append_statement(self) -> Composed:
+        return SQL(
+            "WITH e AS ({events}), "
+            "s AS ({session}), "
+            "m AS (" + MESSAGES_INSERT + "), "
+            "t AS (INSERT INTO ledger_timeline (" + TIMELINE_COLUMNS + ") SELECT * FROM unnest("
+            "%s::uuid[], %s::bigint[], %s::timestamptz[], %s::text[], %s::text[], %s::text[], "
+            "%s::text[], %s::text[], %s::bigint[])) "
+            "SELECT notification_id FROM e ORDER BY notification_id"
+        ).format(events=self._insert_events_sql, session=SQL(_sql(SESSION_UPSERT)))
+
+    def _append_params(self, events: list[Any], changes: ViewChanges) -> tuple[Any, ...]:
+        rows = [r for c in changes.changes if isinstance(c, InsertMessages) for r in c.rows]
+        version = changes.session.version
+        timeline = self._timeline_params(changes)
+        return (
+            events,
+            *self._session_params(changes),
+            *self._message_arrays(changes.session_id, version, ACTIVE, rows),
+            *(list(column) for column in zip(*timeline, strict=True)),
+        )
 
     @contextmanager
     def _reading(self) -> Iterator[Reader]:
@@ -128,18 +182,16 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder, SQLViews):
     def _insert_rows(
         self, cursor: Any, sid: Any, version: int, status: str, rows: Sequence[MessageRow]
     ) -> None:
-        for start in range(0, len(rows), ROWS_PER_STATEMENT):
-            chunk = rows[start : start + ROWS_PER_STATEMENT]
-            cursor.execute(
-                "INSERT INTO ledger_messages (session_id, message_id, valid_from, valid_to,"
-                " status, role, tokens, tokens_joined, message)"
-                " SELECT %s, m.id, %s, NULL, %s, m.role, m.tokens, m.joined, m.body"
-                " FROM unnest(%s::bigint[], %s::text[], %s::integer[], %s::integer[], %s::text[])"
-                " AS m(id, role, tokens, joined, body)",
-                (sid, version, status, [r.message_id for r in chunk], [r.role for r in chunk],
-                 [r.tokens for r in chunk], [r.tokens_joined for r in chunk],
-                 [r.body for r in chunk]),
-            )  # fmt: skip
+        cursor.execute(MESSAGES_INSERT, self._message_arrays(sid, version, status, rows))
+
+    @staticmethod
+    def _message_arrays(
+        sid: Any, version: int, status: str, rows: Sequence[MessageRow]
+    ) -> tuple[Any, ...]:
+        return (
+            sid, version, status, [r.message_id for r in rows], [r.role for r in rows],
+            [r.tokens for r in rows], [r.tokens_joined for r in rows], [r.body for r in rows],
+        )  # fmt: skip
 
     def _sid(self, session_id: uuid.UUID) -> Any:
         return session_id

@@ -13,7 +13,12 @@ from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
-from eventsourcing.persistence import AggregateRecorder, ApplicationRecorder, StoredEvent
+from eventsourcing.persistence import (
+    AggregateRecorder,
+    ApplicationRecorder,
+    InterfaceError,
+    StoredEvent,
+)
 from eventsourcing.sqlite import (
     SQLiteApplicationRecorder,
     SQLiteConnection,
@@ -31,7 +36,7 @@ VIEW_TABLES = [
     " session_id TEXT NOT NULL, message_id INTEGER NOT NULL, valid_from INTEGER NOT NULL,"
     " valid_to INTEGER, status TEXT NOT NULL, role TEXT NOT NULL, tokens INTEGER NOT NULL,"
     " tokens_joined INTEGER NOT NULL, message TEXT NOT NULL,"
-    " PRIMARY KEY (session_id, message_id, valid_from))",
+    " PRIMARY KEY (session_id, message_id, valid_from)) WITHOUT ROWID",
     "CREATE INDEX IF NOT EXISTS ledger_messages_live ON ledger_messages"
     " (session_id, status, message_id, role, tokens, tokens_joined) WHERE valid_to IS NULL",
     "CREATE INDEX IF NOT EXISTS ledger_messages_ended ON ledger_messages"
@@ -40,13 +45,14 @@ VIEW_TABLES = [
     " session_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, session_key TEXT NOT NULL,"
     " version INTEGER NOT NULL, message_count INTEGER NOT NULL,"
     " archived_count INTEGER NOT NULL, token_total INTEGER NOT NULL,"
-    " created_at TEXT NOT NULL, updated_at TEXT NOT NULL)",
+    " created_at TEXT NOT NULL, updated_at TEXT NOT NULL) WITHOUT ROWID",
     "CREATE UNIQUE INDEX IF NOT EXISTS ledger_sessions_key"
     " ON ledger_sessions (tenant, session_key)",
     "CREATE TABLE IF NOT EXISTS ledger_timeline ("
     " session_id TEXT NOT NULL, version INTEGER NOT NULL, recorded_at TEXT NOT NULL,"
     " event_type TEXT NOT NULL, actor TEXT NOT NULL, reason TEXT, idempotency_key TEXT,"
-    " request_digest TEXT, message_count INTEGER NOT NULL, PRIMARY KEY (session_id, version))",
+    " request_digest TEXT, message_count INTEGER NOT NULL, PRIMARY KEY (session_id, version))"
+    " WITHOUT ROWID",
     "CREATE UNIQUE INDEX IF NOT EXISTS ledger_timeline_idempotency ON ledger_timeline"
     " (session_id, idempotency_key) WHERE idempotency_key IS NOT NULL",
     "CREATE INDEX IF NOT EXISTS ledger_timeline_time ON ledger_timeline (session_id, recorded_at)",
@@ -117,12 +123,27 @@ class SQLiteLedgerRecorder(SQLiteApplicationRecorder, SQLViews):
 
 
 class _DurablePool(SQLiteConnectionPool):
-    """Connections that fsync every commit (synchronous=FULL), also in WAL mode."""
+    """Connections in WAL mode that fsync every commit (synchronous=FULL) and keep their
+    prepared statements (the library's connections cache one, so every statement of a
+    write was compiled again)."""
 
     def _create_connection(self) -> SQLiteConnection:
-        connection = super()._create_connection()
-        connection._sqlite_conn.execute("PRAGMA synchronous=FULL")
-        return connection
+        try:
+            conn = sqlite3.connect(
+                self.db_name,
+                uri=True,
+                check_same_thread=False,
+                isolation_level=None,
+                cached_statements=256,
+                timeout=self.lock_timeout or 5,
+            )
+        except sqlite3.Error as e:
+            raise InterfaceError(e) from e
+        if not self.is_sqlite_memory_mode:
+            conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        conn.row_factory = sqlite3.Row
+        return SQLiteConnection(sqlite_conn=conn, max_age=self.max_age)
 
 
 class SQLiteLedgerFactory(SQLiteFactory):

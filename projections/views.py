@@ -37,6 +37,21 @@ TAIL_BATCH = 32  # rows per tail read; doubles while the window keeps growing
 MAX_TAIL_BATCH = 1024
 MAX_CHAR = "\U0010ffff"
 
+SESSION_UPSERT = (
+    "INSERT INTO ledger_sessions (session_id, tenant, session_key, version, message_count, "
+    "archived_count, token_total, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (session_id) DO UPDATE SET version = excluded.version, "
+    "message_count = excluded.message_count, archived_count = excluded.archived_count, "
+    "token_total = ledger_sessions.token_total + excluded.token_total, "
+    "updated_at = excluded.updated_at"
+)
+TIMELINE_COLUMNS = (
+    "session_id, version, recorded_at, event_type, actor, reason, idempotency_key, "
+    "request_digest, message_count"
+)
+TIMELINE_INSERT = (
+    f"INSERT INTO ledger_timeline ({TIMELINE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
 LIVE = "session_id = ? AND status = ? AND valid_to IS NULL"
 AT_VERSION = (
     "session_id = ? AND status = ? AND valid_from <= ? AND (valid_to IS NULL OR valid_to > ?)"
@@ -113,23 +128,12 @@ class SQLViews(ABC):
 
     def apply_changes(self, cursor: Any, vc: ViewChanges) -> None:
         """Write one write's view rows, with the cursor that stores its events."""
-        sid, s = self._sid(vc.session_id), vc.session
+        sid = self._sid(vc.session_id)
         run = self._execute
-        run(
-            cursor,
-            "INSERT INTO ledger_sessions (session_id, tenant, session_key, version, "
-            "message_count, archived_count, token_total, created_at, updated_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, 0, ?, ?) ON CONFLICT (session_id) DO UPDATE SET "
-            "version = excluded.version, message_count = excluded.message_count, "
-            "archived_count = excluded.archived_count, updated_at = excluded.updated_at",
-            (sid, s.tenant, s.key, s.version, s.message_count, s.archived_count,
-             self._time(s.created_at), self._time(s.updated_at)),
-        )  # fmt: skip
+        run(cursor, SESSION_UPSERT, self._session_params(vc))
         for c in vc.changes:
             if isinstance(c, InsertMessages):
                 self._insert_rows(cursor, sid, c.version, c.status, c.rows)
-                if c.status == ACTIVE:
-                    self._add_tokens(cursor, sid, sum(r.tokens for r in c.rows))
                 continue
             if isinstance(c, CloseHistory):
                 marks = ", ".join("?" for _ in c.statuses)
@@ -157,22 +161,29 @@ class SQLViews(ABC):
                 "AND status = ? AND valid_to = ?) WHERE session_id = ?",
                 (sid, ACTIVE, c.version, sid),
             )
-        for t in vc.timeline:
-            run(
-                cursor,
-                "INSERT INTO ledger_timeline (session_id, version, recorded_at, event_type, "
-                "actor, reason, idempotency_key, request_digest, message_count) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (sid, t.version, self._time(t.recorded_at), t.event_type, t.actor, t.reason,
-                 t.idempotency_key, t.request_digest, t.message_count),
-            )  # fmt: skip
+        for row in self._timeline_params(vc):
+            run(cursor, TIMELINE_INSERT, row)
 
-    def _add_tokens(self, cursor: Any, sid: Any, delta: int) -> None:
-        self._execute(
-            cursor,
-            "UPDATE ledger_sessions SET token_total = token_total + ? WHERE session_id = ?",
-            (delta, sid),
-        )
+    def _session_params(self, vc: ViewChanges) -> tuple[Any, ...]:
+        # New active messages add their tokens here; what leaves the history is
+        # subtracted by the statement that follows each closing change.
+        s = vc.session
+        added = sum(
+            r.tokens for c in vc.changes if isinstance(c, InsertMessages) and c.status == ACTIVE
+            for r in c.rows
+        )  # fmt: skip
+        return (
+            self._sid(vc.session_id), s.tenant, s.key, s.version, s.message_count,
+            s.archived_count, added, self._time(s.created_at), self._time(s.updated_at),
+        )  # fmt: skip
+
+    def _timeline_params(self, vc: ViewChanges) -> list[tuple[Any, ...]]:
+        sid = self._sid(vc.session_id)
+        return [
+            (sid, t.version, self._time(t.recorded_at), t.event_type, t.actor, t.reason,
+             t.idempotency_key, t.request_digest, t.message_count)
+            for t in vc.timeline
+        ]  # fmt: skip
 
     def _archive_oldest(self, cursor: Any, sid: Any, c: ArchiveOldest) -> None:
         self._execute(
