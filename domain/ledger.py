@@ -247,6 +247,7 @@ class Ledger(Application[uuid.UUID]):
                 first_message_id=first_message_id,
                 message_count=session.message_count,
                 archived_count=session.archived_count,
+                next_message_id=session.next_message_id,
                 counts=counts,
             )
             try:

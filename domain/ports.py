@@ -76,6 +76,7 @@ class WriteBatch:
     first_message_id: int  # the id the first new message gets
     message_count: int  # active messages after the write
     archived_count: int  # archived messages after the write
+    next_message_id: int  # the id the next message will get, after the write
     counts: tuple[TokenCount, ...]  # per message of an append or a replace
 
 

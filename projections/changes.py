@@ -76,6 +76,7 @@ class TimelineRow:
     idempotency_key: str | None
     request_digest: str | None
     message_count: int
+    next_message_id: int  # ids below it existed at this version: bounds past-version scans
 
 
 @dataclass(frozen=True)
@@ -105,9 +106,9 @@ def view_changes(batch: WriteBatch) -> ViewChanges:
     started = False
     for event in batch.events:
         v = event.originator_version
-        count = batch.message_count
+        count, next_id = batch.message_count, batch.next_message_id
         if isinstance(event, SessionStarted):
-            started, count = True, 0
+            started, count, next_id = True, 0, 0
         elif isinstance(event, MessagesAppended | HistoryReplaced):
             kept = 0
             if isinstance(event, HistoryReplaced):
@@ -133,7 +134,7 @@ def view_changes(batch: WriteBatch) -> ViewChanges:
                 changes.append(ArchiveOldest(v, event.count))
         else:
             raise TypeError(f"no projection for {type(event).__name__}")
-        timeline.append(_timeline_row(event, count))
+        timeline.append(_timeline_row(event, count, next_id))
     first, last = batch.events[0], batch.events[-1]
     session = SessionRow(
         batch.tenant, batch.key, last.originator_version, batch.message_count,
@@ -142,7 +143,7 @@ def view_changes(batch: WriteBatch) -> ViewChanges:
     return ViewChanges(batch.session_id, started, session, tuple(changes), tuple(timeline))
 
 
-def _timeline_row(event: Any, message_count: int) -> TimelineRow:
+def _timeline_row(event: Any, message_count: int, next_message_id: int) -> TimelineRow:
     # The first write of a session stores SessionStarted and its command together; the
     # idempotency key identifies that write once, on the command's row.
     first = isinstance(event, SessionStarted)
@@ -155,4 +156,5 @@ def _timeline_row(event: Any, message_count: int) -> TimelineRow:
         idempotency_key=None if first else event.idempotency_key,
         request_digest=None if first else event.request_digest,
         message_count=message_count,
+        next_message_id=next_message_id,
     )

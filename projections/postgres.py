@@ -51,7 +51,8 @@ VIEW_TABLES = [
     "CREATE TABLE IF NOT EXISTS ledger_timeline ("
     " session_id uuid NOT NULL, version bigint NOT NULL, recorded_at timestamptz NOT NULL,"
     " event_type text NOT NULL, actor text NOT NULL, reason text, idempotency_key text,"
-    " request_digest text, message_count bigint NOT NULL, PRIMARY KEY (session_id, version))",
+    " request_digest text, message_count bigint NOT NULL, next_message_id bigint NOT NULL,"
+    " PRIMARY KEY (session_id, version))",
     "CREATE UNIQUE INDEX IF NOT EXISTS ledger_timeline_idempotency ON ledger_timeline"
     " (session_id, idempotency_key) WHERE idempotency_key IS NOT NULL",
     "CREATE INDEX IF NOT EXISTS ledger_timeline_time ON ledger_timeline (session_id, recorded_at)",
@@ -131,7 +132,7 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder, SQLViews):
             "m AS (" + MESSAGES_INSERT + "), "
             "t AS (INSERT INTO ledger_timeline (" + TIMELINE_COLUMNS + ") SELECT * FROM unnest("
             "%s::uuid[], %s::bigint[], %s::timestamptz[], %s::text[], %s::text[], %s::text[], "
-            "%s::text[], %s::text[], %s::bigint[])) "
+            "%s::text[], %s::text[], %s::bigint[], %s::bigint[])) "
             "SELECT notification_id FROM e ORDER BY notification_id"
         ).format(events=self._insert_events_sql, session=SQL(_sql(SESSION_UPSERT)))
 

@@ -49,6 +49,7 @@ def write_batches(events: Iterable[Any], tokenizer: NamedTokenizer) -> Iterator[
             first_message_id=first_message_id,
             message_count=after.message_count,
             archived_count=after.archived_count,
+            next_message_id=after.next_message_id,
             counts=counts,
         )
 

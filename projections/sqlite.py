@@ -51,7 +51,8 @@ VIEW_TABLES = [
     "CREATE TABLE IF NOT EXISTS ledger_timeline ("
     " session_id TEXT NOT NULL, version INTEGER NOT NULL, recorded_at TEXT NOT NULL,"
     " event_type TEXT NOT NULL, actor TEXT NOT NULL, reason TEXT, idempotency_key TEXT,"
-    " request_digest TEXT, message_count INTEGER NOT NULL, PRIMARY KEY (session_id, version))"
+    " request_digest TEXT, message_count INTEGER NOT NULL, next_message_id INTEGER NOT NULL,"
+    " PRIMARY KEY (session_id, version))"
     " WITHOUT ROWID",
     "CREATE UNIQUE INDEX IF NOT EXISTS ledger_timeline_idempotency ON ledger_timeline"
     " (session_id, idempotency_key) WHERE idempotency_key IS NOT NULL",

@@ -47,10 +47,10 @@ SESSION_UPSERT = (
 )
 TIMELINE_COLUMNS = (
     "session_id, version, recorded_at, event_type, actor, reason, idempotency_key, "
-    "request_digest, message_count"
+    "request_digest, message_count, next_message_id"
 )
 TIMELINE_INSERT = (
-    f"INSERT INTO ledger_timeline ({TIMELINE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    f"INSERT INTO ledger_timeline ({TIMELINE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 LIVE = "session_id = ? AND status = ? AND valid_to IS NULL"
 AT_VERSION = (
@@ -181,7 +181,7 @@ class SQLViews(ABC):
         sid = self._sid(vc.session_id)
         return [
             (sid, t.version, self._time(t.recorded_at), t.event_type, t.actor, t.reason,
-             t.idempotency_key, t.request_digest, t.message_count)
+             t.idempotency_key, t.request_digest, t.message_count, t.next_message_id)
             for t in vc.timeline
         ]  # fmt: skip
 
@@ -215,6 +215,7 @@ class SQLViews(ABC):
         sid = self._sid(session_id)
         where, params = _rows_at(sid, ACTIVE, version)
         with self._reading() as read:
+            before = None  # a past version's messages all have ids below its next id
             if version is None:
                 rows = self._fetch(
                     read, "SELECT message_count FROM ledger_sessions WHERE session_id = ?", (sid,)
@@ -222,17 +223,18 @@ class SQLViews(ABC):
             else:
                 rows = self._fetch(
                     read,
-                    "SELECT message_count FROM ledger_timeline "
+                    "SELECT message_count, next_message_id FROM ledger_timeline "
                     "WHERE session_id = ? AND version = ?",
                     (sid, version),
                 )
+                before = rows[0]["next_message_id"] if rows else None
             total = rows[0]["message_count"] if rows else 0
             if total == 0:
                 return []
             seen: list[Any] = []
 
             def tail() -> Iterator[TailEntry]:
-                for row in self._tail(read, where, params, with_body=tokenizer is not None):
+                for row in self._tail(read, where, params, before, tokenizer is not None):
                     seen.append(row)
                     if tokenizer is None:
                         yield TailEntry(row["role"], row["tokens"], row["tokens_joined"])
@@ -252,11 +254,16 @@ class SQLViews(ABC):
         return [ChatMessage.from_json(r["message"]) for r in bodies]
 
     def _tail(
-        self, read: Reader, where: str, params: tuple[Any, ...], *, with_body: bool
+        self,
+        read: Reader,
+        where: str,
+        params: tuple[Any, ...],
+        before: int | None,
+        with_body: bool,
     ) -> Iterator[Any]:
         """The messages newest first, read in growing batches as they are consumed."""
         columns = "message_id, role, tokens, tokens_joined" + (", message" if with_body else "")
-        before, batch = None, TAIL_BATCH
+        batch = TAIL_BATCH
         while True:
             bound = "" if before is None else " AND message_id < ?"
             rows = self._fetch(

@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import psycopg
 import pytest
@@ -17,8 +19,8 @@ DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
 STORES = ("memory", "sqlite", "postgres")
 
 
-def postgres_url() -> str:
-    """The test PostgreSQL URL; skips loudly when unreachable, fails when required."""
+def postgres_server_url() -> str:
+    """The test PostgreSQL server; skips loudly when unreachable, fails when required."""
     url = os.environ.get("LEDGER_TEST_POSTGRES_URL", DEFAULT_POSTGRES_URL)
     try:
         psycopg.connect(url, connect_timeout=3).close()
@@ -30,17 +32,44 @@ def postgres_url() -> str:
     return url
 
 
+@contextmanager
+def fresh_postgres_database(prefix: str = "ledger_test") -> Iterator[str]:
+    """A new, empty database on the test server, dropped afterwards: its URL."""
+    server = postgres_server_url()
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield urlsplit(server)._replace(path=f"/{name}").geturl()
+    finally:
+        with psycopg.connect(server, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+_session_database: ExitStack | None = None
+_session_database_url: str | None = None
+
+
+def postgres_url() -> str:
+    """This test run's own database (made on first use, dropped at the end), so runs
+    never see each other's rows or an older schema."""
+    global _session_database, _session_database_url
+    if _session_database_url is None:
+        _session_database = ExitStack()
+        _session_database_url = _session_database.enter_context(fresh_postgres_database())
+    return _session_database_url
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _session_database is not None:
+        _session_database.close()
+
+
 @pytest.fixture
 def fresh_postgres_url() -> Iterator[str]:
-    """A new, empty PostgreSQL database for tests that read the whole store."""
-    base = postgres_url()
-    name = f"ledger_test_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    url = base.rsplit("/", 1)[0] + f"/{name}"
-    yield url
-    with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    """A database of the test's own, for tests that read the whole store."""
+    with fresh_postgres_database() as url:
+        yield url
 
 
 def store_url(store: str, tmp_path: Path) -> str:

@@ -113,3 +113,16 @@ def test_a_cold_put_reads_a_snapshot_and_a_bounded_tail(tmp_path: Path) -> None:
     finally:
         monkeypatch.undo()
         cold.close()
+
+
+def test_a_past_window_reads_only_its_tail(grown: Ledger) -> None:
+    """At version 2 the large session held its first 2,000 messages; the 8,000 appended
+    later are not scanned."""
+    now = view_rows_during(grown, lambda: grown.get("large", token_limit=1_000))
+    then = view_rows_during(grown, lambda: grown.get("large", token_limit=1_000, as_of_version=2))
+    assert then == now + 1  # plus the session row that says version 2 exists
+    assert (
+        grown.get("large", token_limit=1_000, as_of_version=2)[-1].content
+        == message(1_999)["content"]
+    )
+    grown.close()
