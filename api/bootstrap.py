@@ -7,6 +7,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import psycopg
+
 from session_ledger.domain.errors import InvalidInput, StoreNotReady
 from session_ledger.domain.ledger import Ledger, Limits
 from session_ledger.domain.tokens import load_tokenizer

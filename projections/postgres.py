@@ -25,6 +25,7 @@ from eventsourcing.postgres import (
 )
 from eventsourcing.utils import retry
 from psycopg.sql import SQL, Composed, Identifier
+
 from session_ledger.domain.ports import ACTIVE
 
 from .changes import InsertMessages, MessageRow, ViewChanges, view_changes

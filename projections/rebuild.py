@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from eventsourcing.sqlite import SQLiteDatastore
+
 from session_ledger.domain.messages import ChatMessage
 from session_ledger.domain.ports import WriteBatch
 from session_ledger.domain.session import HistoryReplaced, MessagesAppended, Session

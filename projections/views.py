@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from eventsourcing.persistence import StoredEvent
+
 from session_ledger.domain.messages import ChatMessage
 from session_ledger.domain.ports import ACTIVE, ARCHIVED, PriorWrite, SessionHead
 from session_ledger.domain.tokens import NamedTokenizer, TailEntry, window_length

@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 
 import psycopg
 import pytest
+
 from session_ledger.api.bootstrap import migrate, open_ledger
 from session_ledger.api.settings import Settings
 from session_ledger.domain.ledger import Ledger

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
+
 from session_ledger.domain.errors import InvalidInput, SessionNotFound, StateNotFound
 from session_ledger.domain.ledger import Ledger
 

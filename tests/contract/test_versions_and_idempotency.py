@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from session_ledger.domain.errors import IdempotencyKeyReused, VersionConflict
 from session_ledger.domain.ledger import Ledger
 

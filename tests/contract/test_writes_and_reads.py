@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+
 from session_ledger.domain.errors import (
     InvalidInput,
     MessageNotFound,

@@ -8,8 +8,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from session_ledger.api.settings import Settings
 
+from session_ledger.api.settings import Settings
 from tests.conftest import make_ledger, make_settings
 
 PER_WRITER = 500

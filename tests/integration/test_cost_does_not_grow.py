@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from session_ledger.domain.ledger import Ledger
 
+from session_ledger.domain.ledger import Ledger
 from tests.conftest import make_ledger, make_settings
 
 WORDS = [

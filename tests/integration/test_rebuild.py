@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from session_ledger.domain.ledger import Ledger
 from session_ledger.projections.rebuild import check, rebuild
 from session_ledger.projections.views import SQLViews
-
 from tests.conftest import make_ledger, make_settings
 
 

@@ -14,10 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from llama_index.core.base.llms.types import ChatMessage as LlamaMessage
 from llama_index.core.memory import ChatMemoryBuffer
+
 from session_ledger.domain.ledger import Ledger
 from session_ledger.domain.messages import ROLES
 from session_ledger.domain.tokens import load_tokenizer
-
 from tests.conftest import make_ledger, make_settings
 
 WORDS = st.sampled_from(["a", "bb", "tool", "call", "42", "über", "😀", "x-y", "...", "\n"])
