@@ -6,11 +6,13 @@ one database URL of the settings, unless the caller hands in its own.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
 from session_ledger.domain.ledger import Ledger
 
 from . import errors
@@ -44,12 +46,14 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         from .bootstrap import open_ledger  # the composition root picks the store
 
-        app.state.ledger = ledger if ledger is not None else open_ledger(settings)
-        app.state.key_store = key_store or open_key_store(
-            settings.database_url,
-            pool_size=settings.pool_size,
-            lock_timeout=settings.lock_timeout_seconds,
-        )
+        if ledger is None:
+            app.state.ledger = open_ledger(settings)
+        if key_store is None:
+            app.state.key_store = open_key_store(
+                settings.database_url,
+                pool_size=settings.pool_size,
+                lock_timeout=settings.lock_timeout_seconds,
+            )
         try:
             yield
         finally:
@@ -62,6 +66,8 @@ def create_app(
         title="session-ledger", version=_version(), description=DESCRIPTION, lifespan=lifespan
     )
     app.state.settings = settings
+    # What the caller hands in is usable at once, also without running the lifespan.
+    app.state.ledger, app.state.key_store = ledger, key_store
     app.state.metrics = Metrics()
     errors.register(app)
     for module in (sessions, keys, health):
@@ -70,7 +76,37 @@ def create_app(
     app.add_middleware(RawSessionPath)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
+    app.openapi = _openapi_without_null_parameters(app)  # type: ignore[method-assign]
     return app
+
+
+def _openapi_without_null_parameters(app: FastAPI) -> Callable[[], dict[str, Any]]:
+    """The OpenAPI document, where an optional query or header parameter is just optional.
+
+    FastAPI describes `str | None` parameters as "string or null", but a header or query
+    value cannot be null: it is absent. Generators (schemathesis) would send "null".
+    """
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            document = get_openapi(title=app.title, version=app.version,
+                                   description=app.description, routes=app.routes)  # fmt: skip
+            for path in document.get("paths", {}).values():
+                for operation in path.values():
+                    for parameter in operation.get("parameters", []):
+                        _drop_null(parameter["schema"])
+            app.openapi_schema = document
+        return app.openapi_schema
+
+    return openapi
+
+
+def _drop_null(schema: dict[str, Any]) -> None:
+    choices = schema.get("anyOf", [])
+    rest = [c for c in choices if c.get("type") != "null"]
+    if len(rest) == 1 and len(choices) == 2:
+        del schema["anyOf"]
+        schema.update(rest[0])
 
 
 def app_from_env() -> FastAPI:

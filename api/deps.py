@@ -18,8 +18,10 @@ from session_ledger.domain.errors import InvalidInput, InvalidSessionKey
 from session_ledger.domain.ledger import Ledger
 
 from .auth import MANAGE_KEYS, READ, WRITE, Principal, authenticate, key_store, require
+from .errors import PreconditionFailed
 from .keystore import KeyStore
 
+TEXT_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]*$"  # no control characters, as the ledger demands
 ETAG = re.compile(r'^\s*"(\d{1,18})"\s*$|^\s*(\d{1,18})\s*$')
 
 
@@ -37,6 +39,8 @@ def session_key(
             "(Python: urllib.parse.quote(key, safe='')). A key that is exactly `.` or `..` "
             "is sent as %2E or %2E%2E.",
             examples=["user-42%2Fchat%201"],
+            # Documents the decoded key; the route sees it encoded, so this only informs.
+            json_schema_extra={"pattern": TEXT_PATTERN, "minLength": 1, "maxLength": 512},
         ),
     ],
 ) -> str:
@@ -71,29 +75,35 @@ def write_options(
         str | None,
         Header(
             description='Write only if the session is at this version: its ETag, e.g. "3"; '
-            "`*`: only if the session exists. Stale: 412, nothing written."
+            "`*`: only if the session exists. Stale: 412, nothing written.",
+            pattern=r'^\s*("\d{1,18}"|\d{1,18}|\*)\s*$',
         ),
     ] = None,
     if_none_match: Annotated[
         str | None,
-        Header(description="`*`: write only if the session does not exist yet (else 412)."),
+        Header(
+            description="`*`: write only if the session does not exist yet (else 412).",
+            pattern=r"^\s*\*\s*$",
+        ),
     ] = None,
     idempotency_key: Annotated[
         str | None,
         Header(
-            description="A retried write with the same key and body is applied once and "
-            "answered with the first result (Idempotent-Replayed: true)."
+            description="1 to 256 visible ASCII characters, e.g. a UUID. A retried write "
+            "with the same key and body is applied once and answered with the first result "
+            "(Idempotent-Replayed: true).",
+            max_length=256,
+            pattern=r"^[\x21-\x7e]+$",
         ),
     ] = None,
     reason: Annotated[
-        str | None, Query(description="Why the change was made; kept in the audit trail.")
+        str | None,
+        Query(description="Why the change was made; kept in the audit trail.", max_length=4096),
     ] = None,
 ) -> WriteOptions:
     """Parse the conditional-write headers; malformed ones are refused (422)."""
     expected: int | None = None
     must_exist = False
-    if if_match is not None and if_none_match is not None:
-        raise InvalidInput("send If-Match or If-None-Match, not both")
     if if_match is not None:
         if if_match.strip() == "*":
             must_exist = True
@@ -107,6 +117,8 @@ def write_options(
     if if_none_match is not None:
         if if_none_match.strip() != "*":
             raise InvalidInput("If-None-Match supports only * (create the session)")
+        if must_exist or expected not in (None, 0):
+            raise PreconditionFailed("If-Match and If-None-Match: * cannot both hold")
         expected = 0
     return WriteOptions(expected, must_exist, idempotency_key, reason)
 

@@ -55,8 +55,8 @@ def check_key_fields(tenant: str, role: str, name: str) -> None:
         raise InvalidInput(f"role must be one of {', '.join(ROLES)}; got {role!r}")
     if not tenant or len(tenant) > 128 or CONTROL.search(tenant):
         raise InvalidInput("tenant must be 1 to 128 characters, no control characters")
-    if len(name) > 200 or not name.isprintable():
-        raise InvalidInput("name must be at most 200 printable characters")
+    if len(name) > 200 or CONTROL.search(name):
+        raise InvalidInput("name must be at most 200 characters, no control characters")
 
 
 class KeyStore(ABC):

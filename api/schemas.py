@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from session_ledger.domain.messages import BLOCK_TYPES
 
 Role = Literal["agent", "auditor", "admin"]
 MessageRole = Literal[
@@ -17,23 +18,53 @@ MessageRole = Literal[
 ]
 
 
-class MessageIn(BaseModel):
-    """A chat message in LlamaIndex's JSON shape, or the plain {"role", "content"} one."""
+OTHER_BLOCK_TYPES = [t for t in BLOCK_TYPES if t != "text"]
+# Documents what the domain checks (blocks stay plain dicts, so they reach it untouched).
+BLOCKS_SCHEMA: dict[str, Any] = {
+    "type": "array",
+    "items": {
+        "anyOf": [
+            {"type": "object", "required": ["block_type", "text"],
+             "properties": {"block_type": {"const": "text"}, "text": {"type": "string"}}},
+            {"type": "object", "required": ["block_type"],
+             "properties": {"block_type": {"enum": OTHER_BLOCK_TYPES}}},
+        ]
+    },
+}  # fmt: skip
 
+
+class _MessageIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     role: MessageRole
-    blocks: list[dict[str, Any]] | None = Field(
-        None, description='LlamaIndex content blocks, e.g. [{"block_type": "text", "text": "hi"}].'
-    )
-    content: str | list[dict[str, Any]] | None = Field(
-        None, description="Plain text (or a list of blocks); used when `blocks` is absent."
-    )
     additional_kwargs: dict[str, Any] = Field(default_factory=dict)
 
     def to_ledger(self) -> dict[str, Any]:
         """The fields the caller gave, for `ChatMessage.parse` (the domain's validation)."""
         return self.model_dump(exclude_unset=True)
+
+
+class BlocksMessageIn(_MessageIn):
+    """A chat message in LlamaIndex's JSON shape."""
+
+    blocks: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description='LlamaIndex content blocks, e.g. [{"block_type": "text", "text": "hi"}].',
+        json_schema_extra=BLOCKS_SCHEMA,
+    )
+
+
+class TextMessageIn(_MessageIn):
+    """A chat message in the plain shape: `content` is text (or a list of blocks)."""
+
+    content: str | list[dict[str, Any]] | None = Field(
+        description="Text, or a list of content blocks like `blocks`.",
+        json_schema_extra={"anyOf": [{"type": "string"}, BLOCKS_SCHEMA, {"type": "null"}]},
+    )
+
+
+# Either shape, never both `blocks` and `content`.
+MessageIn = BlocksMessageIn | TextMessageIn
 
 
 class Message(BaseModel):
@@ -102,7 +133,10 @@ class KeyCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     role: Role
-    name: str = Field("", max_length=200, description="A label for people, e.g. the agent's name.")
+    name: str = Field(
+        "", max_length=200, pattern=r"^[^\x00-\x1f\x7f-\x9f]*$",
+        description="A label for people, e.g. the agent's name (no control characters).",
+    )  # fmt: skip
 
 
 class ApiKey(BaseModel):
