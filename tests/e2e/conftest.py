@@ -14,16 +14,19 @@ import secrets
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import IO
 from urllib.parse import urlsplit
 
 import httpx
 import psycopg
 import pytest
+
 from session_ledger.api.client import LedgerClient
 
 DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
@@ -90,6 +93,7 @@ class Server:
 
     env: dict[str, str]
     process: subprocess.Popen[str] | None = None
+    log: IO[str] | None = None
     output: list[str] = field(default_factory=list)
 
     @property
@@ -97,15 +101,16 @@ class Server:
         return f"http://127.0.0.1:{self.env['LEDGER_PORT']}"
 
     def start(self) -> Server:
+        # A file, not a pipe: nobody reads a pipe while the server runs, and a full pipe
+        # would block the server on its next access-log line.
+        self.log = tempfile.TemporaryFile("w+", encoding="utf-8")  # noqa: SIM115
         self.process = subprocess.Popen(
-            [*CLI, "serve"], env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True,
-        )  # fmt: skip
+            [*CLI, "serve"], env=self.env, stdout=self.log, stderr=subprocess.STDOUT, text=True
+        )
         deadline = time.monotonic() + STARTUP_SECONDS
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                out = self.process.stdout.read() if self.process.stdout else ""
-                raise RuntimeError(f"server exited with {self.process.returncode}:\n{out}")
+                raise RuntimeError(f"server exited with {self.process.returncode}:\n{self.stop()}")
             try:
                 if httpx.get(f"{self.base_url}/healthz", timeout=1).status_code == 200:
                     return self
@@ -123,9 +128,11 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-        if self.process is not None and self.process.stdout is not None:
-            self.output.append(self.process.stdout.read())
-            self.process.stdout.close()
+        if self.log is not None:
+            self.log.seek(0)
+            self.output.append(self.log.read())
+            self.log.close()
+            self.log = None
         return "".join(self.output)
 
 
