@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from session_ledger.api.client import LedgerAPIError, session_path
 
 from .conftest import Deployment

@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 import httpx
 import psycopg
 import pytest
+
 from session_ledger.api.client import LedgerAPIError, LedgerClient
 
 from .conftest import (

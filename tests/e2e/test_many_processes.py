@@ -7,6 +7,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+
 from session_ledger.api.client import LedgerClient
 
 from .conftest import Server, fresh_postgres_database, run_cli, server_env

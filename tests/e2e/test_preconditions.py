@@ -6,6 +6,7 @@ import uuid
 from collections.abc import Callable
 
 import pytest
+
 from session_ledger.api.client import LedgerAPIError, LedgerClient
 from session_ledger.api.schemas import WriteResult
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
+
 from session_ledger.api.client import LedgerAPIError
 
 from .conftest import Deployment
