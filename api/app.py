@@ -13,13 +13,14 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+
 from session_ledger.domain.ledger import Ledger
 
 from . import errors
 from .keystore import KeyStore, open_key_store
 from .metrics import Metrics, MetricsMiddleware
 from .middleware import BodyLimit, RawSessionPath
-from .routes import health, keys, sessions
+from .routes import health, history, keys, sessions
 from .settings import Settings
 
 DESCRIPTION = """Event-sourced conversation memory for LLM agents.
@@ -70,7 +71,7 @@ def create_app(
     app.state.ledger, app.state.key_store = ledger, key_store
     app.state.metrics = Metrics()
     errors.register(app)
-    for module in (sessions, keys, health):
+    for module in (sessions, history, keys, health):
         app.include_router(module.router)
     # Added last = runs first: metrics see every answer, the 413 check runs before routing.
     app.add_middleware(RawSessionPath)

@@ -12,9 +12,11 @@ import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Annotated, Any
 
 import typer
+
 from session_ledger.domain.errors import LedgerError
 
 from .keystore import ROLES, KeyNotFound, KeyStore, open_key_store
@@ -171,33 +173,69 @@ def keys_revoke(key_id: str, database_url: DatabaseUrl = None) -> None:
 def show(
     key: str,
     tenant: Tenant = None,
+    as_of_version: Annotated[
+        int | None, typer.Option(help="Show the session as it was at this version.")
+    ] = None,
+    as_of: Annotated[
+        datetime | None, typer.Option(help="Show it as it was at this time (UTC).")
+    ] = None,
     archived: Annotated[bool, typer.Option(help="Show the archived messages.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON document.")] = False,
     database_url: DatabaseUrl = None,
 ) -> None:
     """Print a session: its version and counts, then its messages, oldest first."""
-    from .bootstrap import open_ledger
-
     settings = load_settings(database_url)
     tenant = tenant or settings.default_tenant
-    with failing_cleanly():
-        ledger = open_ledger(settings)
-        try:
-            head = ledger.head(key, tenant=tenant)
-            status = "archived" if archived else "active"
-            messages = ledger.get_all(key, tenant=tenant, status=status)
-        finally:
-            ledger.close()
+    status = "archived" if archived else "active"
+    with failing_cleanly(), opened_ledger(settings) as ledger:
+        head = ledger.head(key, tenant=tenant)
+        messages = ledger.get_all(
+            key, tenant=tenant, status=status, as_of_version=as_of_version, as_of=as_of
+        )
+    point = f" as of version {as_of_version}" if as_of_version else ""
+    point += f" as of {as_of.isoformat()}" if as_of else ""
     if as_json:
         document = {"key": key, "tenant": tenant, "version": head.version,
+                    "as_of_version": as_of_version, "as_of": as_of and as_of.isoformat(),
                     "messages": [m.to_dict() for m in messages]}  # fmt: skip
         typer.echo(json.dumps(document, ensure_ascii=False, indent=2))
         return
-    typer.echo(f"session {key!r} (tenant {tenant!r}): version {head.version}, "
+    typer.echo(f"session {key!r} (tenant {tenant!r}){point}: now at version {head.version}, "
                f"{head.message_count} active, {head.archived_count} archived, "
                f"updated {head.updated_at:%Y-%m-%d %H:%M:%S} UTC")  # fmt: skip
     for index, message in enumerate(messages):
         typer.echo(f"[{index}] {message.role}: {message.content}")
+
+
+@cli.command()
+def audit(
+    key: str,
+    tenant: Tenant = None,
+    after: Annotated[int, typer.Option(help="Only events after this version.")] = 0,
+    limit: Annotated[int, typer.Option(help="At most this many events.")] = 1000,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Print a session's audit trail: every change, who made it, when and why."""
+    settings = load_settings(database_url)
+    tenant = tenant or settings.default_tenant
+    with failing_cleanly(), opened_ledger(settings) as ledger:
+        entries = ledger.audit(key, tenant=tenant, after_version=after, limit=limit)
+    for e in entries:
+        why = f"  reason: {e.reason}" if e.reason else ""
+        typer.echo(f"v{e.version}  {e.recorded_at:%Y-%m-%d %H:%M:%S}  {e.event_type:<17} "
+                   f"by {e.actor}{why}")  # fmt: skip
+        typer.echo(f"    {json.dumps(e.changes, ensure_ascii=False)[:500]}")
+
+
+@contextmanager
+def opened_ledger(settings: Settings) -> Iterator[Any]:
+    from .bootstrap import open_ledger
+
+    ledger = open_ledger(settings)
+    try:
+        yield ledger
+    finally:
+        ledger.close()
 
 
 def main() -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Generic, TypedDict, TypeVar
 from urllib.parse import quote
 
@@ -22,6 +23,7 @@ from typing_extensions import Unpack
 from .schemas import (
     ApiKey,
     ApiKeyList,
+    AuditTrail,
     CreatedApiKey,
     Message,
     MessageList,
@@ -108,6 +110,22 @@ def _write(
     return _Call(method, path, WriteResult, params, headers, json)
 
 
+@dataclass(frozen=True)
+class AsOf:
+    """A point-in-time read: a version, or a time (naive means UTC), or neither (now)."""
+
+    version: int | None = None
+    time: datetime | None = None
+
+    def params(self) -> dict[str, Any]:
+        params: dict[str, Any] = {}
+        if self.version is not None:
+            params["as_of_version"] = self.version
+        if self.time is not None:
+            params["as_of"] = self.time.isoformat()
+        return params
+
+
 def _messages(messages: Iterable[MessageLike]) -> dict[str, Any]:
     return {"messages": [message_json(m) for m in messages]}
 
@@ -137,18 +155,29 @@ class _Calls:
         return _write("DELETE", session_path(key, "/messages/last"), **w)
 
     @staticmethod
-    def get(key: str, token_limit: int | None, initial_token_count: int) -> _Call[MessageList]:
-        params: dict[str, Any] = {"initial_token_count": initial_token_count}
+    def archive_oldest(key: str, count: int, **w: Any) -> _Call[WriteResult]:
+        return _write("POST", session_path(key, "/archive"), {"count": count}, **w)
+
+    @staticmethod
+    def get(key: str, token_limit: int | None, initial_token_count: int,
+            as_of: AsOf) -> _Call[MessageList]:  # fmt: skip
+        params: dict[str, Any] = {"initial_token_count": initial_token_count, **as_of.params()}
         if token_limit is not None:
             params["token_limit"] = token_limit
         return _Call("GET", session_path(key, "/context"), MessageList, params)
 
     @staticmethod
-    def get_all(key: str, status: str, offset: int, limit: int | None) -> _Call[MessageList]:
-        params: dict[str, Any] = {"status": status, "offset": offset}
+    def get_all(key: str, status: str, offset: int, limit: int | None,
+                as_of: AsOf) -> _Call[MessageList]:  # fmt: skip
+        params: dict[str, Any] = {"status": status, "offset": offset, **as_of.params()}
         if limit is not None:
             params["limit"] = limit
         return _Call("GET", session_path(key, "/messages"), MessageList, params)
+
+    @staticmethod
+    def events(key: str, after: int, limit: int) -> _Call[AuditTrail]:
+        params = {"after": after, "limit": limit}
+        return _Call("GET", session_path(key, "/events"), AuditTrail, params)
 
     @staticmethod
     def head(key: str) -> _Call[SessionHead]:
@@ -242,17 +271,29 @@ class LedgerClient:
         """Remove the newest message; the result's `removed` holds it."""
         return self._send(_Calls.delete_last_message(key, **w))
 
+    def archive_oldest(self, key: str, count: int, **w: Unpack[WriteOptions]) -> WriteResult:
+        """Move the `count` oldest active messages to the archive."""
+        return self._send(_Calls.archive_oldest(key, count, **w))
+
     def get(
-        self, key: str, *, token_limit: int | None = None, initial_token_count: int = 0
-    ) -> list[Message]:
-        """The context window (ChatMemoryBuffer.get semantics)."""
-        return (self._send(_Calls.get(key, token_limit, initial_token_count))).messages
+        self, key: str, *, token_limit: int | None = None, initial_token_count: int = 0,
+        as_of_version: int | None = None, as_of: datetime | None = None,
+    ) -> list[Message]:  # fmt: skip
+        """The context window (ChatMemoryBuffer.get semantics), now or at a past point."""
+        past = AsOf(as_of_version, as_of)
+        return (self._send(_Calls.get(key, token_limit, initial_token_count, past))).messages
 
     def get_all(
-        self, key: str, *, status: str = "active", offset: int = 0, limit: int | None = None
-    ) -> list[Message]:
-        """The whole history (or a page of it), oldest first."""
-        return (self._send(_Calls.get_all(key, status, offset, limit))).messages
+        self, key: str, *, status: str = "active", offset: int = 0, limit: int | None = None,
+        as_of_version: int | None = None, as_of: datetime | None = None,
+    ) -> list[Message]:  # fmt: skip
+        """The whole history (or a page of it), oldest first, now or at a past point."""
+        past = AsOf(as_of_version, as_of)
+        return (self._send(_Calls.get_all(key, status, offset, limit, past))).messages
+
+    def events(self, key: str, *, after: int = 0, limit: int = 100) -> AuditTrail:
+        """A page of the session's audit trail; pass `next_after` back as `after`."""
+        return self._send(_Calls.events(key, after, limit))
 
     def head(self, key: str) -> SessionHead:
         """The session's version, counts and times."""
@@ -343,17 +384,29 @@ class AsyncLedgerClient:
         """Remove the newest message; the result's `removed` holds it."""
         return await self._send(_Calls.delete_last_message(key, **w))
 
+    async def archive_oldest(self, key: str, count: int, **w: Unpack[WriteOptions]) -> WriteResult:
+        """Move the `count` oldest active messages to the archive."""
+        return await self._send(_Calls.archive_oldest(key, count, **w))
+
     async def get(
-        self, key: str, *, token_limit: int | None = None, initial_token_count: int = 0
-    ) -> list[Message]:
-        """The context window (ChatMemoryBuffer.get semantics)."""
-        return (await self._send(_Calls.get(key, token_limit, initial_token_count))).messages
+        self, key: str, *, token_limit: int | None = None, initial_token_count: int = 0,
+        as_of_version: int | None = None, as_of: datetime | None = None,
+    ) -> list[Message]:  # fmt: skip
+        """The context window (ChatMemoryBuffer.get semantics), now or at a past point."""
+        past = AsOf(as_of_version, as_of)
+        return (await self._send(_Calls.get(key, token_limit, initial_token_count, past))).messages
 
     async def get_all(
-        self, key: str, *, status: str = "active", offset: int = 0, limit: int | None = None
-    ) -> list[Message]:
-        """The whole history (or a page of it), oldest first."""
-        return (await self._send(_Calls.get_all(key, status, offset, limit))).messages
+        self, key: str, *, status: str = "active", offset: int = 0, limit: int | None = None,
+        as_of_version: int | None = None, as_of: datetime | None = None,
+    ) -> list[Message]:  # fmt: skip
+        """The whole history (or a page of it), oldest first, now or at a past point."""
+        past = AsOf(as_of_version, as_of)
+        return (await self._send(_Calls.get_all(key, status, offset, limit, past))).messages
+
+    async def events(self, key: str, *, after: int = 0, limit: int = 100) -> AuditTrail:
+        """A page of the session's audit trail; pass `next_after` back as `after`."""
+        return await self._send(_Calls.events(key, after, limit))
 
     async def head(self, key: str) -> SessionHead:
         """The session's version, counts and times."""

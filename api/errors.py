@@ -12,8 +12,9 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from session_ledger.domain import errors as domain
 from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from session_ledger.domain import errors as domain
 
 from .auth import Forbidden, Unauthenticated
 from .keystore import KeyNotFound
@@ -48,6 +49,7 @@ STATUS: dict[type[BaseException], tuple[int, str]] = {
     domain.InvalidInput: (422, "invalid_input"),
     domain.SessionNotFound: (404, "session_not_found"),
     domain.MessageNotFound: (404, "message_not_found"),
+    domain.StateNotFound: (404, "state_not_found"),
     domain.VersionConflict: (412, "version_conflict"),
     domain.IdempotencyKeyReused: (422, "idempotency_key_reused"),
     domain.StoreNotReady: (503, "store_not_ready"),
@@ -59,7 +61,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         400: "Malformed JSON body.",
         401: "No API key, or an unknown or revoked one.",
         403: "The key's role may not do this.",
-        404: "No such session (in the caller's tenant), message or key.",
+        404: "No such session (in the caller's tenant), message, past version or key.",
         409: "A write lost too many races with other writers; retry.",
         412: "If-Match / If-None-Match precondition failed; nothing written.",
         413: "Body, message or write over the configured limits.",

@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
 from session_ledger.domain.messages import BLOCK_TYPES
 
 Role = Literal["agent", "auditor", "admin"]
@@ -100,6 +101,36 @@ class WriteResult(BaseModel):
     removed: list[Message] = Field(
         default_factory=list, description="The messages a delete removed."
     )
+
+
+class ArchiveIn(BaseModel):
+    """How many of the oldest active messages to move to the archive."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    count: int = Field(ge=1, le=2**62)
+
+
+class AuditEvent(BaseModel):
+    """One change to a session: which, by whom, why, when, and what it did."""
+
+    version: int
+    event_type: str
+    recorded_at: datetime
+    actor: str
+    reason: str | None
+    idempotency_key: str | None
+    changes: dict[str, Any] = Field(
+        description='What the event did, e.g. {"added": [messages]}, {"removed": [...]}, '
+        '{"kept": n, "removed": [...], "added": [...]}, {"cleared": n}, {"archived": n}.'
+    )
+
+
+class AuditTrail(BaseModel):
+    """A page of a session's events, oldest first; pass `next_after` as `after` for more."""
+
+    events: list[AuditEvent]
+    next_after: int | None
 
 
 class MessageList(BaseModel):

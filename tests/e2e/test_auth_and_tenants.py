@@ -19,8 +19,12 @@ SESSION_ROUTES: list[tuple[str, str, Any, str]] = [
     ("DELETE", "/messages", None, "write"),
     ("DELETE", "/messages/last", None, "write"),
     ("DELETE", "/messages/0", None, "write"),
+    ("POST", "/archive", {"count": 1}, "write"),
     ("GET", "/messages", None, "read"),
     ("GET", "/context", None, "read"),
+    ("GET", "/context?as_of_version=1", None, "read"),
+    ("GET", "/messages?as_of_version=1", None, "read"),
+    ("GET", "/events", None, "read"),
     ("GET", "", None, "read"),
 ]
 OTHER_ROUTES: list[tuple[str, str, Any, str]] = [

@@ -74,8 +74,16 @@ def test_migrate_then_keys_and_show_commands(tmp_path: Path) -> None:
                 {"role": "user", "content": "Where is my order?"},
                 {"role": "assistant", "content": "On its way."},
             ])  # fmt: skip
+            before_thanks = api.head("support/ticket 7").version
+            api.put("support/ticket 7", {"role": "user", "content": "Thanks"}, reason="polite")
     finally:
         server.stop()
+    past = run_cli(env, "show", "support/ticket 7", "--as-of-version", str(before_thanks))
+    assert past.returncode == 0, past.stderr
+    assert "[1] assistant: On its way." in past.stdout and "Thanks" not in past.stdout
+    trail = run_cli(env, "audit", "support/ticket 7")
+    assert trail.returncode == 0, trail.stderr
+    assert "MessagesAppended" in trail.stdout and "reason: polite" in trail.stdout
     shown = run_cli(env, "show", "support/ticket 7")
     assert shown.returncode == 0, shown.stderr
     assert "[0] user: Where is my order?" in shown.stdout
