@@ -14,6 +14,7 @@ from typing import Annotated, Any
 from urllib.parse import unquote_to_bytes
 
 from fastapi import Depends, Header, Path, Query, Request
+
 from session_ledger.domain.errors import InvalidInput, InvalidSessionKey
 from session_ledger.domain.ledger import Ledger
 

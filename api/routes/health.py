@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
 from session_ledger.domain.errors import StoreNotReady
 
 from ..deps import KeyStoreDep, LedgerDep
