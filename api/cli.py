@@ -63,11 +63,11 @@ def failing_cleanly() -> Iterator[None]:
 
 
 def migrate_store(settings: Settings, store: KeyStore) -> None:
-    """Create the ledger's and the key table; on an empty key table, the first admin key."""
+    """Create the store's tables (the key table too); on an empty key table, the first
+    admin key."""
     from .bootstrap import migrate
 
     migrate(settings)
-    store.migrate()
     secret = store.ensure_admin(settings.default_tenant, settings.bootstrap_key)
     if secret is not None and settings.bootstrap_key is None:
         typer.secho(

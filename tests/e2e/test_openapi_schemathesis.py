@@ -69,7 +69,6 @@ def _schema(url: str) -> Iterator[schemathesis.BaseSchema]:
     config = Settings(database_url=url, tokenizer="whitespace", max_body_bytes=64 * 1024)
     migrate(config)
     store = open_key_store(config.database_url)
-    store.migrate()
     store.ensure_admin(config.default_tenant, ADMIN_KEY)
     ledger = open_ledger(config)
     app = create_app(config, ledger=ledger, key_store=store)
