@@ -1,0 +1,203 @@
+"""The requests of the HTTP API, built once for both clients (`client.py`): paths with the
+session key encoded, write-option headers, and parsing answers or raising LedgerAPIError."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Generic, TypedDict, TypeVar
+from urllib.parse import quote
+
+import httpx
+from pydantic import BaseModel
+
+from .schemas import (
+    ApiKey,
+    ApiKeyList,
+    AuditTrail,
+    CreatedApiKey,
+    MessageList,
+    SessionHead,
+    SessionKeys,
+    Status,
+    WriteResult,
+)  # fmt: skip
+
+T = TypeVar("T", bound=BaseModel)
+
+
+class WriteOptions(TypedDict, total=False):
+    """Keyword arguments of every write."""
+
+    if_match: int | str  # the version the session must be at (or an ETag, or "*")
+    if_none_match: bool  # True: the session must not exist yet
+    idempotency_key: str  # a retry with the same key and body is applied once
+    reason: str  # why; kept in the audit trail
+
+
+MessageLike = Mapping[str, Any] | BaseModel | Any  # a dict, a schema model or a ChatMessage
+
+
+class LedgerAPIError(Exception):
+    """The API answered with an error: `status`, `code`, `message`, `details`."""
+
+    def __init__(self, status: int, code: str, message: str, details: dict[str, Any]) -> None:
+        super().__init__(f"{status} {code}: {message}")
+        self.status, self.code, self.message, self.details = status, code, message, details
+
+    @classmethod
+    def from_response(cls, response: httpx.Response) -> LedgerAPIError:
+        try:
+            error = response.json()["error"]
+            return cls(response.status_code, error["code"], error["message"], error["details"])
+        except (ValueError, KeyError, TypeError):
+            return cls(response.status_code, "http_error", response.text[:500], {})
+
+
+def session_path(key: str, suffix: str = "") -> str:
+    """The URL path of a session: the key percent-encoded as one segment, `/` included."""
+    segment = quote(key, safe="")
+    # "." and ".." would be removed from the path as dot segments.
+    segment = {".": "%2E", "..": "%2E%2E"}.get(segment, segment)
+    return f"/v1/sessions/{segment}{suffix}"
+
+
+def message_json(message: MessageLike) -> dict[str, Any]:
+    if isinstance(message, BaseModel):
+        return message.model_dump(exclude_unset=True)
+    if hasattr(message, "to_dict"):
+        return dict(message.to_dict())
+    return dict(message)
+
+
+@dataclass(frozen=True)
+class Request(Generic[T]):
+    method: str
+    path: str
+    model: type[T]
+    params: dict[str, Any] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)
+    json: Any = None
+
+    def parse(self, response: httpx.Response) -> T:
+        if response.status_code >= 400:
+            raise LedgerAPIError.from_response(response)
+        return self.model.model_validate_json(response.content)
+
+
+def _write(
+    method: str, path: str, json: Any = None, *, if_match: int | str | None = None,
+    if_none_match: bool = False, idempotency_key: str | None = None, reason: str | None = None,
+) -> Request[WriteResult]:  # fmt: skip
+    headers: dict[str, str] = {}
+    if if_match is not None:
+        headers["If-Match"] = f'"{if_match}"' if isinstance(if_match, int) else if_match
+    if if_none_match:
+        headers["If-None-Match"] = "*"
+    if idempotency_key is not None:
+        headers["Idempotency-Key"] = idempotency_key
+    params = {"reason": reason} if reason is not None else {}
+    return Request(method, path, WriteResult, params, headers, json)
+
+
+@dataclass(frozen=True)
+class AsOf:
+    """A point-in-time read: a version, or a time (naive means UTC), or neither (now)."""
+
+    version: int | None = None
+    time: datetime | None = None
+
+    def params(self) -> dict[str, Any]:
+        params: dict[str, Any] = {}
+        if self.version is not None:
+            params["as_of_version"] = self.version
+        if self.time is not None:
+            params["as_of"] = self.time.isoformat()
+        return params
+
+
+def _messages(messages: Iterable[MessageLike]) -> dict[str, Any]:
+    return {"messages": [message_json(m) for m in messages]}
+
+
+class Requests:
+    """The request of every API operation; write options are keyword arguments:
+    if_match (a version or an ETag), if_none_match, idempotency_key, reason."""
+
+    @staticmethod
+    def put_messages(key: str, messages: Iterable[MessageLike], **w: Any) -> Request[WriteResult]:
+        return _write("POST", session_path(key, "/messages"), _messages(messages), **w)
+
+    @staticmethod
+    def set(key: str, messages: Iterable[MessageLike], **w: Any) -> Request[WriteResult]:
+        return _write("PUT", session_path(key, "/messages"), _messages(messages), **w)
+
+    @staticmethod
+    def reset(key: str, **w: Any) -> Request[WriteResult]:
+        return _write("DELETE", session_path(key, "/messages"), **w)
+
+    @staticmethod
+    def delete_message(key: str, index: int, **w: Any) -> Request[WriteResult]:
+        return _write("DELETE", session_path(key, f"/messages/{int(index)}"), **w)
+
+    @staticmethod
+    def delete_last_message(key: str, **w: Any) -> Request[WriteResult]:
+        return _write("DELETE", session_path(key, "/messages/last"), **w)
+
+    @staticmethod
+    def archive_oldest(key: str, count: int, **w: Any) -> Request[WriteResult]:
+        return _write("POST", session_path(key, "/archive"), {"count": count}, **w)
+
+    @staticmethod
+    def get(key: str, token_limit: int | None, initial_token_count: int,
+            as_of: AsOf) -> Request[MessageList]:  # fmt: skip
+        params: dict[str, Any] = {"initial_token_count": initial_token_count, **as_of.params()}
+        if token_limit is not None:
+            params["token_limit"] = token_limit
+        return Request("GET", session_path(key, "/context"), MessageList, params)
+
+    @staticmethod
+    def get_all(key: str, status: str, offset: int, limit: int | None,
+                as_of: AsOf) -> Request[MessageList]:  # fmt: skip
+        params: dict[str, Any] = {"status": status, "offset": offset, **as_of.params()}
+        if limit is not None:
+            params["limit"] = limit
+        return Request("GET", session_path(key, "/messages"), MessageList, params)
+
+    @staticmethod
+    def events(key: str, after: int, limit: int) -> Request[AuditTrail]:
+        params = {"after": after, "limit": limit}
+        return Request("GET", session_path(key, "/events"), AuditTrail, params)
+
+    @staticmethod
+    def head(key: str) -> Request[SessionHead]:
+        return Request("GET", session_path(key), SessionHead)
+
+    @staticmethod
+    def keys(prefix: str, cursor: str | None, limit: int) -> Request[SessionKeys]:
+        params: dict[str, Any] = {"prefix": prefix, "limit": limit}
+        if cursor is not None:
+            params["cursor"] = cursor
+        return Request("GET", "/v1/sessions", SessionKeys, params)
+
+    @staticmethod
+    def create_key(role: str, name: str) -> Request[CreatedApiKey]:
+        return Request("POST", "/v1/keys", CreatedApiKey, json={"role": role, "name": name})
+
+    @staticmethod
+    def list_keys() -> Request[ApiKeyList]:
+        return Request("GET", "/v1/keys", ApiKeyList)
+
+    @staticmethod
+    def revoke_key(key_id: str) -> Request[ApiKey]:
+        return Request("DELETE", f"/v1/keys/{quote(key_id, safe='')}", ApiKey)
+
+    @staticmethod
+    def status(path: str) -> Request[Status]:
+        return Request("GET", path, Status)
+
+
+def client_kwargs(base_url: str, api_key: str | None, timeout: float) -> dict[str, Any]:
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    return {"base_url": base_url, "headers": headers, "timeout": timeout}
