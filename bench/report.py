@@ -79,22 +79,22 @@ def targets(cells: Cells, peers: list[tuple[str, str, bool]], sizes: list[int]) 
 
 def judge(target: Target, cells: Cells) -> dict[str, Any]:
     ratios = target.ratios(cells)
-    if not ratios:
-        return {"label": target.label, "peer": target.peer, "median": None, "holds": None,
-                "per_rep": []}  # fmt: skip
-    median = statistics.median(r for r, _ in ratios)
-    holds = median >= target.threshold if target.op == ">=" else median <= target.threshold
-    return {
+    out: dict[str, Any] = {
         "label": target.label,
         "peer": target.peer,
         "workload": target.a[1] if target.a[0] != target.peer else target.b[1],
         "op": target.op,
         "threshold": target.threshold,
-        "median": median,
+        "median": None,
         "per_rep": [r for r, _ in ratios],
         "predicted": any(p for _, p in ratios),
-        "holds": holds,
+        "holds": None,
     }
+    if ratios:
+        median = statistics.median(out["per_rep"])
+        holds = median >= target.threshold if target.op == ">=" else median <= target.threshold
+        out.update(median=median, holds=holds)
+    return out
 
 
 def median_cell(reps: list[Cell]) -> tuple[float | None, bool, str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import gc
 import importlib.util
 import os
 import re
@@ -136,8 +137,20 @@ class Runner:
                 return Cell(cell.unit, predicted=cell.predicted, note="predicted in repetition 1")
         return None
 
+    @staticmethod
+    def settle() -> None:
+        """Freeze what the harness holds so far (the corpus, the other stores' data).
+
+        Otherwise a store that allocates many objects per call pays for full garbage
+        collections over everything else this one process keeps alive: a cost set by
+        the harness, not by the store.
+        """
+        gc.collect()
+        gc.freeze()
+
     def writes(self, store: Store, rep: int, natives: list[object], workloads: set[str]) -> None:
         p = self.plan
+        self.settle()
         budget = p.write_budget_s
         if "W1" in workloads:
             w1 = [(f"w1-{rep}", m) for m in natives[: p.w1_messages]]
@@ -174,6 +187,7 @@ class Runner:
 
     def reads(self, store: Store, sizes: list[int]) -> None:
         p = self.plan
+        self.settle()
         measured: list[tuple[int, float]] = []
         for size in sizes:
             workload = f"W3@{size}"
