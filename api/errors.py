@@ -39,7 +39,7 @@ class PreconditionFailed(Exception):
 
 
 # Most specific class first wins (looked up along the exception's MRO).
-STATUS: dict[type[BaseException], tuple[int, str]] = {
+STATUS: dict[type[Exception], tuple[int, str]] = {
     Unauthenticated: (401, "unauthenticated"),
     Forbidden: (403, "forbidden"),
     KeyNotFound: (404, "key_not_found"),
@@ -131,7 +131,7 @@ async def handle_http(request: Request, exc: Exception) -> JSONResponse:
     # FastAPI answers 400 itself when the body cannot be parsed (e.g. nested too deep).
     codes = {400: "malformed_json", 404: "not_found", 405: "method_not_allowed"}
     code = codes.get(exc.status_code, "http_error")
-    return error_response(exc.status_code, code, str(exc.detail), headers=exc.headers)
+    return error_response(exc.status_code, code, str(exc.detail), headers=dict(exc.headers or {}))
 
 
 def register(app: FastAPI) -> None:

@@ -34,7 +34,10 @@ NOT_MIGRATED = "the API key table does not exist: run `session-ledger migrate`"
 
 def _row(row: Sequence[Any]) -> KeyRecord:
     revoked = datetime.fromisoformat(row[6]) if row[6] else None
-    return KeyRecord(*row[:5], created_at=datetime.fromisoformat(row[5]), revoked_at=revoked)
+    return KeyRecord(
+        id=row[0], tenant=row[1], role=row[2], name=row[3], key_hash=row[4],
+        created_at=datetime.fromisoformat(row[5]), revoked_at=revoked,
+    )  # fmt: skip
 
 
 def _params(record: KeyRecord) -> tuple[str, ...]:

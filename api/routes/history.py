@@ -58,7 +58,7 @@ def get_history(
     etag(response, ledger.head(key, tenant=who.tenant).version)
     found = ledger.get_all(key, tenant=who.tenant, status=status, offset=offset, limit=limit,
                            as_of_version=as_of_version, as_of=as_of)  # fmt: skip
-    return MessageList(messages=[m.to_dict() for m in found])  # type: ignore[misc]
+    return MessageList(messages=[m.to_dict() for m in found])
 
 
 @router.get("/{key}/context", response_model=MessageList)
@@ -76,7 +76,7 @@ def get_context(
         key, tenant=who.tenant, token_limit=token_limit, initial_token_count=initial_token_count,
         as_of_version=as_of_version, as_of=as_of,
     )  # fmt: skip
-    return MessageList(messages=[m.to_dict() for m in found])  # type: ignore[misc]
+    return MessageList(messages=[m.to_dict() for m in found])
 
 
 @router.get("/{key}", response_model=SessionHead)

@@ -27,7 +27,7 @@ def _written(response: Response, result: ports.WriteResult) -> WriteResult:
         response.headers["Idempotent-Replayed"] = "true"
     return WriteResult(
         version=result.version, message_count=result.message_count, replayed=result.replayed,
-        removed=[m.to_dict() for m in result.removed],  # type: ignore[misc]
+        removed=[m.to_dict() for m in result.removed],
     )  # fmt: skip
 
 
