@@ -1,0 +1,28 @@
+"""LlamaIndex adapters (the `llamaindex` extra): chat stores and a memory on the ledger.
+
+    from session_ledger.api.llamaindex import LedgerMemory
+    memory = LedgerMemory.from_defaults(chat_store_key="user-42", url="http://ledger:8080")
+
+- `LedgerChatStore`: `BaseChatStore`, answering as `SimpleChatStore`.
+- `LedgerDBChatStore`: `AsyncDBChatStore`, the store of LlamaIndex's `Memory` class.
+- `LedgerMemory`: `BaseMemory`, `ChatMemoryBuffer`'s window served by the ledger.
+- `record_response`: an agent's answer with its tool outputs and source nodes.
+Each works on an in-process `Ledger` (`ledger=`, or a database `url=`) or on a
+session-ledger server (`url="http(s)://..."`, API key from `api_key=` or LEDGER_API_KEY).
+"""
+
+from .backend import API_KEY_ENV
+from .chat_store import LedgerChatStore
+from .db_chat_store import LedgerDBChatStore
+from .memory import LedgerMemory
+from .responses import arecord_response, record_response, response_message
+
+__all__ = [
+    "API_KEY_ENV",
+    "LedgerChatStore",
+    "LedgerDBChatStore",
+    "LedgerMemory",
+    "arecord_response",
+    "record_response",
+    "response_message",
+]

@@ -1,0 +1,80 @@
+"""The settings every adapter shares: where the sessions live, and how it serializes.
+
+`url` is `http(s)://...` (a session-ledger server) or a database URL (`sqlite:///...`,
+`postgresql://...`, opened in this process); or pass `ledger=` (an in-process Ledger).
+Serialized adapters record the URL without any password and never the API key: on
+restore the key comes from `api_key=` or the `LEDGER_API_KEY` environment variable, and
+a database password from `LEDGER_DATABASE_URL` (when it names the same database).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from llama_index.core.base.llms.types import ChatMessage as LlamaMessage
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+
+from session_ledger.domain.ledger import Ledger
+
+from . import plans
+from .backend import LocalBackend, RemoteBackend, make_backend, without_password
+
+T = TypeVar("T")
+
+
+class LedgerTarget(BaseModel):
+    """Where the sessions live; the base of LedgerChatStore, LedgerDBChatStore, LedgerMemory."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    url: str | None = Field(
+        default=None,
+        description="http(s):// URL of a session-ledger server, or a database URL for an "
+        "in-process ledger; recorded without its password. None: `ledger=` was given.",
+    )
+    tenant: str | None = Field(
+        default=None, description="In-process only: the tenant (default: the ledger's)."
+    )
+    actor: str | None = Field(
+        default=None, description="In-process only: who the audit trail names as writer."
+    )
+    _backend: LocalBackend | RemoteBackend = PrivateAttr()
+
+    def __init__(
+        self, *, ledger: Ledger | None = None, api_key: str | None = None,
+        tokenizer_fn: Callable[[str], Any] | None = None, **data: Any,
+    ) -> None:  # fmt: skip
+        url = data.get("url")
+        if url is not None:
+            data["url"] = without_password(url)
+        super().__init__(**data)
+        self._backend = make_backend(
+            ledger=ledger, url=url, api_key=api_key, tenant=self.tenant, actor=self.actor,
+            tokenizer=tokenizer_fn,
+        )  # fmt: skip
+
+    def _run(self, plan: Callable[..., plans.Plan[T]], *args: Any, **kwargs: Any) -> T:
+        return plans.run(self._backend, plan, *args, **kwargs)
+
+    async def _arun(self, plan: Callable[..., plans.Plan[T]], *args: Any, **kwargs: Any) -> T:
+        return await plans.arun(self._backend, plan, *args, **kwargs)
+
+
+def to_wire(message: LlamaMessage | dict[str, Any]) -> dict[str, Any]:
+    """A LlamaIndex message as the ledger stores it (LlamaIndex's own JSON dump)."""
+    if not isinstance(message, LlamaMessage):
+        message = LlamaMessage.model_validate(message)
+    return message.model_dump(mode="json")
+
+
+def to_wires(messages: Sequence[LlamaMessage | dict[str, Any]]) -> list[dict[str, Any]]:
+    return [to_wire(m) for m in messages]
+
+
+def from_wire(message: dict[str, Any] | None) -> LlamaMessage | None:
+    return None if message is None else LlamaMessage.model_validate(message)
+
+
+def from_wires(messages: list[dict[str, Any]] | None) -> list[LlamaMessage]:
+    return [LlamaMessage.model_validate(m) for m in messages or []]

@@ -1,0 +1,101 @@
+"""Where the adapters' sessions live in these tests: an in-process Ledger, or a real
+session-ledger server (the e2e fixtures: `serve` in a child process, SQLite and PostgreSQL).
+
+`where` gives the keyword arguments that point an adapter at one or the other; each
+test uses fresh session keys, so tests share a server without seeing each other.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from session_ledger.api.bootstrap import open_ledger
+from session_ledger.api.settings import Settings
+from session_ledger.domain.ledger import Ledger
+from tests.conftest import make_ledger, make_settings
+from tests.e2e import conftest as e2e
+from tests.e2e.conftest import Deployment
+
+# The e2e fixtures, reused: a real `serve` process per store, with API keys.
+deployment = e2e.deployment
+postgres_database = e2e.postgres_database
+
+
+@dataclass
+class Where:
+    """An adapter's target: constructor keywords, and a Ledger on the same store to audit."""
+
+    name: str
+    kwargs: dict[str, Any]
+    open_ledger: Callable[[], Ledger]  # in-process, same store and tenant: for the audit trail
+    prefix: str  # every session key a test makes starts with it
+
+    @property
+    def ledger(self) -> Ledger:
+        return self.open_ledger()
+
+
+@pytest.fixture
+def local_ledger(tmp_path: Path) -> Iterator[Ledger]:
+    """An in-process ledger (whitespace tokens, a fresh tenant)."""
+    ledger = make_ledger(make_settings("memory", tmp_path))
+    yield ledger
+    ledger.close()
+
+
+@pytest.fixture(scope="session")
+def server_ledgers() -> Iterator[dict[str, Ledger]]:
+    """In-process Ledgers on the servers' own databases (to read their audit trails)."""
+    opened: dict[str, Ledger] = {}
+    yield opened
+    for ledger in opened.values():
+        ledger.close()
+
+
+def _server_ledger(served: Deployment, opened: dict[str, Ledger]) -> Ledger:
+    url = served.server.env["LEDGER_DATABASE_URL"]
+    if url not in opened:
+        opened[url] = open_ledger(Settings(database_url=url, tokenizer="whitespace"))
+    return opened[url]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Tests that take `where` run in process once, then against a server on each store."""
+    if "where" in metafunc.fixturenames:
+        # A parametrize mark (not a call): it takes precedence over `deployment`'s own params.
+        metafunc.definition.add_marker(pytest.mark.parametrize(
+            ("target", "deployment"),
+            [
+                pytest.param("local", "sqlite", id="local"),
+                pytest.param("remote", "sqlite", id="remote-sqlite"),
+                pytest.param("remote", "postgres", id="remote-postgres",
+                             marks=pytest.mark.postgres),
+            ],
+            indirect=["deployment"],
+            scope="session",  # one server per store for the whole run
+        ))  # fmt: skip
+
+
+@pytest.fixture
+def where(
+    request: pytest.FixtureRequest,
+    target: str,
+    local_ledger: Ledger,
+    deployment: Deployment,
+) -> Where:
+    """The in-process ledger, or a server (the e2e `deployment`) with tenant A's agent key."""
+    prefix = f"li/{uuid.uuid4().hex[:10]}/"
+    if target == "local":
+        return Where("local", {"ledger": local_ledger}, lambda: local_ledger, prefix)
+    kwargs = {"url": deployment.base_url, "api_key": deployment.keys["a_agent"]}
+    opened = request.getfixturevalue("server_ledgers")
+    return Where(
+        f"remote-{deployment.store}", kwargs, lambda: _server_ledger(deployment, opened), prefix
+    )
