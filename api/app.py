@@ -48,7 +48,9 @@ def create_app(
         from .bootstrap import open_ledger  # the composition root picks the store
 
         if ledger is None:
-            app.state.ledger = open_ledger(settings)
+            # memory:// has no migrate step: its tables come with the ledger.
+            in_memory = settings.database_url.startswith("memory://")
+            app.state.ledger = open_ledger(settings, create_tables=in_memory)
         if key_store is None:
             app.state.key_store = open_key_store(
                 settings.database_url,

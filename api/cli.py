@@ -116,7 +116,7 @@ def serve(
         "start (or LEDGER_BOOTSTRAP_KEY), or one made by `session-ledger keys create`."
     )
     if settings.workers == 1:
-        app = create_app(settings, key_store=store, ledger=_memory_ledger(settings))
+        app = create_app(settings, key_store=store)
         uvicorn.run(app, host=settings.host, port=settings.port)
         return
     store.close()
@@ -124,15 +124,6 @@ def serve(
         os.environ[f"LEDGER_{name.upper()}"] = str(getattr(settings, name))
     uvicorn.run("session_ledger.api.app:app_from_env", factory=True, host=settings.host,
                 port=settings.port, workers=settings.workers)  # fmt: skip
-
-
-def _memory_ledger(settings: Settings) -> Any:
-    """memory:// has no separate migrate step: its tables come with the ledger."""
-    if not settings.database_url.startswith("memory://"):
-        return None
-    from .bootstrap import open_ledger
-
-    return open_ledger(settings, create_tables=True)
 
 
 @keys_cli.command("create")
