@@ -18,6 +18,7 @@ from typing import Annotated, Any
 import typer
 
 from session_ledger.domain.errors import LedgerError
+from session_ledger.domain.ledger import Ledger
 
 from .keystore import ROLES, KeyNotFound, KeyStore, open_key_store
 from .settings import Settings
@@ -219,7 +220,7 @@ def audit(
 
 
 @contextmanager
-def opened_ledger(settings: Settings) -> Iterator[Any]:
+def opened_ledger(settings: Settings) -> Iterator[Ledger]:
     from .bootstrap import open_ledger
 
     ledger = open_ledger(settings)
