@@ -65,6 +65,8 @@ R = TypeVar("R")
 MAX_KEY_CHARS = 512
 MAX_TENANT_CHARS = 128
 MAX_IDEMPOTENCY_KEY_CHARS = 256
+MAX_ACTOR_CHARS = 256
+MAX_REASON_CHARS = 4096
 
 
 @dataclass(frozen=True)
@@ -485,8 +487,9 @@ class Ledger(Application[uuid.UUID]):
         """Session keys of a tenant in order, from after `after`, starting with `prefix`."""
         if not isinstance(limit, int) or not 1 <= limit <= 10_000:
             raise InvalidInput(f"limit must be between 1 and 10000; got {limit!r}")
-        if not isinstance(prefix, str) or (after is not None and not isinstance(after, str)):
-            raise InvalidInput("prefix and after must be strings")
+        _check_text(prefix, "prefix", MAX_KEY_CHARS, allow_empty=True)
+        if after is not None:
+            _check_key(after)
         return self.views.session_keys(self._tenant(tenant), prefix, after, limit)
 
     def _session_id(self, key: str, tenant: str | None) -> uuid.UUID:
@@ -521,37 +524,43 @@ def _digest(op: str, request: dict[str, Any]) -> str:
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
-def _check_text(value: object, what: str, max_chars: int) -> str:
-    if not isinstance(value, str) or not value:
-        raise InvalidSessionKey(f"{what} must be a non-empty string")
+def _check_text(
+    value: object,
+    what: str,
+    max_chars: int,
+    *,
+    error: type[InvalidInput] = InvalidInput,
+    allow_empty: bool = False,
+    allow_controls: bool = False,
+) -> str:
+    if not isinstance(value, str) or not (value or allow_empty):
+        raise error(f"{what} must be a {'' if allow_empty else 'non-empty '}string")
     if len(value) > max_chars:
-        raise InvalidSessionKey(f"{what} is {len(value)} characters; the limit is {max_chars}")
-    if any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in value):
-        raise InvalidSessionKey(f"{what} must not contain control characters")
+        raise error(f"{what} is {len(value)} characters; the limit is {max_chars}")
+    if not allow_controls and any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in value):
+        raise error(f"{what} must not contain control characters")
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
-        raise InvalidSessionKey(f"{what} contains a lone surrogate") from None
+        raise error(f"{what} contains a lone surrogate; it must be valid Unicode") from None
     return value
 
 
 def _check_key(key: object) -> str:
-    return _check_text(key, "session key", MAX_KEY_CHARS)
+    return _check_text(key, "session key", MAX_KEY_CHARS, error=InvalidSessionKey)
 
 
 def _check_tenant(tenant: object) -> str:
-    return _check_text(tenant, "tenant", MAX_TENANT_CHARS)
+    return _check_text(tenant, "tenant", MAX_TENANT_CHARS, error=InvalidSessionKey)
 
 
 def _check_write_options(
     actor: object, reason: object, expected_version: object, idempotency_key: object
 ) -> None:
     if actor is not None:
-        _check_text(actor, "actor", MAX_TENANT_CHARS * 2)
-    if reason is not None and (not isinstance(reason, str) or len(reason) > 4096):
-        raise InvalidInput("reason must be a string of at most 4096 characters")
+        _check_text(actor, "actor", MAX_ACTOR_CHARS)
     if reason is not None:
-        ChatMessage.parse({"role": "user", "content": reason})  # valid Unicode text
+        _check_text(reason, "reason", MAX_REASON_CHARS, allow_controls=True)
     if expected_version is not None and (
         not isinstance(expected_version, int) or isinstance(expected_version, bool)
         or expected_version < 0

@@ -130,3 +130,34 @@ def test_unicode_is_stored_exactly(ledger: Ledger) -> None:
     ledger.put(key, {"role": "user", "content": "k"})
     assert ledger.keys(prefix="user/") == [key]
     assert ledger.head(key).key == key
+
+
+@pytest.mark.parametrize(
+    ("options", "why"),
+    [
+        ({"actor": ""}, "actor must be a non-empty string"),
+        ({"actor": "a\nb"}, "actor must not contain control characters"),
+        ({"idempotency_key": "k" * 257}, "idempotency key is 257 characters"),
+        ({"idempotency_key": "\udc00"}, "idempotency key contains a lone surrogate"),
+        ({"reason": "r" * 4097}, "reason is 4097 characters"),
+        ({"reason": 5}, "reason must be a non-empty string"),
+    ],
+)
+def test_bad_write_options_are_invalid_input_not_bad_keys(
+    seeded: Ledger, options: dict[str, object], why: str
+) -> None:
+    with pytest.raises(InvalidInput, match=why) as caught:
+        seeded.put("s", GOOD, **options)
+    assert not isinstance(caught.value, InvalidSessionKey)
+    assert_untouched(seeded)
+
+
+def test_a_reason_may_span_lines(seeded: Ledger) -> None:
+    seeded.put("s", GOOD, reason="line one\nline two")
+    assert seeded.audit("s")[-1].reason == "line one\nline two"
+
+
+@pytest.mark.parametrize("prefix", ["a\x00", "\ud800"])
+def test_bad_key_prefixes(seeded: Ledger, prefix: str) -> None:
+    with pytest.raises(InvalidInput):
+        seeded.keys(prefix=prefix)
