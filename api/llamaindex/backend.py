@@ -220,14 +220,16 @@ def _answer_error(method: str, e: LedgerAPIError, args: tuple[Any, ...]) -> Any:
     if e.code in ("version_conflict", "precondition_failed"):
         expected = int(e.details.get("expected", args[-1] if args else 0) or 0)
         raise errors.VersionConflict(key, expected, int(e.details.get("actual", -1))) from e
-    error = {
-        "message_not_found": errors.MessageNotFound,
-        "payload_too_large": errors.PayloadTooLarge,
-        "invalid_input": errors.InvalidInput,
-        "idempotency_key_reused": errors.IdempotencyKeyReused,
-        "store_not_ready": errors.StoreNotReady,
-    }.get(e.code, LedgerError)
+    error = _ERRORS_BY_CODE.get(e.code, LedgerError)
     raise error(e.message) from e
+
+
+def _subclasses(cls: type[LedgerError]) -> list[type[LedgerError]]:
+    return [cls, *(c for sub in cls.__subclasses__() for c in _subclasses(sub))]
+
+
+# The API names each domain error by its `code`; these take a message alone.
+_ERRORS_BY_CODE = {c.code: c for c in _subclasses(LedgerError)}
 
 
 def _wire(message: Message) -> dict[str, Any]:

@@ -1,0 +1,46 @@
+"""LedgerMemory.get returns what ChatMemoryBuffer.get returns, in process and over HTTP.
+
+The unit test's histories and helpers, through the adapter this time: same history,
+whitespace tokens (the test servers' LEDGER_TOKENIZER), same limits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from llama_index.core.base.llms.types import ChatMessage
+
+from session_ledger.api.llamaindex import LedgerMemory
+from tests.llamaindex.conftest import Where
+from tests.unit.test_window_matches_llamaindex import HISTORY, llamaindex_window
+
+EXAMPLES = itertools.count()
+
+
+def dumps(messages: list[ChatMessage]) -> list[dict[str, Any]]:
+    return [m.model_dump(mode="json") for m in messages]
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(history=HISTORY, limit=st.integers(1, 40), initial=st.integers(0, 45))
+def test_get_equals_chat_memory_buffer(
+    where: Where, history: list[dict[str, Any]], limit: int, initial: int
+) -> None:
+    memory = LedgerMemory.from_defaults(
+        chat_history=[ChatMessage.model_validate(m) for m in history],
+        chat_store_key=f"{where.prefix}{next(EXAMPLES)}", token_limit=limit, **where.kwargs,
+    )  # fmt: skip
+    if initial > limit:
+        with pytest.raises(ValueError, match="Initial token count exceeds token limit"):
+            memory.get(initial_token_count=initial)
+        return
+    expected = llamaindex_window(history, limit, initial, str.split)
+    assert dumps(memory.get(initial_token_count=initial)) == expected
+    assert dumps(asyncio.run(memory.aget(initial_token_count=initial))) == expected
