@@ -10,7 +10,7 @@ a database password from `LEDGER_DATABASE_URL` (when it names the same database)
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 from llama_index.core.base.llms.types import ChatMessage as LlamaMessage
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
@@ -53,6 +53,16 @@ class LedgerTarget(BaseModel):
             ledger=ledger, url=url, api_key=api_key, tenant=self.tenant, actor=self.actor,
             tokenizer=tokenizer_fn,
         )  # fmt: skip
+
+    def to_dict(self, **kwargs: Any) -> dict[str, Any]:
+        """The settings (no secret) and `class_name`, for `from_dict`."""
+        return {**self.model_dump(**kwargs), "class_name": self.class_name()}  # type: ignore[attr-defined]
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], **kwargs: Any) -> Self:
+        """Restore; `kwargs` add what was not saved (`api_key=`, `ledger=`)."""
+        data = {k: v for k, v in {**data, **kwargs}.items() if k != "class_name"}
+        return cls(**data)
 
     def _run(self, plan: Callable[..., plans.Plan[T]], *args: Any, **kwargs: Any) -> T:
         return plans.run(self._backend, plan, *args, **kwargs)
