@@ -286,7 +286,7 @@ def open_local(url: str) -> Ledger:
 def make_backend(
     *, ledger: Ledger | None, url: str | None, api_key: str | None, tenant: str | None,
     actor: str | None, tokenizer: Callable[[str], Any] | None = None,
-) -> LocalBackend | RemoteBackend:  # fmt: skip
+) -> Backend:  # fmt: skip
     """The backend named by `ledger` (in-process) or `url` (http(s):// or a database URL)."""
     if ledger is not None:
         return LocalBackend(ledger, tenant=tenant, actor=actor, tokenizer=tokenizer)

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 from session_ledger.domain.ledger import Ledger
 
 from . import plans
-from .backend import LocalBackend, RemoteBackend, make_backend, without_password
+from .backend import Backend, make_backend, without_password
 
 T = TypeVar("T")
 
@@ -39,7 +39,7 @@ class LedgerTarget(BaseModel):
     actor: str | None = Field(
         default=None, description="In-process only: who the audit trail names as writer."
     )
-    _backend: LocalBackend | RemoteBackend = PrivateAttr()
+    _backend: Backend = PrivateAttr()
 
     def __init__(
         self, *, ledger: Ledger | None = None, api_key: str | None = None,
