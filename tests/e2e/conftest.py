@@ -18,18 +18,15 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import IO
-from urllib.parse import urlsplit
 
 import httpx
-import psycopg
 import pytest
 
 from session_ledger.api.client import LedgerClient
+from tests.conftest import fresh_postgres_database
 
-DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
 LIMITS = {
     "LEDGER_MAX_BODY_BYTES": str(256 * 1024),
     "LEDGER_MAX_MESSAGE_BYTES": str(16 * 1024),
@@ -45,33 +42,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def postgres_url() -> str:
-    """The test server's URL; skips loudly when unreachable, fails when required."""
-    url = os.environ.get("LEDGER_TEST_POSTGRES_URL", DEFAULT_POSTGRES_URL)
-    try:
-        psycopg.connect(url, connect_timeout=3).close()
-    except psycopg.Error as e:
-        reason = f"PostgreSQL unreachable at {url}: {e}".strip()
-        if os.environ.get("LEDGER_REQUIRE_POSTGRES") == "1":
-            pytest.fail(f"{reason} (LEDGER_REQUIRE_POSTGRES=1)")
-        pytest.skip(f"SKIPPING POSTGRES TESTS: {reason}; set LEDGER_REQUIRE_POSTGRES=1 to fail")
-    return url
-
-
-@contextmanager
-def fresh_postgres_database(prefix: str = "ledger_e2e") -> Iterator[str]:
-    """A new, empty database on the test server (dropped afterwards): its URL."""
-    admin_url = postgres_url()
-    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield urlsplit(admin_url)._replace(path=f"/{name}").geturl()
-    finally:
-        with psycopg.connect(admin_url, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture(scope="session")

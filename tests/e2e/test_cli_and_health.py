@@ -13,12 +13,11 @@ import psycopg
 import pytest
 
 from session_ledger.api.client import LedgerAPIError, LedgerClient
+from tests.conftest import fresh_postgres_database, postgres_server_url
 
 from .conftest import (
     Deployment,
     Server,
-    fresh_postgres_database,
-    postgres_url,
     run_cli,
     server_env,
 )
@@ -124,7 +123,7 @@ def test_readyz_and_requests_are_503_when_the_store_goes_away() -> None:
             with LedgerClient(server.base_url, admin_key) as api:
                 api.put("k", {"role": "user", "content": "hi"})
                 name = urlsplit(url).path.lstrip("/")
-                with psycopg.connect(postgres_url(), autocommit=True) as conn:
+                with psycopg.connect(postgres_server_url(), autocommit=True) as conn:
                     conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
                 with httpx.Client(base_url=server.base_url) as http:
                     answer = http.get("/readyz")

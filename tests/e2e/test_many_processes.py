@@ -9,8 +9,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from session_ledger.api.client import LedgerClient
+from tests.conftest import fresh_postgres_database
 
-from .conftest import Server, fresh_postgres_database, run_cli, server_env
+from .conftest import Server, run_cli, server_env
 
 CLIENTS = 8
 MESSAGES_PER_CLIENT = 25

@@ -26,8 +26,7 @@ from session_ledger.api.app import create_app
 from session_ledger.api.bootstrap import migrate, open_ledger
 from session_ledger.api.keystore import open_key_store
 from session_ledger.api.settings import Settings
-
-from .conftest import fresh_postgres_database
+from tests.conftest import fresh_postgres_database
 
 EXAMPLES_PER_OPERATION = 40
 # Not "positive data acceptance": a schema-valid write is rightly refused when the

@@ -11,7 +11,7 @@ import pytest
 
 from session_ledger.api.keystore import KeyNotFound, KeyStore, open_key_store
 from session_ledger.domain.errors import InvalidInput, StoreNotReady
-from tests.e2e.conftest import fresh_postgres_database
+from tests.conftest import fresh_postgres_database
 
 POSTGRES = pytest.param("postgres", marks=pytest.mark.postgres)
 
