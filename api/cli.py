@@ -219,6 +219,44 @@ def audit(
         typer.echo(f"    {json.dumps(e.changes, ensure_ascii=False)[:500]}")
 
 
+@cli.command()
+def rebuild(
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check",
+            help="Rebuild into scratch tables and print every view row that differs from "
+            "what the events give; change nothing. Exits 1 when any row differs.",
+        ),
+    ] = False,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Re-derive every view (transcript, sessions, timeline) from the event log."""
+    from session_ledger.projections import rebuild as rebuilding
+    from session_ledger.projections.views import SQLViews
+
+    settings = load_settings(database_url)
+
+    def progress(events: int) -> None:
+        typer.echo(f"\r{events:,} events replayed", nl=False, err=True)
+
+    with failing_cleanly(), opened_ledger(settings) as ledger:
+        views = ledger.recorder
+        assert isinstance(views, SQLViews)
+        if not check:
+            count = rebuilding.rebuild(views, ledger.mapper, ledger.tokenizer, progress=progress)
+            typer.echo(f"\nrebuilt the views from {count:,} events", err=True)
+            return
+        differences = rebuilding.check(views, ledger.mapper, ledger.tokenizer, progress=progress)
+    typer.echo("", err=True)
+    for line in differences:
+        typer.echo(line)
+    if differences:
+        typer.echo(f"{len(differences)} differences (at most 20 are listed)", err=True)
+        raise typer.Exit(1)
+    typer.echo("the views match the events", err=True)
+
+
 @contextmanager
 def opened_ledger(settings: Settings) -> Iterator[Ledger]:
     from .bootstrap import open_ledger
