@@ -149,6 +149,7 @@ class SessionHead(BaseModel):
     token_total: int
     created_at: datetime
     updated_at: datetime
+    last_event: str = Field(description="The type of the session's latest event.")
 
 
 class SessionKeys(BaseModel):

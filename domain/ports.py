@@ -41,6 +41,7 @@ class SessionHead:
     token_total: int
     created_at: datetime
     updated_at: datetime
+    last_event: str  # e.g. "HistoryCleared": a reset session reads as absent to LlamaIndex
 
 
 @dataclass(frozen=True)

@@ -333,7 +333,10 @@ class SQLViews(ABC):
     def session_head(self, session_id: uuid.UUID) -> SessionHead | None:
         with self._reading() as read:
             rows = self._fetch(
-                read, "SELECT * FROM ledger_sessions WHERE session_id = ?", (self._sid(session_id),)
+                read,
+                "SELECT s.*, t.event_type FROM ledger_sessions s JOIN ledger_timeline t "
+                "ON t.session_id = s.session_id AND t.version = s.version WHERE s.session_id = ?",
+                (self._sid(session_id),),
             )
         if not rows:
             return None
@@ -341,6 +344,7 @@ class SQLViews(ABC):
         return SessionHead(
             r["tenant"], r["session_key"], r["version"], r["message_count"], r["archived_count"],
             r["token_total"], self._datetime(r["created_at"]), self._datetime(r["updated_at"]),
+            r["event_type"],
         )  # fmt: skip
 
     def session_keys(self, tenant: str, prefix: str, after: str | None, limit: int) -> list[str]:

@@ -26,6 +26,7 @@ from ..schemas import Message
 API_KEY_ENV = "LEDGER_API_KEY"  # the remote API key, when none is passed in
 DATABASE_URL_ENV = "LEDGER_DATABASE_URL"  # supplies a local URL's password on restore
 KEYS_PAGE = 1000
+CLEARED = "HistoryCleared"
 
 
 class Head(NamedTuple):
@@ -34,6 +35,7 @@ class Head(NamedTuple):
     version: int
     message_count: int
     archived_count: int
+    cleared: bool  # the latest event cleared the session: LlamaIndex's "no such key"
 
 
 class Backend(Protocol):
@@ -66,7 +68,7 @@ class LocalBackend:
             h = self.ledger.head(key, tenant=self.tenant)
         except SessionNotFound:
             return None
-        return Head(h.version, h.message_count, h.archived_count)
+        return _head(h)
 
     def get(self, key: str, token_limit: int | None, initial_token_count: int) -> list[dict]:
         found = self.ledger.get(
@@ -172,21 +174,17 @@ def _if_match(expected_version: int | None) -> dict[str, Any]:
     return {} if expected_version is None else {"if_match": expected_version}
 
 
+def _head(h: Any) -> Head:
+    """A head from either the domain's or the API's SessionHead."""
+    return Head(h.version, h.message_count, h.archived_count, h.last_event == CLEARED)
+
+
 def _nothing(_: Any) -> None:
     return None
 
 
-def _archive_oldest(key: str, n: int, expected_version: int | None) -> Request:
-    raise LedgerError(
-        "the session-ledger HTTP API has no route to archive messages yet; archiving "
-        "(the Memory class's queue flush) works with an in-process Ledger only for now"
-    )
-
-
 _REMOTE: dict[str, Callable[..., Request]] = {
-    "head": lambda key: (
-        "head", (key,), {}, lambda h: Head(h.version, h.message_count, h.archived_count)
-    ),
+    "head": lambda key: ("head", (key,), {}, _head),
     "get": lambda key, token_limit, initial: (
         "get", (key,), {"token_limit": token_limit, "initial_token_count": initial}, _wires
     ),
@@ -202,7 +200,9 @@ _REMOTE: dict[str, Callable[..., Request]] = {
     "delete_message": lambda key, index, ev: (
         "delete_message", (key, index), _if_match(ev), lambda done: _wire(done.removed[0])
     ),
-    "archive_oldest": _archive_oldest,
+    "archive_oldest": lambda key, n, ev: (
+        "archive_oldest", (key, n), _if_match(ev), _nothing
+    ),
 }  # fmt: skip
 _CALLS = frozenset(_REMOTE)
 _READS_OF_ONE_SESSION = frozenset({"get", "get_all"})  # an unknown session reads as empty

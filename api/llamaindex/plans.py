@@ -5,11 +5,9 @@ sent back; `run` drives it with blocking calls and `arun` with awaited ones. A p
 reads and then writes names the version it read (`expected_version`), so a concurrent
 writer makes the driver start it again instead of returning a stale answer.
 
-Presence: a session counts as present when it holds messages (active or archived),
-as a key exists in LlamaIndex's SQL chat stores. `SimpleChatStore` also keeps a key
-whose list was emptied by `set_messages(key, [])` or by deleting every message one by
-one; the ledger cannot tell those from a cleared session yet (README, "Use with
-LlamaIndex").
+Presence: a session counts as present unless it never existed or its latest event
+cleared it (`delete_messages` / `reset`), as a key exists in `SimpleChatStore`: a list
+emptied by `set_messages(key, [])` or by deleting every message one by one stays a key.
 """
 
 from __future__ import annotations
@@ -70,7 +68,7 @@ async def arun(backend: Any, plan: Callable[..., Plan[T]], *args: Any, **kwargs:
 
 def present(key: str) -> Plan[Head | None]:
     head: Head | None = yield "head", (key,)
-    return head if head is not None and (head.message_count or head.archived_count) else None
+    return head if head is not None and not head.cleared else None
 
 
 def get_all(

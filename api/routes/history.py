@@ -89,7 +89,7 @@ def get_session(
     return SessionHead(
         key=head.key, version=head.version, message_count=head.message_count,
         archived_count=head.archived_count, token_total=head.token_total,
-        created_at=head.created_at, updated_at=head.updated_at,
+        created_at=head.created_at, updated_at=head.updated_at, last_event=head.last_event,
     )  # fmt: skip
 
 

@@ -236,3 +236,12 @@ def test_invalid_arguments_are_refused(ledger: Ledger) -> None:
         with pytest.raises(InvalidInput):
             call()
     assert ledger.head("s").version == 2
+
+
+def test_head_names_the_latest_event(ledger: Ledger) -> None:
+    ledger.put("s", msg("user", "x"))
+    assert ledger.head("s").last_event == "MessagesAppended"
+    ledger.reset("s")
+    assert ledger.head("s").last_event == "HistoryCleared"
+    ledger.set("s", [])
+    assert ledger.head("s").last_event == "HistoryReplaced"

@@ -9,11 +9,9 @@ stored transcript and the audit trail are checked turn by turn.
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import Sequence
 from typing import Any
 
-import pytest
 from llama_index.core.agent.workflow import FunctionAgent
 from llama_index.core.base.llms.types import ChatMessage, TextBlock, ToolCallBlock
 from llama_index.core.llms import MockFunctionCallingLLM
@@ -22,8 +20,6 @@ from llama_index.core.storage.chat_store.base_db import MessageStatus
 from llama_index.core.tools import FunctionTool
 
 from session_ledger.api.llamaindex import LedgerDBChatStore, LedgerMemory
-from session_ledger.domain.errors import LedgerError
-from tests.e2e.conftest import Deployment
 from tests.llamaindex.conftest import Where
 
 QUESTIONS = [("weather", "Zürich"), ("add", "2 3"), ("weather", "東京")]
@@ -115,12 +111,13 @@ def test_function_agent_on_memory_with_ledger_db_chat_store(where: Where) -> Non
     check_audit(where, key)
 
 
-def test_memory_archives_its_flushed_messages_as_an_event(local_ledger: Any) -> None:
+def test_memory_archives_its_flushed_messages_as_an_event(where: Where) -> None:
     """Over its token limit, Memory archives the oldest turn: one MessagesArchived event,
-    and the archive stays readable."""
-    store = LedgerDBChatStore(ledger=local_ledger)
+    and the archive stays readable, in-process and over HTTP."""
+    key = where.prefix + "archive"
+    store = LedgerDBChatStore(**where.kwargs)
     memory = Memory.from_defaults(
-        session_id="s", chat_store=store, token_limit=40, token_flush_size=10,
+        session_id=key, chat_store=store, token_limit=40, token_flush_size=10,
         tokenizer_fn=str.split, chat_history_token_ratio=0.5,
     )  # fmt: skip
     asyncio.run(converse(memory))
@@ -128,16 +125,6 @@ def test_memory_archives_its_flushed_messages_as_an_event(local_ledger: Any) -> 
     active = memory.get_all(status=MessageStatus.ACTIVE)
     assert archived and active[0].role.value == "user"
     check_transcript(archived + active)
-    events = [e.event_type for e in local_ledger.audit("s")]
-    assert "MessagesArchived" in events
-    assert sum(e.changes.get("archived", 0) for e in local_ledger.audit("s")) == len(archived)
-
-
-def test_archiving_over_http_is_refused_clearly(deployment: Deployment) -> None:
-    """The HTTP API has no archive route yet: the remote store says so, stores nothing."""
-    store = LedgerDBChatStore(url=deployment.base_url, api_key=deployment.keys["a_agent"])
-    key = f"li/{uuid.uuid4().hex}/archive"
-    asyncio.run(store.add_messages(key, [ChatMessage(role="user", content="hi there")]))
-    with pytest.raises(LedgerError, match="no route to archive"):
-        asyncio.run(store.archive_oldest_messages(key, 1))
-    assert asyncio.run(store.count_messages(key)) == 1
+    trail = where.ledger.audit(key)
+    assert "MessagesArchived" in [e.event_type for e in trail]
+    assert sum(e.changes.get("archived", 0) for e in trail) == len(archived)
