@@ -6,6 +6,7 @@ import dataclasses
 import json
 import os
 import platform
+import subprocess
 import time
 from importlib import metadata
 from pathlib import Path
@@ -37,6 +38,22 @@ def _versions() -> dict[str, str | None]:
     return out
 
 
+def revision() -> str | None:
+    """The commit measured, marked `+dirty` when the work tree had changes."""
+    here = Path(__file__).parent
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=here, capture_output=True, text=True,
+        ).stdout.strip()  # fmt: skip
+    except OSError:
+        return None
+    return f"{commit}+dirty" if commit and dirty else commit or None
+
+
 def write(
     out: Path,
     plan: Any,
@@ -45,9 +62,11 @@ def write(
     table: str,
     command: str,
     started: float,
+    measured_revision: str | None,
 ) -> Path:
     record = {
         "command": command,
+        "revision": measured_revision,
         "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
         "seconds": round(time.time() - started, 1),
         "machine": {

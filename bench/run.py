@@ -313,6 +313,7 @@ def main(argv: list[str] | None = None) -> int:
         chosen = [f for f in chosen if re.search(args.only, f().name)]
     runner = Runner(plan, Path(args.workdir).resolve(), scratch)
     started = time.time()
+    measured = results.revision()  # now: commits may land while the run goes on
     try:
         runner.run(chosen, set(args.workloads.split(",")))
     finally:
@@ -345,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{time.time() - started:.0f} s; medians (W1/W1x4/W2 msg/s, W3/W4 ms):\n"
     )
     print(table)
-    path = results.write(Path(args.out), plan, runner, judged, table, command, started)
+    path = results.write(Path(args.out), plan, runner, judged, table, command, started, measured)
     log(f"\nwrote {path}")
     return 0
 
