@@ -12,6 +12,7 @@ _LOAD_CHUNK = 1000  # bounded writes: one save of ~10,000 events is what Postgre
 
 class LedgerStore(Store):
     group = "ours"
+    keeps_versions = True
 
     def __init__(self, backend: str) -> None:
         self.backend = backend
@@ -50,6 +51,17 @@ class LedgerStore(Store):
 
     def history(self, session: str) -> int:
         return len(self.ledger.get_all(session))
+
+    def window_at(self, session: str, version: int) -> int:
+        return len(self.ledger.get(session, token_limit=TOKEN_LIMIT, as_of_version=version))
+
+    def history_at(self, session: str, version: int) -> int:
+        return len(self.ledger.get_all(session, as_of_version=version))
+
+    def load_versions(self, session: str, messages: list[Any], per_write: int) -> int:
+        for start in range(0, len(messages), per_write):
+            result = self.ledger.put_messages(session, messages[start : start + per_write])
+        return result.version
 
     def close(self) -> None:
         self.ledger.close()

@@ -14,6 +14,7 @@ import dataclasses
 import gc
 import importlib.util
 import os
+import random
 import re
 import shutil
 import sys
@@ -42,6 +43,10 @@ class Plan:
     read_budget_s: float  # a read cell predicted to take longer is not run
     read_spend_s: float  # how long a fast read is repeated for its median
     w6_requests: int  # HTTP requests per W6 cell
+    w5_messages: int = 10_000  # W5's history, written W5_PER_WRITE messages at a time
+
+
+W5_PER_WRITE = 10  # so a 10,000-message history has 1,000 versions to go back to
 
 
 FULL = Plan(3, 2000, 100, 50, (100, 1000, 10_000), (100_000,), 10_000, 60.0, 30.0, 1.0, 2000)
@@ -92,6 +97,7 @@ class Runner:
         self.window_rows = corpus.window_size(self.messages[: plan.w4_size])
         self.cells: Cells = {}
         self.load_averages: list[float] = []
+        self.w5_heads: dict[str, int] = {}  # store -> the last version of its W5 history
 
     @contextlib.contextmanager
     def opened(self, factory: Callable[[], Store], tag: str) -> Iterator[Store]:
@@ -125,7 +131,7 @@ class Runner:
         except Exception as exc:
             traceback.print_exc(file=sys.stderr)
             cell = Cell(
-                "ms" if workload.startswith(("W3", "W4")) else "msg/s",
+                "ms" if workload.startswith(("W3", "W4", "W5")) else "msg/s",
                 note=f"error: {type(exc).__name__}: {exc}"[:300],
             )
         self.record(store.name, workload, cell)
@@ -185,7 +191,7 @@ class Runner:
                 lambda: self.earlier_prediction(store, "W2") or append_sequence(store, w2, budget),
             )
 
-    def reads(self, store: Store, sizes: list[int]) -> None:
+    def reads(self, store: Store, sizes: list[int], rep: int) -> None:
         p = self.plan
         self.settle()
         measured: list[tuple[int, float]] = []
@@ -220,11 +226,28 @@ class Runner:
             ),
         )
 
+    def point_in_time(self, store: Store, rep: int) -> None:
+        """W5: window and history at a random past version, a new version every call."""
+        head = self.w5_heads[store.name]
+        rng = random.Random(rep)
+        for workload, read in (
+            ("W5 window@v", store.window_at),
+            ("W5 history@v", store.history_at),
+        ):
+            self.guarded(
+                store,
+                workload,
+                lambda read=read: timed_read(
+                    lambda: read("w5", rng.randint(1, head)), self.plan.read_budget_s,
+                    self.plan.read_spend_s,
+                ),
+            )  # fmt: skip
+
     def run(self, chosen: list[Callable[[], Store]], workloads: set[str]) -> None:
         p = self.plan
         with contextlib.ExitStack() as readers:
             read_stores: list[tuple[Store, list[int]]] = []
-            if workloads & {"W3", "W4"}:
+            if workloads & {"W3", "W4", "W5"}:
                 for factory in chosen:
                     store = readers.enter_context(self.opened(factory, "r"))
                     sizes = list(p.w3_sizes) + (
@@ -234,6 +257,10 @@ class Runner:
                     t0 = time.perf_counter()
                     for size in sizes:
                         store.load(f"w3-{size}", natives[:size])
+                    if "W5" in workloads and store.keeps_versions:
+                        self.w5_heads[store.name] = store.load_versions(
+                            "w5", natives[: p.w5_messages], W5_PER_WRITE
+                        )
                     log(f"loaded {store.name}: {sizes} in {time.perf_counter() - t0:.1f} s")
                     read_stores.append((store, sizes))
             servers = self.servers(readers) if "W6" in workloads else []
@@ -250,7 +277,9 @@ class Runner:
                             ]
                             self.writes(store, rep, natives, workloads)
                 for store, sizes in read_stores:
-                    self.reads(store, sizes)
+                    self.reads(store, sizes, rep)
+                    if store.name in self.w5_heads:
+                        self.point_in_time(store, rep)
                 for name, server in servers:
                     try:
                         cells = http_api.measure(
@@ -290,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", help="regex: run only the stores whose name matches")
     parser.add_argument(
         "--workloads",
-        default="W1,W1x4,W2,W3,W4,W6",
+        default="W1,W1x4,W2,W3,W4,W5,W6",
         help="a subset, e.g. W3,W4 (W3 and W4 share their loaded histories)",
     )
     parser.add_argument("--no-postgres", action="store_true", help="skip PostgreSQL stores")
@@ -325,6 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     peers = [(s.name, s.backend, not s.reads_process_memory) for s in stores if s.group == "peer"]
     sizes = list(plan.w3_sizes + plan.w3_ours_only)
     workloads = ["W1", "W1x4", "W2"] + [f"W3@{s}" for s in sizes] + [f"W4@{plan.w4_size}"]
+    workloads += ["W5 window@v", "W5 history@v"]
     judged = [judge(t, runner.cells) for t in targets(runner.cells, peers, sizes)]
     notes = [
         f"{s.name}: {note}"

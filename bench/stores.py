@@ -29,6 +29,7 @@ class Store(ABC):
     window_note = ""  # how its W3 window differs, if it does
     history_note = ""  # how its reads differ, if they do
     reads_process_memory = False  # W4 then reads a dict, not a store: no peer for it
+    keeps_versions = False  # W5 (point-in-time reads) runs only where this is true
 
     @abstractmethod
     def open(self, ctx: Context) -> None:
@@ -62,6 +63,18 @@ class Store(ABC):
     @abstractmethod
     def history(self, session: str) -> int:
         """W4: the whole active history, decoded; returns its message count."""
+
+    def load_versions(self, session: str, messages: list[Any], per_write: int) -> int:
+        """A history written `per_write` messages at a time; returns its last version."""
+        raise NotImplementedError(f"{self.name} keeps no past versions")
+
+    def window_at(self, session: str, version: int) -> int:
+        """W5: the context window as it was at `version`; only stores that keep versions."""
+        raise NotImplementedError(f"{self.name} keeps no past versions")
+
+    def history_at(self, session: str, version: int) -> int:
+        """W5: the whole history as it was at `version`."""
+        raise NotImplementedError(f"{self.name} keeps no past versions")
 
     def close(self) -> None:
         """Release connections and remove what open() made."""
