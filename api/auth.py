@@ -48,7 +48,7 @@ class Principal:
         return f"key:{self.key_id}"
 
 
-def key_store(request: Request) -> KeyStore:
+async def key_store(request: Request) -> KeyStore:
     store: KeyStore = request.app.state.key_store
     return store
 
@@ -69,7 +69,7 @@ def authenticate(
 def require(permission: str) -> Callable[[Principal], Principal]:
     """A dependency that lets through only callers whose role has `permission`."""
 
-    def check(principal: Annotated[Principal, Depends(authenticate)]) -> Principal:
+    async def check(principal: Annotated[Principal, Depends(authenticate)]) -> Principal:
         if permission not in PERMISSIONS.get(principal.role, frozenset()):
             raise Forbidden(f"role {principal.role!r} may not {permission}")
         return principal

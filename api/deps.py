@@ -4,6 +4,9 @@ every session route shares (the session key in the path, the write preconditions
 Session keys travel percent-encoded as ONE path segment (`/` is `%2F`, a space `%20`,
 UTF-8 bytes `%XX`); `middleware.RawSessionPath` keeps the segment encoded through routing,
 and `session_key` decodes it here, so a key may hold any character, `/` included.
+
+Dependencies that do not block are `async def`: FastAPI runs a plain `def` dependency in
+a worker thread, and a request paid one thread hand-off per dependency.
 """
 
 from __future__ import annotations
@@ -26,12 +29,12 @@ TEXT_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]*$"  # no control characters, as the ledg
 ETAG = re.compile(r'^\s*"(\d{1,18})"\s*$|^\s*(\d{1,18})\s*$')
 
 
-def get_ledger(request: Request) -> Ledger:
+async def get_ledger(request: Request) -> Ledger:
     ledger: Ledger = request.app.state.ledger
     return ledger
 
 
-def session_key(
+async def session_key(
     key: Annotated[
         str,
         Path(
@@ -71,7 +74,7 @@ class WriteOptions:
         }
 
 
-def write_options(
+async def write_options(
     if_match: Annotated[
         str | None,
         Header(
