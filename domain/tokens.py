@@ -84,29 +84,31 @@ def load_tokenizer(name: str) -> NamedTokenizer:
     raise InvalidInput(f"unknown tokenizer {name!r}; use cl100k_base or whitespace")
 
 
-def window_length(
-    tail: Iterable[TailEntry], total: int, token_limit: int, initial_token_count: int = 0
-) -> int:
+def window_length(tail: Iterable[TailEntry], token_limit: int, initial_token_count: int = 0) -> int:
     """How many of the newest messages `ChatMemoryBuffer.get` would return.
 
     `tail` yields the session's messages newest first; it is read only as far as the
-    window reaches (plus one message), never to the start of a long session.
+    window reaches (plus one message, to know whether the history goes on), never to
+    the start of a long session.
     """
     check_window_arguments(token_limit, initial_token_count)
-    if total <= 0:
-        return 0
-    best = 0
+    entries = iter(tail)
+    entry = next(entries, None)
+    best, k = 0, 0
     following = initial_token_count  # tokens of the newer messages, each with its space
-    for k, entry in enumerate(tail, start=1):
+    while entry is not None:
+        k += 1
+        after = next(entries, None)
         cost = following + entry.alone
-        if k == total:
-            return total if cost <= token_limit else (best or 1)
+        if after is None:  # the whole history: LlamaIndex takes it whatever its first role
+            return k if cost <= token_limit else (best or 1)
         if (k == 1 or entry.role not in CANNOT_OPEN_WINDOW) and cost <= token_limit:
             best = k
         following += entry.joined
         if following > token_limit:
             break  # every longer window costs more than the limit
-    return best or 1
+        entry = after
+    return best or (1 if k else 0)
 
 
 def check_window_arguments(token_limit: int, initial_token_count: int) -> None:

@@ -6,6 +6,7 @@ and jsonb columns reject a raw U+0000).
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -24,7 +25,7 @@ from eventsourcing.postgres import (
     PostgresFactory,
 )
 from eventsourcing.utils import retry
-from psycopg.sql import SQL, Composed, Identifier
+from psycopg.sql import SQL
 
 from session_ledger.domain.ports import ACTIVE
 
@@ -58,11 +59,14 @@ VIEW_TABLES = [
     " (session_id, idempotency_key) WHERE idempotency_key IS NOT NULL",
     "CREATE INDEX IF NOT EXISTS ledger_timeline_time ON ledger_timeline (session_id, recorded_at)",
 ]
+MAX_VALUES_ROWS = 200
+MESSAGE_COLUMNS = (
+    "session_id, message_id, valid_from, valid_to, status, role, tokens, tokens_joined, message"
+)
 # Any number of rows in one statement: a large `set` is one round trip, not thousands
 # of statements queued in psycopg's pipeline.
 MESSAGES_INSERT = (
-    "INSERT INTO ledger_messages (session_id, message_id, valid_from, valid_to, status, role,"
-    " tokens, tokens_joined, message)"
+    f"INSERT INTO ledger_messages ({MESSAGE_COLUMNS})"
     " SELECT %s, m.id, %s, NULL, %s, m.role, m.tokens, m.joined, m.body"
     " FROM unnest(%s::bigint[], %s::text[], %s::integer[], %s::integer[], %s::text[])"
     " AS m(id, role, tokens, joined, body)"
@@ -71,6 +75,39 @@ MESSAGES_INSERT = (
 
 def _sql(statement: str) -> str:
     return statement.replace("?", "%s")
+
+
+def _values(rows: int, row: str) -> str:
+    return ", ".join([row] * rows)
+
+
+def _events_insert(n: int) -> str:
+    return (
+        "INSERT INTO ledger_events (originator_id, originator_version, topic, state) VALUES "
+        + _values(n, "(%s, %s, %s, %s)")
+        + " RETURNING notification_id"
+    )
+
+
+@functools.lru_cache(maxsize=512)
+def _append_sql(n_events: int, messages: int | None, n_timeline: int) -> str:
+    """Events, session row, message rows (`messages` VALUES rows, or arrays when None)
+    and timeline rows as one statement of data-modifying CTEs."""
+    parts = [f"e AS ({_events_insert(n_events)})", f"s AS ({_sql(SESSION_UPSERT)})"]
+    if messages is None:
+        parts.append(f"m AS ({MESSAGES_INSERT})")
+    elif messages:
+        row = "(%s, %s, %s, NULL, %s, %s, %s, %s, %s)"
+        parts.append(
+            f"m AS (INSERT INTO ledger_messages ({MESSAGE_COLUMNS}) "
+            f"VALUES {_values(messages, row)})"
+        )
+    timeline_row = "(" + ", ".join(["%s"] * 10) + ")"
+    parts.append(
+        f"t AS (INSERT INTO ledger_timeline ({TIMELINE_COLUMNS}) "
+        f"VALUES {_values(n_timeline, timeline_row)})"
+    )
+    return "WITH " + ", ".join(parts) + " SELECT notification_id FROM e ORDER BY notification_id"
 
 
 class PostgresLedgerRecorder(PostgresApplicationRecorder, SQLViews):
@@ -96,60 +133,49 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder, SQLViews):
         batch = kwargs.get("ledger_batch")
         changes = view_changes(batch) if batch is not None else None
         events = [
-            self.construct_pg_stored_event(
-                e.originator_id, e.originator_version, e.topic, e.state
-            )
-            for e in stored_events
+            v for e in stored_events
+            for v in (e.originator_id, e.originator_version, e.topic, e.state)
         ]  # fmt: skip
         with self.datastore.get_connection() as conn:
             if changes is not None and all(isinstance(c, InsertMessages) for c in changes.changes):
                 # An append (the common write) is ONE statement: one round trip, one commit.
-                rows = conn.execute(self._append_statement, self._append_params(events, changes))
+                sql, params = self._append(len(stored_events), events, changes)
+                rows = conn.execute(sql, params)
                 return [r["notification_id"] for r in rows.fetchall()]
             with conn.transaction(), conn.cursor() as curs:
-                curs.execute(self._insert_events_sql, (events,))
+                curs.execute(_events_insert(len(stored_events)), events)
                 ids = [r["notification_id"] for r in curs.fetchall()]
                 if changes is not None:
                     self.apply_changes(curs, changes)
             return ids
 
-    @property
-    def _insert_events_sql(self) -> Composed:
-        return SQL(
-            "INSERT INTO {schema}.{table} (originator_id, originator_version, topic, state) "
-            "SELECT originator_id, originator_version, topic, state "
-            "FROM unnest(%s::{schema}.{type}[]) RETURNING notification_id"
-        ).format(
-            schema=Identifier(self.datastore.schema),
-            table=Identifier(self.events_table_name),
-            type=Identifier(self.stored_event_type_name),
-        )
-
-    @property
-    def _append_statement(self) -> Composed:
-        return SQL(
-            "WITH e AS ({events}), "
-            "s AS ({session}), "
-            "m AS (" + MESSAGES_INSERT + "), "
-            "t AS (INSERT INTO ledger_timeline (" + TIMELINE_COLUMNS + ") SELECT * FROM unnest("
-            "%s::uuid[], %s::bigint[], %s::timestamptz[], %s::text[], %s::text[], %s::text[], "
-            "%s::text[], %s::text[], %s::bigint[], %s::bigint[])) "
-            "SELECT notification_id FROM e ORDER BY notification_id"
-        ).format(events=self._insert_events_sql, session=SQL(_sql(SESSION_UPSERT)))
-
-    def _append_params(self, events: list[Any], changes: ViewChanges) -> tuple[Any, ...]:
+    def _append(
+        self, n_events: int, events: list[Any], changes: ViewChanges
+    ) -> tuple[str, list[Any]]:
+        """The one statement of an append, and its parameters."""
+        sid, version = changes.session_id, changes.session.version
         rows = [r for c in changes.changes if isinstance(c, InsertMessages) for r in c.rows]
-        version = changes.session.version
         timeline = self._timeline_params(changes)
-        return (
-            events,
-            *self._session_params(changes),
-            *self._message_arrays(changes.session_id, version, ACTIVE, rows),
-            *(list(column) for column in zip(*timeline, strict=True)),
-        )
+        params = [*events, *self._session_params(changes)]
+        if len(rows) <= MAX_VALUES_ROWS:  # scalar parameters: cheapest to send
+            messages: int | None = len(rows)
+            for r in rows:
+                params += (sid, r.message_id, version, ACTIVE, r.role, r.tokens,
+                           r.tokens_joined, r.body)  # fmt: skip
+        else:  # many rows: a handful of arrays (a statement takes at most 65,535 values)
+            messages = None
+            params += self._message_arrays(sid, version, ACTIVE, rows)
+        for t in timeline:
+            params += t
+        return _append_sql(n_events, messages, len(timeline)), params
 
     @contextmanager
     def _reading(self) -> Iterator[Reader]:
+        with self.datastore.get_connection() as conn, conn.cursor() as curs:
+            yield self._reader(curs)
+
+    @contextmanager
+    def snapshot(self) -> Iterator[Reader]:
         with self.datastore.get_connection() as conn, conn.transaction(), conn.cursor() as curs:
             curs.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             yield self._reader(curs)

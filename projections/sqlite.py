@@ -81,6 +81,11 @@ class SQLiteLedgerRecorder(SQLiteApplicationRecorder, SQLViews):
 
     @contextmanager
     def _reading(self) -> Iterator[Reader]:
+        with self.datastore.get_connection(commit=False) as conn:
+            yield self._reader(conn.cursor())
+
+    @contextmanager
+    def snapshot(self) -> Iterator[Reader]:
         with self.datastore.transaction(commit=False) as c:
             yield self._reader(c)
 

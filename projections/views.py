@@ -95,7 +95,11 @@ class SQLViews(ABC):
 
     @abstractmethod
     def _reading(self) -> AbstractContextManager[Reader]:
-        """A read-only snapshot: every query through the reader sees the same version."""
+        """A reader outside any transaction: each statement reads its own snapshot."""
+
+    @abstractmethod
+    def snapshot(self) -> AbstractContextManager[Reader]:
+        """A read-only transaction: every statement sees the same state (long reads)."""
 
     @abstractmethod
     def _execute(self, cursor: Any, sql: str, params: Sequence[Any]) -> None: ...
@@ -214,28 +218,33 @@ class SQLViews(ABC):
         version: int | None = None,
     ) -> list[ChatMessage]:
         sid = self._sid(session_id)
-        where, params = _rows_at(sid, ACTIVE, version)
+        columns = "message_id, role, tokens, tokens_joined" + (", message" if tokenizer else "")
         with self._reading() as read:
-            before = None  # a past version's messages all have ids below its next id
+            # The first batch also pins the version it saw (one statement reads one
+            # snapshot); every later statement reads the rows live at that version, so a
+            # concurrent write cannot mix two states into one window, without a transaction.
             if version is None:
-                rows = self._fetch(
-                    read, "SELECT message_count FROM ledger_sessions WHERE session_id = ?", (sid,)
-                )
-            else:
-                rows = self._fetch(
+                first = self._fetch(
                     read,
-                    "SELECT message_count, next_message_id FROM ledger_timeline "
-                    "WHERE session_id = ? AND version = ?",
-                    (sid, version),
+                    f"SELECT {columns}, (SELECT version FROM ledger_sessions "
+                    f"WHERE session_id = ?) AS pinned FROM ledger_messages WHERE {LIVE} "
+                    "ORDER BY message_id DESC LIMIT ?",
+                    (sid, sid, ACTIVE, TAIL_BATCH),
                 )
-                before = rows[0]["next_message_id"] if rows else None
-            total = rows[0]["message_count"] if rows else 0
-            if total == 0:
-                return []
+                pinned = first[0]["pinned"] if first else 0
+            else:  # ids from the next one on were written after `version`: skip them
+                first = self._fetch(
+                    read,
+                    f"SELECT {columns} FROM ledger_messages WHERE {AT_VERSION} AND message_id < "
+                    "(SELECT next_message_id FROM ledger_timeline WHERE session_id = ? "
+                    "AND version = ?) ORDER BY message_id DESC LIMIT ?",
+                    (sid, ACTIVE, version, version, sid, version, TAIL_BATCH),
+                )
+                pinned = version
             seen: list[Any] = []
 
             def tail() -> Iterator[TailEntry]:
-                for row in self._tail(read, where, params, before, tokenizer is not None):
+                for row in self._tail(read, sid, first, pinned, columns):
                     seen.append(row)
                     if tokenizer is None:
                         yield TailEntry(row["role"], row["tokens"], row["tokens_joined"])
@@ -243,40 +252,36 @@ class SQLViews(ABC):
                         content = ChatMessage.from_json(row["message"]).content
                         yield TailEntry(row["role"], *tokenizer.count(content))
 
-            k = window_length(tail(), total, token_limit, initial_token_count)
+            k = window_length(tail(), token_limit, initial_token_count)
+            if k == 0:
+                return []
             if tokenizer is not None:
                 return [ChatMessage.from_json(r["message"]) for r in reversed(seen[:k])]
             bodies = self._fetch(
                 read,
-                f"SELECT message FROM ledger_messages WHERE {where} AND message_id >= ? "
-                "ORDER BY message_id",
-                (*params, seen[k - 1]["message_id"]),
+                f"SELECT message FROM ledger_messages WHERE {AT_VERSION} "
+                "AND message_id >= ? AND message_id <= ? ORDER BY message_id",
+                (sid, ACTIVE, pinned, pinned, seen[k - 1]["message_id"], seen[0]["message_id"]),
             )
         return [ChatMessage.from_json(r["message"]) for r in bodies]
 
     def _tail(
-        self,
-        read: Reader,
-        where: str,
-        params: tuple[Any, ...],
-        before: int | None,
-        with_body: bool,
+        self, read: Reader, sid: Any, first: list[Any], version: int, columns: str
     ) -> Iterator[Any]:
-        """The messages newest first, read in growing batches as they are consumed."""
-        columns = "message_id, role, tokens, tokens_joined" + (", message" if with_body else "")
-        batch = TAIL_BATCH
+        """The active messages at `version`, newest first: the first batch, then growing
+        batches read as they are consumed."""
+        rows, batch = first, TAIL_BATCH
         while True:
-            bound = "" if before is None else " AND message_id < ?"
-            rows = self._fetch(
-                read,
-                f"SELECT {columns} FROM ledger_messages WHERE {where}{bound} "
-                "ORDER BY message_id DESC LIMIT ?",
-                (*params, *(() if before is None else (before,)), batch),
-            )
             yield from rows
             if len(rows) < batch:
                 return
             before, batch = rows[-1]["message_id"], min(batch * 2, MAX_TAIL_BATCH)
+            rows = self._fetch(
+                read,
+                f"SELECT {columns} FROM ledger_messages WHERE {AT_VERSION} AND message_id < ? "
+                "ORDER BY message_id DESC LIMIT ?",
+                (sid, ACTIVE, version, version, before, batch),
+            )
 
     def history(
         self,
@@ -371,10 +376,6 @@ class SQLViews(ABC):
         return PriorWrite(rows[0]["request_digest"], rows[0]["version"], rows[0]["message_count"])
 
     # -- rebuild ----------------------------------------------------------------------------
-
-    def snapshot(self) -> AbstractContextManager[Reader]:
-        """A consistent read of the store, for long reads such as a rebuild's."""
-        return self._reading()
 
     @contextmanager
     def rebuilding(self) -> Iterator[tuple[Any, Reader]]:

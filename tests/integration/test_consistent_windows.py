@@ -1,0 +1,34 @@
+"""A window read while another writer replaces the history is one state, not a mix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import make_ledger, make_settings
+
+
+@pytest.mark.parametrize("store", ["sqlite", "postgres"])
+def test_a_write_between_the_statements_of_a_get(store: str, tmp_path: Path) -> None:
+    ledger = make_ledger(make_settings(store, tmp_path))
+    old = [{"role": "user", "content": f"old{i}"} for i in range(100)]
+    ledger.set("s", old)
+    views: Any = ledger.views
+    fetch, calls = views._fetch, []
+
+    def fetch_then_interfere(read: Any, sql: str, params: Any) -> Any:
+        calls.append(sql)
+        if len(calls) == 2:  # after the first tail batch, before the next statement
+            ledger.set("s", [{"role": "user", "content": "new"}])
+        return fetch(read, sql, params)
+
+    views._fetch = fetch_then_interfere
+    try:
+        window = ledger.get("s", token_limit=60)
+    finally:
+        views._fetch = fetch
+    assert [m.content for m in window] == [f"old{i}" for i in range(40, 100)]
+    assert [m.content for m in ledger.get("s", token_limit=60)] == ["new"]
+    ledger.close()
