@@ -39,7 +39,7 @@ clean:
 # Benchmarks against the stores users would pick instead (bench/README.md).
 BENCH_STAMP := $(VENV)/.bench-installed
 
-.PHONY: bench bench-quick
+.PHONY: bench bench-quick bench-replay
 
 $(BENCH_STAMP): $(STAMP) pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev,llamaindex,bench]'
@@ -50,3 +50,6 @@ bench: $(BENCH_STAMP)
 
 bench-quick: $(BENCH_STAMP)
 	$(BIN)/python -m bench.run --quick
+
+bench-replay: $(STAMP)
+	$(BIN)/python -m bench.replay

@@ -6,6 +6,7 @@ one database URL of the settings, unless the caller hands in its own.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
@@ -48,15 +49,16 @@ def create_app(
         from .bootstrap import open_ledger  # the composition root picks the store
 
         if ledger is None:
-            # memory:// has no migrate step: its tables come with the ledger.
-            in_memory = settings.database_url.startswith("memory://")
-            app.state.ledger = open_ledger(settings, create_tables=in_memory)
+            app.state.ledger = open_ledger(settings)
         if key_store is None:
             app.state.key_store = open_key_store(
                 settings.database_url,
                 pool_size=settings.pool_size,
                 lock_timeout=settings.lock_timeout_seconds,
             )
+        # What start-up made lives as long as the process: keep it out of the collector's
+        # full passes, which otherwise rescan it on every few large reads.
+        gc.freeze()
         try:
             yield
         finally:

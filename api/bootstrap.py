@@ -61,7 +61,9 @@ def store_env(settings: Settings, *, create_tables: bool) -> dict[str, str]:
 
 
 def open_ledger(settings: Settings, *, create_tables: bool = False) -> Ledger:
-    """A Ledger on the configured store, whose tables must exist unless `create_tables`."""
+    """A Ledger on the configured store, whose tables must exist unless `create_tables`
+    (a `memory://` store is new each time, so it always makes its tables)."""
+    create_tables = create_tables or settings.database_url.startswith("memory://")
     env = store_env(settings, create_tables=create_tables)
     if not create_tables and not _tables_exist(settings, env):
         raise StoreNotReady(

@@ -32,7 +32,7 @@ class LedgerStore(Store):
         settings = Settings(database_url=url, token_limit=TOKEN_LIMIT)
         migrate(settings)
         # An in-memory store has no tables until the Ledger that holds it makes them.
-        self.ledger = open_ledger(settings, create_tables=self.backend == "memory")
+        self.ledger = open_ledger(settings)
 
     def native(self, message: Message) -> Any:
         from session_ledger.domain.messages import ChatMessage

@@ -94,7 +94,7 @@ def make_settings(store: str, tmp_path: Path, **overrides: object) -> Settings:
 
 def make_ledger(settings: Settings) -> Ledger:
     migrate(settings)
-    return open_ledger(settings, create_tables=settings.database_url.startswith("memory"))
+    return open_ledger(settings)
 
 
 @pytest.fixture(params=STORES)
