@@ -34,8 +34,9 @@ from .changes import (
 )
 
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"  # fixed width, so text order is time order
-TAIL_BATCH = 32  # rows per tail read; doubles while the window keeps growing
-MAX_TAIL_BATCH = 1024
+READ_ATTEMPTS = 3  # windows read while writers keep changing the session, then a snapshot
+TAIL_BATCH = 128  # rows per tail read (id, role, counts: small); doubles as the window grows
+MAX_TAIL_BATCH = 4096
 MAX_CHAR = "\U0010ffff"
 
 SESSION_UPSERT = (
@@ -96,6 +97,10 @@ class SQLViews(ABC):
     @abstractmethod
     def _reading(self) -> AbstractContextManager[Reader]:
         """A reader outside any transaction: each statement reads its own snapshot."""
+
+    def _reading_past(self) -> AbstractContextManager[Reader]:
+        """A reader for the rows of a past version (message id ranges, version filters)."""
+        return self._reading()
 
     @abstractmethod
     def snapshot(self) -> AbstractContextManager[Reader]:
@@ -218,58 +223,89 @@ class SQLViews(ABC):
         version: int | None = None,
     ) -> list[ChatMessage]:
         sid = self._sid(session_id)
+        if version is not None:  # a past version's rows never change: any read is consistent
+            with self._reading_past() as read:
+                window, _ = self._window(read, sid, version, token_limit, initial_token_count,
+                                         tokenizer)  # fmt: skip
+            return window
+        # The live rows, through the partial index of live rows (a plan no statistics can
+        # spoil). Each statement also reads the session's version; versions only grow, so
+        # equal versions at the first and the last statement mean no write came between,
+        # without holding a transaction open. Otherwise read again.
+        for _ in range(READ_ATTEMPTS):
+            with self._reading() as read:
+                window, consistent = self._window(
+                    read, sid, None, token_limit, initial_token_count, tokenizer
+                )
+            if consistent:
+                return window
+        with self.snapshot() as read:
+            window, _ = self._window(read, sid, None, token_limit, initial_token_count, tokenizer)
+        return window
+
+    def _window(
+        self,
+        read: Reader,
+        sid: Any,
+        version: int | None,
+        token_limit: int,
+        initial_token_count: int,
+        tokenizer: NamedTokenizer | None,
+    ) -> tuple[list[ChatMessage], bool]:
+        """The window, and whether every statement read the same version of the session."""
         columns = "message_id, role, tokens, tokens_joined" + (", message" if tokenizer else "")
-        with self._reading() as read:
-            # The first batch also pins the version it saw (one statement reads one
-            # snapshot); every later statement reads the rows live at that version, so a
-            # concurrent write cannot mix two states into one window, without a transaction.
-            if version is None:
-                first = self._fetch(
-                    read,
-                    f"SELECT {columns}, (SELECT version FROM ledger_sessions "
-                    f"WHERE session_id = ?) AS pinned FROM ledger_messages WHERE {LIVE} "
-                    "ORDER BY message_id DESC LIMIT ?",
-                    (sid, sid, ACTIVE, TAIL_BATCH),
-                )
-                pinned = first[0]["pinned"] if first else 0
-            else:  # ids from the next one on were written after `version`: skip them
-                first = self._fetch(
-                    read,
-                    f"SELECT {columns} FROM ledger_messages WHERE {AT_VERSION} AND message_id < "
-                    "(SELECT next_message_id FROM ledger_timeline WHERE session_id = ? "
-                    "AND version = ?) ORDER BY message_id DESC LIMIT ?",
-                    (sid, ACTIVE, version, version, sid, version, TAIL_BATCH),
-                )
-                pinned = version
-            seen: list[Any] = []
+        where, params = _rows_at(sid, ACTIVE, version)
+        seen = "(SELECT version FROM ledger_sessions WHERE session_id = ?) AS seen"
+        bound, bound_params = "", ()
+        if version is not None:  # ids from the next one on were written after `version`
+            bound = (" AND message_id < (SELECT next_message_id FROM ledger_timeline "
+                     "WHERE session_id = ? AND version = ?)")  # fmt: skip
+            bound_params = (sid, version)
+        first = self._fetch(
+            read,
+            f"SELECT {columns}, {seen} FROM ledger_messages WHERE {where}{bound} "
+            "ORDER BY message_id DESC LIMIT ?",
+            (sid, *params, *bound_params, TAIL_BATCH),
+        )
+        versions = {first[0]["seen"]} if first else set()
+        read_rows: list[Any] = []
 
-            def tail() -> Iterator[TailEntry]:
-                for row in self._tail(read, sid, first, pinned, columns):
-                    seen.append(row)
-                    if tokenizer is None:
-                        yield TailEntry(row["role"], row["tokens"], row["tokens_joined"])
-                    else:
-                        content = ChatMessage.from_json(row["message"]).content
-                        yield TailEntry(row["role"], *tokenizer.count(content))
+        def tail() -> Iterator[TailEntry]:
+            for row in self._tail(read, where, params, first, versions, seen, sid, columns):
+                read_rows.append(row)
+                if tokenizer is None:
+                    yield TailEntry(row["role"], row["tokens"], row["tokens_joined"])
+                else:
+                    content = ChatMessage.from_json(row["message"]).content
+                    yield TailEntry(row["role"], *tokenizer.count(content))
 
-            k = window_length(tail(), token_limit, initial_token_count)
-            if k == 0:
-                return []
-            if tokenizer is not None:
-                return [ChatMessage.from_json(r["message"]) for r in reversed(seen[:k])]
-            bodies = self._fetch(
-                read,
-                f"SELECT message FROM ledger_messages WHERE {AT_VERSION} "
-                "AND message_id >= ? AND message_id <= ? ORDER BY message_id",
-                (sid, ACTIVE, pinned, pinned, seen[k - 1]["message_id"], seen[0]["message_id"]),
-            )
-        return [ChatMessage.from_json(r["message"]) for r in bodies]
+        k = window_length(tail(), token_limit, initial_token_count)
+        if tokenizer is not None or k == 0:
+            window = [ChatMessage.from_json(r["message"]) for r in reversed(read_rows[:k])]
+            return window, len(versions) <= 1
+        bodies = self._fetch(
+            read,
+            f"SELECT message, {seen} FROM ledger_messages WHERE {where} "
+            "AND message_id >= ? AND message_id <= ? ORDER BY message_id",
+            (sid, *params, read_rows[k - 1]["message_id"], read_rows[0]["message_id"]),
+        )
+        versions.update(r["seen"] for r in bodies[:1])
+        consistent = len(bodies) == k and len(versions) == 1
+        return [ChatMessage.from_json(r["message"]) for r in bodies], consistent
 
     def _tail(
-        self, read: Reader, sid: Any, first: list[Any], version: int, columns: str
+        self,
+        read: Reader,
+        where: str,
+        params: tuple[Any, ...],
+        first: list[Any],
+        versions: set[Any],
+        seen: str,
+        sid: Any,
+        columns: str,
     ) -> Iterator[Any]:
-        """The active messages at `version`, newest first: the first batch, then growing
-        batches read as they are consumed."""
+        """The messages newest first: the first batch, then growing batches read as they
+        are consumed (each notes the session version it saw in `versions`)."""
         rows, batch = first, TAIL_BATCH
         while True:
             yield from rows
@@ -278,10 +314,16 @@ class SQLViews(ABC):
             before, batch = rows[-1]["message_id"], min(batch * 2, MAX_TAIL_BATCH)
             rows = self._fetch(
                 read,
-                f"SELECT {columns} FROM ledger_messages WHERE {AT_VERSION} AND message_id < ? "
-                "ORDER BY message_id DESC LIMIT ?",
-                (sid, ACTIVE, version, version, before, batch),
+                f"SELECT {columns}, {seen} FROM ledger_messages WHERE {where} "
+                "AND message_id < ? ORDER BY message_id DESC LIMIT ?",
+                (sid, *params, before, batch),
             )
+            if not rows:  # an empty batch says no version: ask for it
+                rows_seen = self._fetch(
+                    read, "SELECT version AS seen FROM ledger_sessions WHERE session_id = ?", (sid,)
+                )
+                versions.update(r["seen"] for r in rows_seen)
+            versions.update(r["seen"] for r in rows[:1])
 
     def history(
         self,
