@@ -256,7 +256,8 @@ class SQLViews(ABC):
         columns = "message_id, role, tokens, tokens_joined" + (", message" if tokenizer else "")
         where, params = _rows_at(sid, ACTIVE, version)
         seen = "(SELECT version FROM ledger_sessions WHERE session_id = ?) AS seen"
-        bound, bound_params = "", ()
+        bound = ""
+        bound_params: tuple[Any, ...] = ()
         if version is not None:  # ids from the next one on were written after `version`
             bound = (" AND message_id < (SELECT next_message_id FROM ledger_timeline "
                      "WHERE session_id = ? AND version = ?)")  # fmt: skip
