@@ -36,7 +36,6 @@ from .errors import (
     PayloadTooLarge,
     SessionNotFound,
     StateNotFound,
-    StoreNotReady,
     VersionConflict,
 )
 from .messages import ChatMessage
@@ -572,4 +571,4 @@ def _check_write_options(
         _check_text(idempotency_key, "idempotency key", MAX_IDEMPOTENCY_KEY_CHARS)
 
 
-__all__ = ["Ledger", "Limits", "SessionHead", "StoreNotReady", "WriteResult"]
+__all__ = ["AuditEntry", "Ledger", "Limits", "SessionHead", "WriteResult"]
