@@ -57,7 +57,8 @@ VIEW_TABLES = [
     " PRIMARY KEY (session_id, version))",
     "CREATE UNIQUE INDEX IF NOT EXISTS ledger_timeline_idempotency ON ledger_timeline"
     " (session_id, idempotency_key) WHERE idempotency_key IS NOT NULL",
-    "CREATE INDEX IF NOT EXISTS ledger_timeline_time ON ledger_timeline (session_id, recorded_at)",
+    # Dropped: time lookups binary-search the primary key (views.VERSION_AT).
+    "DROP INDEX IF EXISTS ledger_timeline_time",
 ]
 MAX_VALUES_ROWS = 200
 MESSAGE_COLUMNS = (

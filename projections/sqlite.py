@@ -56,7 +56,8 @@ VIEW_TABLES = [
     " WITHOUT ROWID",
     "CREATE UNIQUE INDEX IF NOT EXISTS ledger_timeline_idempotency ON ledger_timeline"
     " (session_id, idempotency_key) WHERE idempotency_key IS NOT NULL",
-    "CREATE INDEX IF NOT EXISTS ledger_timeline_time ON ledger_timeline (session_id, recorded_at)",
+    # Dropped: time lookups binary-search the primary key (views.VERSION_AT).
+    "DROP INDEX IF EXISTS ledger_timeline_time",
 ]
 
 

@@ -55,6 +55,18 @@ TIMELINE_INSERT = (
     f"INSERT INTO ledger_timeline ({TIMELINE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 LIVE = "session_id = ? AND status = ? AND valid_to IS NULL"
+# Binary search for the last version recorded at or before a time: (lo, hi) brackets it,
+# lo = 0 means "before the first event". No rows when the session does not exist.
+VERSION_AT = (
+    "WITH RECURSIVE search(lo, hi) AS ("
+    " SELECT CAST(0 AS BIGINT), (SELECT version FROM ledger_sessions WHERE session_id = ?)"
+    " UNION ALL SELECT"
+    " CASE WHEN t.recorded_at <= ? THEN (lo + hi + 1) / 2 ELSE lo END,"
+    " CASE WHEN t.recorded_at <= ? THEN hi ELSE (lo + hi + 1) / 2 - 1 END"
+    " FROM search JOIN ledger_timeline t ON t.session_id = ? AND t.version = (lo + hi + 1) / 2"
+    " WHERE lo < hi)"
+    " SELECT lo AS version FROM search WHERE lo >= hi"
+)
 AT_VERSION = (
     "session_id = ? AND status = ? AND valid_from <= ? AND (valid_to IS NULL OR valid_to > ?)"
 )
@@ -345,15 +357,15 @@ class SQLViews(ABC):
         return [ChatMessage.from_json(r["message"]) for r in rows]
 
     def version_at(self, session_id: uuid.UUID, when: datetime) -> int | None:
-        """The session's version at time `when`: its last event at or before then."""
+        """The session's version at time `when`: its last event at or before then.
+
+        Event times never run backwards within a session, so the timeline is in time order
+        by version and one statement binary-searches it through its primary key: log2(n)
+        rows, and no index on time to keep up on every write."""
+        sid = self._sid(session_id)
         with self._reading() as read:
-            rows = self._fetch(
-                read,
-                "SELECT version FROM ledger_timeline WHERE session_id = ? AND recorded_at <= ? "
-                "ORDER BY recorded_at DESC, version DESC LIMIT 1",
-                (self._sid(session_id), self._time(when)),
-            )
-        return rows[0]["version"] if rows else None
+            rows = self._fetch(read, VERSION_AT, (sid, self._time(when), self._time(when), sid))
+        return (rows[0]["version"] or None) if rows else None
 
     def ended_at(self, session_id: uuid.UUID, version: int) -> list[tuple[str, ChatMessage]]:
         """The messages (with their status) that left the history at `version`."""

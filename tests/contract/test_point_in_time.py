@@ -105,3 +105,21 @@ def test_set_keeps_the_ids_of_an_unchanged_prefix(ledger: Ledger) -> None:
     assert (entry.changes["kept"], entry.changes["removed"]) == (5, [])
     assert texts(ledger.get_all("s")) == ["0", "1", "2", "3", "4", "5"]
     assert texts(ledger.get_all("s", as_of_version=2)) == ["0", "1", "2", "3", "4"]
+
+
+def test_every_moment_maps_to_the_last_version_recorded_by_then(ledger: Ledger) -> None:
+    # The lookup binary-searches the timeline: check it against a linear scan at every
+    # event time, just before it and just after it, over an odd and an even length.
+    for n in (1, 8, 37):
+        key = f"t{n}"
+        for i in range(n):
+            ledger.put(key, {"role": "user", "content": f"m{i}"})
+        times = timeline(ledger, key)
+        tick = timedelta(microseconds=1)
+        for moment in sorted({m + d for m in times for d in (-tick, timedelta(0), tick)}):
+            expected = max((v for v, at in enumerate(times, 1) if at <= moment), default=None)
+            if expected is None:
+                with pytest.raises(StateNotFound):
+                    ledger.get_all(key, as_of=moment)
+            else:
+                assert len(ledger.get_all(key, as_of=moment)) == expected - 1
