@@ -79,6 +79,7 @@ class WriteBatch:
     archived_count: int  # archived messages after the write
     next_message_id: int  # the id the next message will get, after the write
     counts: tuple[TokenCount, ...]  # per message of an append or a replace
+    bodies: tuple[str, ...] = ()  # their canonical JSON, when the writer already has it
 
 
 @runtime_checkable

@@ -20,6 +20,7 @@ from eventsourcing.domain import Aggregate, event
 TENANT_NAMESPACE = uuid.UUID("6f0f9d3c-3b49-5c2e-9a57-2f5b8c1d7e40")
 
 
+@functools.lru_cache(maxsize=4096)
 def session_id(tenant: str, key: str) -> uuid.UUID:
     """The stream id of (tenant, key): stable, and distinct across tenants."""
     return uuid.uuid5(_tenant_namespace(tenant), key)

@@ -11,6 +11,7 @@ splitting; the cl100k_base pre-tokenizer does for text that does not end in whit
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -42,6 +43,15 @@ class TailEntry(NamedTuple):
 _CHUNK_BREAK = re.compile(r"(?<=\S) ")
 
 
+_CACHED_HEAD_CHARS = 32
+
+
+@functools.lru_cache(maxsize=16384)
+def _space_cost(encode: Tokenizer, head: str) -> int:
+    """What a leading space adds to the tokens of `head` (a text's first pre-token run)."""
+    return len(encode(" " + head)) - len(encode(head))
+
+
 @dataclass(frozen=True)
 class NamedTokenizer:
     """A tokenizer and the name its stored counts are filed under.
@@ -61,6 +71,8 @@ class NamedTokenizer:
         if self.pretokenized:
             found = _CHUNK_BREAK.search(text)
             head = text[: found.start()] if found else text
+            if len(head) <= _CACHED_HEAD_CHARS:  # first words repeat: count each once
+                return TokenCount(alone, alone + _space_cost(self.encode, head))
             return TokenCount(alone, alone + len(self.encode(" " + head)) - len(self.encode(head)))
         return TokenCount(alone, len(self.encode(" " + text)))
 

@@ -114,15 +114,16 @@ def view_changes(batch: WriteBatch) -> ViewChanges:
             if isinstance(event, HistoryReplaced):
                 kept = event.kept
                 changes.append(CloseHistory(v, (ACTIVE,), kept))
+            bodies = batch.bodies[kept:] or [_canonical(m) for m in event.messages[kept:]]
             rows = tuple(
                 MessageRow(
                     batch.first_message_id + i,
                     m["role"],
                     batch.counts[kept + i].alone,
                     batch.counts[kept + i].joined,
-                    json.dumps(m, ensure_ascii=False, separators=(",", ":")),
+                    body,
                 )
-                for i, m in enumerate(event.messages[kept:])
+                for i, (m, body) in enumerate(zip(event.messages[kept:], bodies, strict=True))
             )
             changes.append(InsertMessages(v, ACTIVE, rows))
         elif isinstance(event, HistoryCleared):
@@ -141,6 +142,11 @@ def view_changes(batch: WriteBatch) -> ViewChanges:
         batch.archived_count, first.timestamp, last.timestamp,
     )  # fmt: skip
     return ViewChanges(batch.session_id, started, session, tuple(changes), tuple(timeline))
+
+
+def _canonical(message: dict[str, Any]) -> str:
+    # ChatMessage.to_json's encoding, for events replayed by `rebuild`
+    return json.dumps(message, ensure_ascii=False, separators=(",", ":"))
 
 
 def _timeline_row(event: Any, message_count: int, next_message_id: int) -> TimelineRow:

@@ -72,11 +72,16 @@ AT_VERSION = (
 )
 
 
+def utc_text(value: datetime) -> str:
+    """`value` in UTC as TIME_FORMAT text (four-digit years, so text order is time order)."""
+    return value.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+
+
 def _portable(value: Any) -> Any:
     if isinstance(value, uuid.UUID):
         return value.hex
     if isinstance(value, datetime):
-        return value.astimezone(UTC).strftime(TIME_FORMAT)
+        return utc_text(value)
     return value
 
 

@@ -123,3 +123,12 @@ def test_every_moment_maps_to_the_last_version_recorded_by_then(ledger: Ledger) 
                     ledger.get_all(key, as_of=moment)
             else:
                 assert len(ledger.get_all(key, as_of=moment)) == expected - 1
+
+
+def test_a_moment_in_an_early_year_is_before_every_session(ledger: Ledger) -> None:
+    # Times are compared as fixed-width text on SQLite: year 1 must sort before 2026.
+    ledger.put("s", {"role": "user", "content": "x"})
+    with pytest.raises(StateNotFound):
+        ledger.get_all("s", as_of=datetime(1, 1, 1, tzinfo=UTC))
+    with pytest.raises(StateNotFound):
+        ledger.get_all("s", as_of=datetime(999, 12, 31, tzinfo=UTC))
