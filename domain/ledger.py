@@ -130,10 +130,10 @@ class Ledger(Application[uuid.UUID]):
         self, key: str, messages: Iterable[ChatMessage | Mapping[str, Any]], **kw: Any
     ) -> WriteResult:
         """Append messages, all or none, as one event."""
-        parsed, dicts = self._parse_messages(messages, allow_empty=False)
+        parsed, dicts, bodies = self._parse_messages(messages, allow_empty=False)
         counts = tuple(self.tokenizer.count(m.content) for m in parsed)
         return self._write(
-            key, "append", {"messages": dicts}, create=True, counts=counts,
+            key, "append", {"messages": dicts}, create=True, counts=counts, bodies=bodies,
             command=lambda s, a: s.append(messages=dicts, **a), **kw,
         )  # fmt: skip
 
@@ -141,7 +141,7 @@ class Ledger(Application[uuid.UUID]):
         self, key: str, messages: Iterable[ChatMessage | Mapping[str, Any]], **kw: Any
     ) -> WriteResult:
         """Replace the whole active history (the old one stays in the events)."""
-        parsed, dicts = self._parse_messages(messages, allow_empty=True)
+        parsed, dicts, bodies = self._parse_messages(messages, allow_empty=True)
         counts = tuple(self.tokenizer.count(m.content) for m in parsed)
 
         def command(s: Session, audit: dict[str, Any]) -> None:
@@ -149,8 +149,9 @@ class Ledger(Application[uuid.UUID]):
             s.replace(messages=dicts, kept=_common_prefix(current, parsed), **audit)
 
         return self._write(
-            key, "replace", {"messages": dicts}, create=True, counts=counts, command=command, **kw
-        )
+            key, "replace", {"messages": dicts}, create=True, counts=counts, bodies=bodies,
+            command=command, **kw,
+        )  # fmt: skip
 
     def reset(self, key: str, **kw: Any) -> WriteResult:
         """Clear the history, active and archived."""
@@ -199,6 +200,7 @@ class Ledger(Application[uuid.UUID]):
         command: Callable[[Session, dict[str, Any]], Any],
         create: bool = False,
         counts: tuple[TokenCount, ...] = (),
+        bodies: tuple[str, ...] = (),
         tenant: str | None = None,
         actor: str | None = None,
         reason: str | None = None,
@@ -250,6 +252,7 @@ class Ledger(Application[uuid.UUID]):
                 archived_count=session.archived_count,
                 next_message_id=session.next_message_id,
                 counts=counts,
+                bodies=bodies,
             )
             try:
                 self._save(session, batch)
@@ -268,25 +271,30 @@ class Ledger(Application[uuid.UUID]):
         )
 
     def _save(self, session: Session, batch: WriteBatch) -> None:
-        # Application.save, minus its runtime protocol checks of every argument (a tenth of
-        # a put's time) and its notify hooks, which nothing here uses.
-        processing = ProcessingEvent[uuid.UUID]()
-        processing.events.extend(session.collect_events())
-        processing.aggregates[session.id] = session
-        processing.saved_kwargs["ledger_batch"] = batch
-        self._record(processing)
-        self._take_snapshots(processing)
+        # Application.save and _record, minus their runtime checks of every argument, the
+        # notification records nothing reads, and the notify hooks nothing uses: a put's
+        # time is mostly Python, and this path is taken by every write.
+        events = session.collect_events()
+        self.recorder.insert_events(
+            [self.mapper.to_stored_event(e) for e in events], ledger_batch=batch
+        )
+        if self.repository.cache is not None:
+            self.repository.cache.put(session.id, session)
+        self._snapshot_if_due(session, len(events))
 
     def _take_snapshots(self, processing_event: ProcessingEvent[uuid.UUID]) -> None:
+        for aggregate in processing_event.aggregates.values():
+            self._snapshot_if_due(aggregate, len(processing_event.events))
+
+    def _snapshot_if_due(self, aggregate: Any, new_events: int) -> None:
         # Snapshot the state just saved, instead of the library's default of reading the
         # stream back to the event's version: a snapshot costs no reads.
-        if self.snapshots is None:
+        interval = self.snapshotting_intervals.get(type(aggregate))
+        if self.snapshots is None or not interval:
             return
-        for aggregate in processing_event.aggregates.values():
-            interval = self.snapshotting_intervals.get(type(aggregate))
-            first = aggregate.version - len(processing_event.events) + 1
-            if interval and any(v % interval == 0 for v in range(first, aggregate.version + 1)):
-                self.snapshots.put([Session.Snapshot.take(aggregate)])
+        first = aggregate.version - new_events + 1
+        if any(v % interval == 0 for v in range(first, aggregate.version + 1)):
+            self.snapshots.put([Session.Snapshot.take(aggregate)])
 
     def _load(self, sid: uuid.UUID, *, fresh: bool) -> Session | None:
         """The session's write state: cached without a read (a stale copy fails to save and
@@ -302,7 +310,9 @@ class Ledger(Application[uuid.UUID]):
 
     def _parse_messages(
         self, messages: Iterable[ChatMessage | Mapping[str, Any]], *, allow_empty: bool
-    ) -> tuple[list[ChatMessage], list[dict[str, Any]]]:
+    ) -> tuple[list[ChatMessage], list[dict[str, Any]], tuple[str, ...]]:
+        """The messages, their dicts (the event's payload) and their canonical JSON (the
+        views' rows), each checked against the size limits."""
         if isinstance(messages, str | bytes | Mapping) or not isinstance(messages, Iterable):
             raise InvalidInput("messages must be a list of messages")
         parsed = [ChatMessage.parse(m) for m in messages]
@@ -313,9 +323,10 @@ class Ledger(Application[uuid.UUID]):
                 f"{len(parsed)} messages in one write; the limit is "
                 f"{self.limits.max_messages_per_write}"
             )
-        dicts, total = [], 0
+        dicts, bodies, total = [], [], 0
         for i, m in enumerate(parsed):
             encoded = m.to_json()
+            bodies.append(encoded)
             size = len(encoded.encode("utf-8"))
             if size > self.limits.max_message_bytes:
                 raise PayloadTooLarge(
@@ -329,7 +340,7 @@ class Ledger(Application[uuid.UUID]):
             raise PayloadTooLarge(
                 f"the write is {total} bytes; the limit is {self.limits.max_write_bytes}"
             )
-        return parsed, dicts
+        return parsed, dicts, tuple(bodies)
 
     # -- reads ----------------------------------------------------------------------------
 

@@ -16,20 +16,27 @@ from typing import Any
 from eventsourcing.persistence import (
     AggregateRecorder,
     ApplicationRecorder,
+    DatabaseError,
+    DataError,
+    IntegrityError,
     InterfaceError,
+    InternalError,
+    NotSupportedError,
+    OperationalError,
+    PersistenceError,
+    ProgrammingError,
     StoredEvent,
 )
 from eventsourcing.sqlite import (
     SQLiteApplicationRecorder,
     SQLiteConnection,
     SQLiteConnectionPool,
-    SQLiteCursor,
     SQLiteDatastore,
     SQLiteFactory,
 )
 
 from .changes import MessageRow, view_changes
-from .views import TIME_FORMAT, Reader, SQLViews
+from .views import TIME_FORMAT, Reader, SQLViews, utc_text
 
 VIEW_TABLES = [
     "CREATE TABLE IF NOT EXISTS ledger_messages ("
@@ -71,8 +78,35 @@ class SQLiteLedgerRecorder(SQLiteApplicationRecorder, SQLViews):
     def construct_create_table_statements(self) -> list[str]:
         return [*super().construct_create_table_statements(), *VIEW_TABLES]
 
+    def insert_events(
+        self, stored_events: Sequence[StoredEvent], **kwargs: Any
+    ) -> Sequence[int] | None:
+        # The library's write transaction without its layers of context managers and
+        # cursor wrappers around every statement: the same pool, BEGIN, statements and
+        # commit, and the same exceptions.
+        pool = self.datastore.pool
+        conn = pool.get_connection(is_writer=True)
+        try:
+            assert isinstance(conn, _LedgerConnection)
+            db = conn.sqlite
+            cursor = db.cursor()
+            try:
+                cursor.execute("BEGIN")
+                ids = self._insert_events(cursor, stored_events, **kwargs)
+                db.commit()
+                return ids
+            except BaseException:
+                db.rollback()
+                raise
+            finally:
+                cursor.close()
+        except sqlite3.Error as e:
+            raise _persistence_error(e) from e
+        finally:
+            pool.put_connection(conn)
+
     def _insert_events(
-        self, c: SQLiteCursor, stored_events: Sequence[StoredEvent], **kwargs: Any
+        self, c: Any, stored_events: Sequence[StoredEvent], **kwargs: Any
     ) -> Sequence[int] | None:
         ids = super()._insert_events(c, stored_events, **kwargs)
         batch = kwargs.get("ledger_batch")
@@ -123,10 +157,36 @@ class SQLiteLedgerRecorder(SQLiteApplicationRecorder, SQLViews):
         return session_id.hex
 
     def _time(self, value: datetime) -> Any:
-        return value.astimezone(UTC).strftime(TIME_FORMAT)
+        return utc_text(value)
 
     def _datetime(self, value: Any) -> datetime:
         return datetime.strptime(value, TIME_FORMAT).replace(tzinfo=UTC)
+
+
+_ERRORS: tuple[tuple[type[sqlite3.Error], type[PersistenceError]], ...] = (
+    (sqlite3.IntegrityError, IntegrityError),
+    (sqlite3.OperationalError, OperationalError),
+    (sqlite3.InterfaceError, InterfaceError),
+    (sqlite3.DataError, DataError),
+    (sqlite3.InternalError, InternalError),
+    (sqlite3.ProgrammingError, ProgrammingError),
+    (sqlite3.NotSupportedError, NotSupportedError),
+    (sqlite3.DatabaseError, DatabaseError),
+)
+
+
+def _persistence_error(error: sqlite3.Error) -> PersistenceError:
+    """The eventsourcing exception the library raises for this sqlite3 one."""
+    for raw, mapped in _ERRORS:
+        if isinstance(error, raw):
+            return mapped(error)
+    return PersistenceError(error)
+
+
+class _LedgerConnection(SQLiteConnection):
+    def __init__(self, sqlite_conn: sqlite3.Connection, max_age: float | None):
+        super().__init__(sqlite_conn=sqlite_conn, max_age=max_age)
+        self.sqlite = sqlite_conn
 
 
 class _DurablePool(SQLiteConnectionPool):
@@ -150,7 +210,7 @@ class _DurablePool(SQLiteConnectionPool):
             conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=FULL")
         conn.row_factory = sqlite3.Row
-        return SQLiteConnection(sqlite_conn=conn, max_age=self.max_age)
+        return _LedgerConnection(sqlite_conn=conn, max_age=self.max_age)
 
 
 class SQLiteLedgerFactory(SQLiteFactory):
