@@ -1,8 +1,9 @@
 """Who is calling: `Authorization: Bearer <key>` -> a Principal (tenant, role).
 
-Roles: `agent` reads and writes its tenant's sessions; `auditor` only reads them;
-`admin` does both and manages its tenant's API keys. There is no anonymous access to
-sessions or keys. The secrets themselves live hashed in the KeyStore (keystore.py).
+Roles: `agent` reads and writes its tenant's sessions; `auditor` only reads them (and
+exports them for compliance); `admin` does all that and manages its tenant's API keys.
+There is no anonymous access to sessions or keys. The secrets themselves live hashed
+in the KeyStore (keystore.py).
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from .keystore import KeyStore
 
 READ, WRITE, MANAGE_KEYS = "read sessions", "write sessions", "manage API keys"
+EXPORT = "export sessions"  # a whole verifiable transcript: for compliance, not for agents
 PERMISSIONS: dict[str, frozenset[str]] = {
     "agent": frozenset({READ, WRITE}),
-    "auditor": frozenset({READ}),
-    "admin": frozenset({READ, WRITE, MANAGE_KEYS}),
+    "auditor": frozenset({READ, EXPORT}),
+    "admin": frozenset({READ, WRITE, EXPORT, MANAGE_KEYS}),
 }
 
 bearer = HTTPBearer(auto_error=False, description="An API key: `Authorization: Bearer <key>`.")

@@ -1,5 +1,5 @@
 """The `session-ledger` command: serve the API, migrate the store, manage API keys,
-and show a session to a person.
+show a session to a person, and export a session's verifiable transcript (and verify one).
 
 Every command reads the same `LEDGER_*` settings as the server; options override them.
 Key and show commands work on the store directly (whoever runs them can read the
@@ -13,6 +13,8 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
+from enum import StrEnum
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -255,6 +257,79 @@ def rebuild(
         typer.echo(f"{len(differences)} differences (at most 20 are listed)", err=True)
         raise typer.Exit(1)
     typer.echo("the views match the events", err=True)
+
+
+class ExportFormat(StrEnum):
+    jsonl = "jsonl"
+    csv = "csv"
+
+
+@cli.command()
+def export(
+    key: str,
+    tenant: Tenant = None,
+    format: Annotated[
+        ExportFormat,
+        typer.Option(
+            "--format",
+            help="jsonl: every event with its stored record and hash chain (verifiable); "
+            "csv: the history, one row per message.",
+        ),
+    ] = ExportFormat.jsonl,
+    as_of_version: Annotated[
+        int | None, typer.Option(help="Export the session up to this version only.")
+    ] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write to this file (default: stdout).")
+    ] = None,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Export a session's transcript for compliance, streamed a page at a time."""
+    from session_ledger.projections.export import export_session
+
+    settings = load_settings(database_url)
+    tenant = tenant or settings.default_tenant
+    with failing_cleanly(), opened_ledger(settings) as ledger:
+        chunks = export_session(ledger, key, tenant=tenant, format=format.value,
+                                as_of_version=as_of_version)  # fmt: skip
+        if output is None:
+            stdout = typer.get_binary_stream("stdout")
+            for chunk in chunks:
+                stdout.write(chunk)
+            stdout.flush()
+            return
+        # Written aside and renamed when complete: FILE is never a partial export.
+        partial = output.with_name(output.name + ".partial")
+        try:
+            with partial.open("wb") as out:
+                for chunk in chunks:
+                    out.write(chunk)
+            partial.replace(output)
+        finally:
+            partial.unlink(missing_ok=True)
+    typer.echo(f"exported session {key!r} to {output}", err=True)
+
+
+@cli.command("verify-export")
+def verify_export(
+    file: Annotated[str, typer.Argument(help="A JSONL export, or - for stdin.")],
+) -> None:
+    """Check a JSONL export offline: exit 0 when intact, 1 naming the first broken line."""
+    from session_ledger.projections.export import verify_export as verify
+
+    if file == "-":
+        report = verify(typer.get_binary_stream("stdin"))
+    else:
+        try:
+            with open(file, "rb") as lines:
+                report = verify(lines)
+        except OSError as exc:
+            typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
+            raise typer.Exit(2) from None
+    if not report.ok:
+        typer.secho(report.summary(), err=True, fg=typer.colors.RED)
+        raise typer.Exit(1)
+    typer.echo(report.summary())
 
 
 @contextmanager

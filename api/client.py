@@ -10,7 +10,7 @@ Both build the same requests (`Request`); only sending differs. A 4xx/5xx answer
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable, Iterator
 from datetime import datetime
 
 import httpx
@@ -25,6 +25,7 @@ from .client_requests import (
     T,
     WriteOptions,
     client_kwargs,
+    export_request,
     session_path,
 )  # fmt: skip
 from .schemas import (
@@ -126,6 +127,28 @@ class LedgerClient:
     def events(self, key: str, *, after: int = 0, limit: int = 100) -> AuditTrail:
         """A page of the session's audit trail; pass `next_after` back as `after`."""
         return self._send(Requests.events(key, after, limit))
+
+    def export(
+        self, key: str, *, format: str = "jsonl", as_of_version: int | None = None
+    ) -> Iterator[bytes]:
+        """The session's compliance export (auditor or admin key), as byte chunks (not
+        lines) streamed from the server. Errors (404, 403, ...) raise here, before the
+        first chunk; iterate to the end or close the iterator."""
+        path, params = export_request(key, format, as_of_version)
+        response = self.http.send(self.http.build_request("GET", path, params=params),
+                                  stream=True)  # fmt: skip
+        if response.status_code >= 400:
+            response.read()
+            response.close()
+            raise LedgerAPIError.from_response(response)
+
+        def chunks() -> Iterator[bytes]:
+            try:
+                yield from response.iter_bytes()
+            finally:
+                response.close()
+
+        return chunks()
 
     def head(self, key: str) -> SessionHead:
         """The session's version, counts and times."""
@@ -241,6 +264,29 @@ class AsyncLedgerClient:
     async def events(self, key: str, *, after: int = 0, limit: int = 100) -> AuditTrail:
         """A page of the session's audit trail; pass `next_after` back as `after`."""
         return await self._send(Requests.events(key, after, limit))
+
+    async def export(
+        self, key: str, *, format: str = "jsonl", as_of_version: int | None = None
+    ) -> AsyncIterator[bytes]:
+        """The session's compliance export (auditor or admin key), as byte chunks (not
+        lines) streamed from the server: `async for chunk in await client.export(key)`.
+        Errors (404, 403, ...) raise here, before the first chunk."""
+        path, params = export_request(key, format, as_of_version)
+        request = self.http.build_request("GET", path, params=params)
+        response = await self.http.send(request, stream=True)
+        if response.status_code >= 400:
+            await response.aread()
+            await response.aclose()
+            raise LedgerAPIError.from_response(response)
+
+        async def chunks() -> AsyncIterator[bytes]:
+            try:
+                async for chunk in response.aiter_bytes():
+                    yield chunk
+            finally:
+                await response.aclose()
+
+        return chunks()
 
     async def head(self, key: str) -> SessionHead:
         """The session's version, counts and times."""

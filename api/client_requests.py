@@ -198,6 +198,14 @@ class Requests:
         return Request("GET", path, Status)
 
 
+def export_request(key: str, format: str, as_of_version: int | None) -> tuple[str, dict[str, Any]]:
+    """Path and query of an export (streamed, so it is no `Request`: its body is no model)."""
+    params: dict[str, Any] = {"format": format}
+    if as_of_version is not None:
+        params["as_of_version"] = as_of_version
+    return session_path(key, "/export"), params
+
+
 def client_kwargs(base_url: str, api_key: str | None, timeout: float) -> dict[str, Any]:
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     return {"base_url": base_url, "headers": headers, "timeout": timeout}

@@ -21,7 +21,7 @@ from fastapi import Depends, Header, Path, Query, Request
 from session_ledger.domain.errors import InvalidInput, InvalidSessionKey
 from session_ledger.domain.ledger import Ledger
 
-from .auth import MANAGE_KEYS, READ, WRITE, Principal, authenticate, key_store, require
+from .auth import EXPORT, MANAGE_KEYS, READ, WRITE, Principal, authenticate, key_store, require
 from .errors import PreconditionFailed
 from .keystore import KeyStore
 
@@ -133,5 +133,6 @@ PrincipalDep = Annotated[Principal, Depends(authenticate)]
 ReaderDep = Annotated[Principal, Depends(require(READ))]
 WriterDep = Annotated[Principal, Depends(require(WRITE))]
 AdminDep = Annotated[Principal, Depends(require(MANAGE_KEYS))]
+ExporterDep = Annotated[Principal, Depends(require(EXPORT))]
 SessionKeyDep = Annotated[str, Depends(session_key)]
 WriteOptionsDep = Annotated[WriteOptions, Depends(write_options)]

@@ -26,6 +26,8 @@ SESSION_ROUTES: list[tuple[str, str, Any, str]] = [
     ("GET", "/messages?as_of_version=1", None, "read"),
     ("GET", "/events", None, "read"),
     ("GET", "", None, "read"),
+    ("GET", "/export", None, "export"),
+    ("GET", "/export?format=csv", None, "export"),
 ]
 OTHER_ROUTES: list[tuple[str, str, Any, str]] = [
     ("GET", "/v1/sessions", None, "read"),
@@ -33,7 +35,11 @@ OTHER_ROUTES: list[tuple[str, str, Any, str]] = [
     ("GET", "/v1/keys", None, "keys"),
     ("DELETE", "/v1/keys/0000000000000000", None, "keys"),
 ]
-ALLOWED = {"agent": {"read", "write"}, "auditor": {"read"}, "admin": {"read", "write", "keys"}}
+ALLOWED = {
+    "agent": {"read", "write"},
+    "auditor": {"read", "export"},
+    "admin": {"read", "write", "export", "keys"},
+}
 
 
 def all_routes(key: str) -> list[tuple[str, str, Any, str]]:
@@ -106,7 +112,7 @@ def test_each_role_may_do_exactly_what_it_is_for(
 def test_a_session_of_tenant_a_does_not_exist_for_tenant_b(
     deployment: Deployment, session_key: str, intruder: str, route: tuple[str, str, Any, str]
 ) -> None:
-    method, suffix, body, _ = route
+    method, suffix, body, needs = route
     with deployment.client("a_agent") as owner:
         owner.put_messages(session_key, [USER, USER])
         before = owner.head(session_key)
@@ -116,6 +122,8 @@ def test_a_session_of_tenant_a_does_not_exist_for_tenant_b(
         # These create a session: tenant B gets its own, brand new one under the same key.
         assert answer.status_code == 200, answer.text
         assert answer.json()["message_count"] == 1
+    elif needs == "export" and intruder == "b_agent":
+        assert answer.status_code == 403, answer.text  # the role is refused before any lookup
     else:
         assert answer.status_code == 404, answer.text
         assert answer.json()["error"]["code"] == "session_not_found"

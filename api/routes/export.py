@@ -1,0 +1,71 @@
+"""The compliance export: one session's verifiable transcript, streamed (auditors and
+admins only; an agent's key gets 403).
+
+The session and version are checked before the answer starts, so an unknown session is
+a plain 404; the body is then read from the store a page at a time in worker threads
+(Starlette iterates a plain iterator off the event loop), never whole in memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query
+from fastapi.responses import StreamingResponse
+
+from session_ledger.projections.export import export_csv, export_jsonl, plan_export
+
+from ..deps import ExporterDep, LedgerDep, SessionKeyDep
+from ..errors import ERROR_RESPONSES
+from .history import AsOfVersion
+
+router = APIRouter(prefix="/v1/sessions", tags=["export"], responses=ERROR_RESPONSES)
+MEDIA_TYPES = {"jsonl": "application/x-ndjson", "csv": "text/csv; charset=utf-8"}
+CHUNK_BYTES = 64 * 1024  # one worker-thread hand-off per chunk, not per line
+EXPORT_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "The export: JSONL (header, one line per event with its stored "
+        "record and chain hash, trailer) or CSV (the history, one row per message).",
+        "content": {
+            "application/x-ndjson": {"schema": {"type": "string"}},
+            "text/csv": {"schema": {"type": "string"}},
+        },
+    }
+}
+
+
+def _chunks(parts: Iterator[bytes]) -> Iterator[bytes]:
+    """The export's lines joined into chunks of about CHUNK_BYTES."""
+    pending: list[bytes] = []
+    size = 0
+    for part in parts:
+        pending.append(part)
+        size += len(part)
+        if size >= CHUNK_BYTES:
+            yield b"".join(pending)
+            pending, size = [], 0
+    if pending:
+        yield b"".join(pending)
+
+
+@router.get(
+    "/{key}/export", response_class=StreamingResponse, responses=EXPORT_RESPONSES,
+)  # fmt: skip
+def export_session(
+    key: SessionKeyDep, ledger: LedgerDep, who: ExporterDep,
+    format: Annotated[Literal["jsonl", "csv"], Query(
+        description="jsonl: every event with its stored record and hash chain, verifiable "
+        "offline (`session-ledger verify-export`); csv: the history, one row per message."
+    )] = "jsonl",
+    as_of_version: AsOfVersion = None,
+) -> StreamingResponse:  # fmt: skip
+    """Export the session's transcript for compliance, streamed (auditor and admin keys)."""
+    plan = plan_export(ledger, key, tenant=who.tenant, as_of_version=as_of_version)
+    lines = export_jsonl(ledger, plan) if format == "jsonl" else export_csv(ledger, plan)
+    filename = f"session-{plan.session_id}-v{plan.to_version}.{format}"
+    return StreamingResponse(
+        _chunks(lines),
+        media_type=MEDIA_TYPES[format],
+        headers={"Content-Disposition": f'attachment; filename="{filename}"'},
+    )
