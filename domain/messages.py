@@ -22,6 +22,7 @@ BLOCK_TYPES = (
     "citable", "citation", "thinking", "tool_call",
 )  # fmt: skip
 MAX_NESTING = 64
+_DECODE_CHUNK = 1024  # messages per json.loads of many: bounds the joined text
 
 
 @dataclass(frozen=True)
@@ -68,8 +69,27 @@ class ChatMessage:
     @classmethod
     def from_json(cls, text: str) -> ChatMessage:
         """Rebuild a message from `to_json()` output (already validated when stored)."""
-        d = json.loads(text)
-        return cls(d["role"], tuple(d["blocks"]), d["additional_kwargs"])
+        return cls._stored(json.loads(text))
+
+    @classmethod
+    def many_from_json(cls, texts: Sequence[str]) -> list[ChatMessage]:
+        """`from_json` of each text, decoded as one JSON array per chunk: a history of
+        short messages decodes in about half the time of one `json.loads` per message."""
+        out: list[ChatMessage] = []
+        for start in range(0, len(texts), _DECODE_CHUNK):
+            chunk = texts[start : start + _DECODE_CHUNK]
+            out.extend(map(cls._stored, json.loads("[" + ",".join(chunk) + "]")))
+        return out
+
+    @classmethod
+    def _stored(cls, d: dict[str, Any]) -> ChatMessage:
+        # Stored messages were validated on the way in: skip the frozen dataclass's
+        # per-field setattr calls, the larger part of rebuilding a short message.
+        message = object.__new__(cls)
+        message.__dict__.update(
+            role=d["role"], blocks=tuple(d["blocks"]), additional_kwargs=d["additional_kwargs"]
+        )
+        return message
 
     def to_dict(self) -> dict[str, Any]:
         """LlamaIndex's JSON shape; a fresh copy the caller may change."""

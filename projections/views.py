@@ -299,7 +299,7 @@ class SQLViews(ABC):
 
         k = window_length(tail(), token_limit, initial_token_count)
         if tokenizer is not None or k == 0:
-            window = [ChatMessage.from_json(r["message"]) for r in reversed(read_rows[:k])]
+            window = ChatMessage.many_from_json([r["message"] for r in reversed(read_rows[:k])])
             return window, len(versions) <= 1
         bodies = self._fetch(
             read,
@@ -309,7 +309,7 @@ class SQLViews(ABC):
         )
         versions.update(r["seen"] for r in bodies[:1])
         consistent = len(bodies) == k and len(versions) == 1
-        return [ChatMessage.from_json(r["message"]) for r in bodies], consistent
+        return ChatMessage.many_from_json([r["message"] for r in bodies]), consistent
 
     def _tail(
         self,
@@ -359,7 +359,7 @@ class SQLViews(ABC):
                 "LIMIT ? OFFSET ?",
                 (*params, self.no_limit if limit is None else limit, offset),
             )
-        return [ChatMessage.from_json(r["message"]) for r in rows]
+        return ChatMessage.many_from_json([r["message"] for r in rows])
 
     def version_at(self, session_id: uuid.UUID, when: datetime) -> int | None:
         """The session's version at time `when`: its last event at or before then.
