@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from . import corpus, http_api, results
+from .export import ExportBench, export_table
 from .postgres import ScratchDatabases, server_url
 from .report import Cells, http_table, judge, tables, targets
 from .stores import Context, Store
@@ -264,6 +265,7 @@ class Runner:
                     log(f"loaded {store.name}: {sizes} in {time.perf_counter() - t0:.1f} s")
                     read_stores.append((store, sizes))
             servers = self.servers(readers) if "W6" in workloads else []
+            exporters = self.exporters(readers) if "W7" in workloads else []
             for rep in range(p.reps):
                 # Other work on the machine moves every figure: keep the load with them.
                 self.load_averages.append(os.getloadavg()[0])
@@ -290,6 +292,40 @@ class Runner:
                         cells = {"W6": Cell("req/s", note=f"error: {exc}"[:300])}
                     for workload, cell in cells.items():
                         self.record(name, workload, cell)
+                for name, exporter in exporters:
+                    self.settle()
+                    try:
+                        cells = exporter.measure()
+                    except Exception as exc:
+                        traceback.print_exc(file=sys.stderr)
+                        cells = {"W7 export library": Cell("events/s", note=f"error: {exc}"[:300])}
+                    for workload, cell in cells.items():
+                        self.record(name, workload, cell)
+
+    def exporters(self, stack: contextlib.ExitStack) -> list[tuple[str, ExportBench]]:
+        """W7: a 10,000-event session on SQLite and PostgreSQL, each with a server on it."""
+        if importlib.util.find_spec("session_ledger.projections.export") is None:
+            return []
+        out = []
+        for backend in ("sqlite", "postgres") if self.scratch else ("sqlite",):
+            workdir = self.workdir / f"export-{backend}"
+            shutil.rmtree(workdir, ignore_errors=True)
+            workdir.mkdir(parents=True)
+            stack.callback(shutil.rmtree, workdir, ignore_errors=True)
+            if backend == "sqlite":
+                url = f"sqlite:///{workdir / 'ledger.db'}"
+            else:
+                assert self.scratch is not None
+                url = self.scratch.create("export")
+                stack.callback(self.scratch.drop, url)
+            exporter = ExportBench(backend, url, workdir)
+            t0 = time.perf_counter()
+            exporter.load(self.messages)
+            stack.callback(exporter.close)
+            exporter.start_server()
+            log(f"loaded W7 session-ledger {backend}: {time.perf_counter() - t0:.1f} s")
+            out.append((f"session-ledger {backend}", exporter))
+        return out
 
     def servers(self, stack: contextlib.ExitStack) -> list[tuple[str, http_api.Server]]:
         """`session-ledger serve` on SQLite and PostgreSQL, stopped when `stack` closes."""
@@ -319,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", help="regex: run only the stores whose name matches")
     parser.add_argument(
         "--workloads",
-        default="W1,W1x4,W2,W3,W4,W5,W6",
+        default="W1,W1x4,W2,W3,W4,W5,W6,W7",
         help="a subset, e.g. W3,W4 (W3 and W4 share their loaded histories)",
     )
     parser.add_argument("--no-postgres", action="store_true", help="skip PostgreSQL stores")
@@ -368,6 +404,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     table = tables(runner.cells, names, workloads, judged, notes)
     table += http_table(runner.cells)
+    table += export_table(runner.cells)
     command = "python -m bench.run" + (" --quick" if args.quick else "")
     loads = ", ".join(f"{x:.1f}" for x in runner.load_averages)
     print(
