@@ -18,7 +18,7 @@ import json
 import random
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, ParamSpec, TypeVar
@@ -38,11 +38,13 @@ from .errors import (
     StateNotFound,
     VersionConflict,
 )
+from .integrity import GENESIS, chain_step
 from .messages import ChatMessage
 from .ports import (
     ACTIVE,
     STATUSES,
     AuditEntry,
+    ChainReport,
     SessionHead,
     SessionViews,
     WriteBatch,
@@ -66,6 +68,7 @@ MAX_TENANT_CHARS = 128
 MAX_IDEMPOTENCY_KEY_CHARS = 256
 MAX_ACTOR_CHARS = 256
 MAX_REASON_CHARS = 4096
+VERIFY_PAGE = 1000  # events (and hashes) read per step of `verify`
 
 
 @dataclass(frozen=True)
@@ -502,6 +505,51 @@ class Ledger(Application[uuid.UUID]):
             _check_key(after)
         return self.views.session_keys(self._tenant(tenant), prefix, after, limit)
 
+    def verify(self, key: str, *, tenant: str | None = None) -> ChainReport:
+        """Recompute the session's hash chain from its stored events and compare it with
+        the hashes stored as they were written; the report names the first version that
+        differs. Reads a page of events at a time."""
+        sid = self._session_id(key, tenant)
+        head = self.views.session_head(sid)
+        if head is None:
+            raise SessionNotFound(self._tenant(tenant), key)
+        tenant, checked, h = head.tenant, 0, GENESIS
+
+        def report(bad: int | None = None, problem: str | None = None) -> ChainReport:
+            return ChainReport(tenant, key, checked, h.hex() if checked else None, bad, problem)
+
+        while True:
+            records = self.recorder.select_events(sid, gt=checked or None, limit=VERIFY_PAGE)
+            stored = dict(self.views.stored_chain(sid, checked, VERIFY_PAGE))
+            for record in records:
+                v = record.originator_version
+                if v != checked + 1:
+                    return report(checked + 1, f"the event of version {checked + 1} is missing")
+                h = chain_step(h, sid, v, record.topic, record.state)
+                if v not in stored:
+                    return report(v, f"version {v} has no row in the timeline")
+                kept = stored[v]
+                if kept is None:
+                    return report(v, f"version {v} has no stored hash (run rebuild)")
+                if kept != h:
+                    return report(v, f"version {v}: the stored hash is {kept.hex()}, "
+                                     f"the events give {h.hex()}")  # fmt: skip
+                checked = v
+            if len(records) < VERIFY_PAGE:
+                break
+        if checked != head.version:
+            return report(checked + 1, f"the events end at version {checked}; the session "
+                                       f"says {head.version}")  # fmt: skip
+        return report()
+
+    def verify_all(self) -> Iterator[ChainReport]:
+        """`verify` of every session of every tenant, in (tenant, key) order."""
+        after: tuple[str, str] | None = None
+        while page := self.views.all_sessions(after, 1000):
+            for tenant, key in page:
+                yield self.verify(key, tenant=tenant)
+            after = page[-1]
+
     def _session_id(self, key: str, tenant: str | None) -> uuid.UUID:
         return session_id(self._tenant(tenant), _check_key(key))
 
@@ -516,6 +564,7 @@ class Ledger(Application[uuid.UUID]):
     adelete_last_message = _async_twin(delete_last_message)
     aarchive_oldest = _async_twin(archive_oldest)
     aaudit = _async_twin(audit)
+    averify = _async_twin(verify)
     aget = _async_twin(get)
     aget_all = _async_twin(get_all)
     ahead = _async_twin(head)

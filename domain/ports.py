@@ -58,6 +58,23 @@ class AuditEntry:
 
 
 @dataclass(frozen=True)
+class ChainReport:
+    """What `verify` found for one session: its hash chain recomputed from the stored
+    events and compared with the hashes stored when they were written."""
+
+    tenant: str
+    key: str
+    versions: int  # events checked
+    head: str | None  # hex h_v of the last event, as recomputed
+    first_bad_version: int | None  # None: intact
+    problem: str | None
+
+    @property
+    def intact(self) -> bool:
+        return self.first_bad_version is None
+
+
+@dataclass(frozen=True)
 class PriorWrite:
     """The write an idempotency key was first used for."""
 
@@ -119,3 +136,11 @@ class SessionViews(Protocol):
     ) -> list[str]: ...
 
     def prior_write(self, session_id: uuid.UUID, idempotency_key: str) -> PriorWrite | None: ...
+
+    def stored_chain(
+        self, session_id: uuid.UUID, after_version: int, limit: int
+    ) -> list[tuple[int, bytes | None]]: ...  # (version, h_v as stored), in version order
+
+    def all_sessions(
+        self, after: tuple[str, str] | None, limit: int
+    ) -> list[tuple[str, str]]: ...  # (tenant, key) in order, after `after`

@@ -27,6 +27,7 @@ from eventsourcing.postgres import (
 from eventsourcing.utils import retry
 from psycopg.sql import SQL
 
+from session_ledger.domain.integrity import chain_hashes, record_bytes
 from session_ledger.domain.ports import ACTIVE
 
 from .changes import InsertMessages, MessageRow, ViewChanges, view_changes
@@ -54,7 +55,9 @@ VIEW_TABLES = [
     " session_id uuid NOT NULL, version bigint NOT NULL, recorded_at timestamptz NOT NULL,"
     " event_type text NOT NULL, actor text NOT NULL, reason text, idempotency_key text,"
     " request_digest text, message_count bigint NOT NULL, next_message_id bigint NOT NULL,"
-    " PRIMARY KEY (session_id, version))",
+    " chain bytea, PRIMARY KEY (session_id, version))",
+    # stores made before the timeline kept the hash chain (`rebuild` fills it in)
+    "ALTER TABLE ledger_timeline ADD COLUMN IF NOT EXISTS chain bytea",
     "CREATE UNIQUE INDEX IF NOT EXISTS ledger_timeline_idempotency ON ledger_timeline"
     " (session_id, idempotency_key) WHERE idempotency_key IS NOT NULL",
     # Dropped: time lookups binary-search the primary key (views.VERSION_AT).
@@ -91,9 +94,11 @@ def _events_insert(n: int) -> str:
 
 
 @functools.lru_cache(maxsize=512)
-def _append_sql(n_events: int, messages: int | None, n_timeline: int) -> str:
+def _append_sql(n_events: int, messages: int | None, n_timeline: int, chained: bool) -> str:
     """Events, session row, message rows (`messages` VALUES rows, or arrays when None)
-    and timeline rows as one statement of data-modifying CTEs."""
+    and timeline rows as one statement of data-modifying CTEs. `chained`: one timeline
+    row whose hash extends the stored h_{v-1} in the statement itself (sha256 of it and
+    the record's encoding, domain/integrity.py), so an append stays one round trip."""
     parts = [f"e AS ({_events_insert(n_events)})", f"s AS ({_sql(SESSION_UPSERT)})"]
     if messages is None:
         parts.append(f"m AS ({MESSAGES_INSERT})")
@@ -103,7 +108,13 @@ def _append_sql(n_events: int, messages: int | None, n_timeline: int) -> str:
             f"m AS (INSERT INTO ledger_messages ({MESSAGE_COLUMNS}) "
             f"VALUES {_values(messages, row)})"
         )
-    timeline_row = "(" + ", ".join(["%s"] * 10) + ")"
+    timeline_row = "(" + ", ".join(["%s"] * 11) + ")"
+    if chained:
+        assert n_timeline == 1
+        timeline_row = (
+            "(" + ", ".join(["%s"] * 10) + ", sha256((SELECT chain FROM ledger_timeline"
+            " WHERE session_id = %s AND version = %s) || %s::bytea))"
+        )
     parts.append(
         f"t AS (INSERT INTO ledger_timeline ({TIMELINE_COLUMNS}) "
         f"VALUES {_values(n_timeline, timeline_row)})"
@@ -140,18 +151,18 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder, SQLViews):
         with self.datastore.get_connection() as conn:
             if changes is not None and all(isinstance(c, InsertMessages) for c in changes.changes):
                 # An append (the common write) is ONE statement: one round trip, one commit.
-                sql, params = self._append(len(stored_events), events, changes)
+                sql, params = self._append(stored_events, events, changes)
                 rows = conn.execute(sql, params)
                 return [r["notification_id"] for r in rows.fetchall()]
             with conn.transaction(), conn.cursor() as curs:
                 curs.execute(_events_insert(len(stored_events)), events)
                 ids = [r["notification_id"] for r in curs.fetchall()]
                 if changes is not None:
-                    self.apply_changes(curs, changes)
+                    self.apply_changes(curs, changes, stored_events)
             return ids
 
     def _append(
-        self, n_events: int, events: list[Any], changes: ViewChanges
+        self, stored: Sequence[StoredEvent], events: list[Any], changes: ViewChanges
     ) -> tuple[str, list[Any]]:
         """The one statement of an append, and its parameters."""
         sid, version = changes.session_id, changes.session.version
@@ -166,9 +177,23 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder, SQLViews):
         else:  # many rows: a handful of arrays (a statement takes at most 65,535 values)
             messages = None
             params += self._message_arrays(sid, version, ACTIVE, rows)
-        for t in timeline:
-            params += t
-        return _append_sql(n_events, messages, len(timeline)), params
+        first = stored[0].originator_version
+        chained = first > 1  # else h_0 is known: every hash is computed here
+        if chained:
+            (row,) = timeline
+            s = stored[0]
+            params += (
+                *row,
+                sid,
+                first - 1,
+                record_bytes(changes.session_id, first, s.topic, s.state),
+            )
+        else:
+            hashes = chain_hashes(changes.session_id, ((s.originator_version, s.topic, s.state)
+                                                       for s in stored))  # fmt: skip
+            for t, h in zip(timeline, hashes, strict=True):
+                params += (*t, h)
+        return _append_sql(len(stored), messages, len(timeline), chained), params
 
     @contextmanager
     def _reading(self) -> Iterator[Reader]:

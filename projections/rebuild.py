@@ -76,9 +76,10 @@ def _replay_into(
     tokenizer: NamedTokenizer, progress: Progress | None,
 ) -> int:  # fmt: skip
     count = 0
-    events = (mapper.to_domain_event(s) for s in stored)
-    for batch in write_batches(events, tokenizer):
-        target.apply_changes(cursor, view_changes(batch))
+    records, decoded = itertools.tee(stored)  # read in step: tee holds one record
+    events = (mapper.to_domain_event(s) for s in decoded)
+    for record, batch in zip(records, write_batches(events, tokenizer), strict=True):
+        target.apply_changes(cursor, view_changes(batch), (record,))
         count += 1
         if progress is not None and count % 1000 == 0:
             progress(count)

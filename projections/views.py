@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from eventsourcing.persistence import StoredEvent
 
+from session_ledger.domain.integrity import GENESIS, chain_hashes
 from session_ledger.domain.messages import ChatMessage
 from session_ledger.domain.ports import ACTIVE, ARCHIVED, PriorWrite, SessionHead
 from session_ledger.domain.tokens import NamedTokenizer, TailEntry, window_length
@@ -49,11 +50,12 @@ SESSION_UPSERT = (
 )
 TIMELINE_COLUMNS = (
     "session_id, version, recorded_at, event_type, actor, reason, idempotency_key, "
-    "request_digest, message_count, next_message_id"
+    "request_digest, message_count, next_message_id, chain"
 )
 TIMELINE_INSERT = (
-    f"INSERT INTO ledger_timeline ({TIMELINE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    f"INSERT INTO ledger_timeline ({TIMELINE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+CHAIN_AT = "SELECT chain AS value FROM ledger_timeline WHERE session_id = ? AND version = ?"
 LIVE = "session_id = ? AND status = ? AND valid_to IS NULL"
 # Binary search for the last version recorded at or before a time: (lo, hi) brackets it,
 # lo = 0 means "before the first event". No rows when the session does not exist.
@@ -83,6 +85,10 @@ def _portable(value: Any) -> Any:
     if isinstance(value, datetime):
         return utc_text(value)
     return value
+
+
+def _records(stored: Iterable[StoredEvent]) -> Iterator[tuple[int, str, bytes]]:
+    return ((s.originator_version, s.topic, s.state) for s in stored)
 
 
 def _rows_at(sid: Any, status: str, version: int | None) -> tuple[str, tuple[Any, ...]]:
@@ -153,8 +159,9 @@ class SQLViews(ABC):
 
     # -- inline writes ----------------------------------------------------------------------
 
-    def apply_changes(self, cursor: Any, vc: ViewChanges) -> None:
-        """Write one write's view rows, with the cursor that stores its events."""
+    def apply_changes(self, cursor: Any, vc: ViewChanges, records: Sequence[StoredEvent]) -> None:
+        """Write one write's view rows, with the cursor that stores its events (`records`,
+        which the timeline's hash chain covers)."""
         sid = self._sid(vc.session_id)
         run = self._execute
         run(cursor, SESSION_UPSERT, self._session_params(vc))
@@ -188,8 +195,24 @@ class SQLViews(ABC):
                 "AND status = ? AND valid_to = ?) WHERE session_id = ?",
                 (sid, ACTIVE, c.version, sid),
             )
-        for row in self._timeline_params(vc):
-            run(cursor, TIMELINE_INSERT, row)
+        chains = self._chains(cursor, vc.session_id, records)
+        for row, chain in zip(self._timeline_params(vc), chains, strict=True):
+            run(cursor, TIMELINE_INSERT, (*row, chain))
+
+    def _chains(
+        self, cursor: Any, session_id: uuid.UUID, records: Sequence[StoredEvent]
+    ) -> list[bytes | None]:
+        """h_v of each record, from h_{v-1} as stored (None when it is not: a store written
+        before chains were kept, until `rebuild` fills them in)."""
+        first = records[0].originator_version
+        previous: bytes | None = GENESIS
+        if first > 1:
+            self._execute(cursor, CHAIN_AT, (self._sid(session_id), first - 1))
+            row = cursor.fetchone()
+            previous = bytes(row["value"]) if row is not None and row["value"] is not None else None
+        if previous is None:
+            return [None] * len(records)
+        return list(chain_hashes(session_id, _records(records), previous))
 
     def _session_params(self, vc: ViewChanges) -> tuple[Any, ...]:
         # New active messages add their tokens here; what leaves the history is
@@ -434,6 +457,29 @@ class SQLViews(ABC):
         if not rows:
             return None
         return PriorWrite(rows[0]["request_digest"], rows[0]["version"], rows[0]["message_count"])
+
+    def stored_chain(
+        self, session_id: uuid.UUID, after_version: int, limit: int
+    ) -> list[tuple[int, bytes | None]]:
+        with self._reading() as read:
+            rows = self._fetch(
+                read,
+                "SELECT version, chain FROM ledger_timeline WHERE session_id = ? AND version > ? "
+                "ORDER BY version LIMIT ?",
+                (self._sid(session_id), after_version, limit),
+            )
+        return [(r["version"], None if r["chain"] is None else bytes(r["chain"])) for r in rows]
+
+    def all_sessions(self, after: tuple[str, str] | None, limit: int) -> list[tuple[str, str]]:
+        tenant, key = after or ("", "")
+        with self._reading() as read:
+            rows = self._fetch(
+                read,
+                "SELECT tenant, session_key FROM ledger_sessions WHERE tenant > ? "
+                "OR (tenant = ? AND session_key > ?) ORDER BY tenant, session_key LIMIT ?",
+                (tenant, tenant, key, limit),
+            )
+        return [(r["tenant"], r["session_key"]) for r in rows]
 
     # -- rebuild ----------------------------------------------------------------------------
 

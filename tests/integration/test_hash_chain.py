@@ -1,0 +1,152 @@
+"""The hash chain kept at write time: `verify` recomputes it from the stored events,
+passes on an untouched store and names the first altered record (invariant 5)."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+import pytest
+
+from session_ledger.domain.errors import SessionNotFound
+from session_ledger.domain.integrity import GENESIS, chain
+from session_ledger.domain.ledger import Ledger
+from session_ledger.domain.session import session_id
+from session_ledger.projections.rebuild import rebuild
+
+
+def write_some(ledger: Ledger, key: str = "s") -> None:
+    ledger.put(key, {"role": "user", "content": "hello 😀 \x00"})  # v1 started, v2 appended
+    ledger.put_messages(key, [{"role": "assistant", "content": "hi"}] * 3)  # v3
+    ledger.set(key, [{"role": "user", "content": "hello 😀 \x00"}])  # v4
+    ledger.delete_last_message(key)  # v5
+    ledger.put(key, {"role": "user", "content": "again"})  # v6
+    ledger.archive_oldest(key, 1)  # v7
+    ledger.reset(key)  # v8
+
+
+def stored_records(ledger: Ledger, key: str) -> list[tuple[int, str, bytes]]:
+    sid = session_id(ledger.default_tenant, key)
+    return [(e.originator_version, e.topic, e.state) for e in ledger.recorder.select_events(sid)]
+
+
+def test_every_write_stores_the_chain_over_its_stored_records(ledger: Ledger) -> None:
+    write_some(ledger)
+    report = ledger.verify("s")
+    assert report.intact and report.problem is None
+    assert report.versions == 8
+    sid = session_id(ledger.default_tenant, "s")
+    assert report.head == chain(sid, stored_records(ledger, "s")).hex()
+    stored = ledger.views.stored_chain(sid, 0, 100)
+    assert [v for v, _ in stored] == list(range(1, 9))
+    assert stored[-1][1] == bytes.fromhex(report.head)
+
+
+def test_verify_walks_long_sessions_a_page_at_a_time(ledger: Ledger) -> None:
+    for i in range(1100):  # more than one page of events (VERIFY_PAGE)
+        ledger.put("long", {"role": "user", "content": f"m{i}"})
+    report = ledger.verify("long")
+    assert report.intact and report.versions == 1101
+
+
+def test_verify_all_reports_every_session_of_every_tenant(ledger: Ledger) -> None:
+    # (the PostgreSQL database is shared by the run's tests: look at these tenants only)
+    mine, other = ledger.default_tenant, ledger.default_tenant + "-other"
+    write_some(ledger, "a")
+    ledger.put("b", {"role": "user", "content": "x"}, tenant=other)
+    reports = [r for r in ledger.verify_all() if r.tenant in (mine, other)]
+    assert [(r.tenant, r.key, r.intact) for r in reports] == [(mine, "a", True), (other, "b", True)]
+
+
+def test_verify_of_an_unknown_session_raises(ledger: Ledger) -> None:
+    with pytest.raises(SessionNotFound):
+        ledger.verify("nobody")
+
+
+def test_rebuild_recomputes_the_same_chain(ledger: Ledger) -> None:
+    write_some(ledger)
+    sid = session_id(ledger.default_tenant, "s")
+    before = ledger.views.stored_chain(sid, 0, 100)
+    rebuild(ledger.views, ledger.mapper, ledger.tokenizer)  # type: ignore[arg-type]
+    assert ledger.views.stored_chain(sid, 0, 100) == before
+    assert ledger.verify("s").intact
+
+
+# -- tampering, on a SQLite file (the test edits the database behind the ledger) ---------
+
+
+@pytest.fixture
+def sqlite_ledger(tmp_path: Any) -> Any:
+    from session_ledger.api.bootstrap import migrate, open_ledger
+    from session_ledger.api.settings import Settings
+
+    settings = Settings(database_url=f"sqlite:///{tmp_path / 'ledger.db'}", tokenizer="whitespace")
+    migrate(settings)
+    ledger = open_ledger(settings)
+    yield ledger, tmp_path / "ledger.db"
+    ledger.close()
+
+
+def tamper(path: Any, sql: str, *params: Any) -> None:
+    with sqlite3.connect(path) as conn:
+        assert conn.execute(sql, params).rowcount == 1
+
+
+def test_an_edited_event_is_named_by_its_version(sqlite_ledger: Any) -> None:
+    ledger, path = sqlite_ledger
+    write_some(ledger)
+    sid = session_id(ledger.default_tenant, "s").hex
+    tamper(
+        path,
+        "UPDATE ledger_events SET state = CAST(replace(CAST(state AS TEXT), 'hi', 'HI') AS BLOB) "
+        "WHERE originator_id = ? AND originator_version = 3",
+        sid,
+    )
+    report = ledger.verify("s")
+    assert not report.intact
+    assert report.first_bad_version == 3
+    assert "version 3" in (report.problem or "")
+
+
+def test_a_deleted_event_is_named(sqlite_ledger: Any) -> None:
+    ledger, path = sqlite_ledger
+    write_some(ledger)
+    sid = session_id(ledger.default_tenant, "s").hex
+    tamper(path, "DELETE FROM ledger_events WHERE originator_id = ? AND originator_version = 5", sid)
+    report = ledger.verify("s")
+    assert report.first_bad_version == 5 and "missing" in (report.problem or "")
+
+
+def test_a_deleted_last_event_is_found(sqlite_ledger: Any) -> None:
+    ledger, path = sqlite_ledger
+    write_some(ledger)
+    sid = session_id(ledger.default_tenant, "s").hex
+    tamper(path, "DELETE FROM ledger_events WHERE originator_id = ? AND originator_version = 8", sid)
+    report = ledger.verify("s")
+    assert report.first_bad_version == 8
+
+
+def test_an_edited_stored_hash_is_named(sqlite_ledger: Any) -> None:
+    ledger, path = sqlite_ledger
+    write_some(ledger)
+    sid = session_id(ledger.default_tenant, "s").hex
+    tamper(
+        path,
+        "UPDATE ledger_timeline SET chain = ? WHERE session_id = ? AND version = 6",
+        GENESIS,
+        sid,
+    )
+    assert ledger.verify("s").first_bad_version == 6
+
+
+def test_a_store_without_stored_hashes_says_to_rebuild(sqlite_ledger: Any) -> None:
+    ledger, path = sqlite_ledger
+    write_some(ledger)
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE ledger_timeline SET chain = NULL")
+    report = ledger.verify("s")
+    assert report.first_bad_version == 1 and "rebuild" in (report.problem or "")
+    # writes go on unchained until a rebuild fills the chain in from the events
+    ledger.put("s", {"role": "user", "content": "later"})
+    rebuild(ledger.views, ledger.mapper, ledger.tokenizer)
+    assert ledger.verify("s").intact
