@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from enum import StrEnum
@@ -21,6 +21,7 @@ import typer
 
 from session_ledger.domain.errors import LedgerError
 from session_ledger.domain.ledger import Ledger
+from session_ledger.domain.ports import ChainReport
 
 from .keystore import ROLES, KeyNotFound, KeyStore, open_key_store
 from .settings import Settings
@@ -257,6 +258,39 @@ def rebuild(
         typer.echo(f"{len(differences)} differences (at most 20 are listed)", err=True)
         raise typer.Exit(1)
     typer.echo("the views match the events", err=True)
+
+
+@cli.command()
+def verify(
+    key: Annotated[
+        str | None, typer.Argument(help="One session; every session of every tenant if left out.")
+    ] = None,
+    tenant: Tenant = None,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Recompute each session's hash chain from its stored events and compare it with the
+    hashes kept as they were written. Prints each session's head; exits 1 at any break."""
+    settings = load_settings(database_url)
+    broken = checked = 0
+    with failing_cleanly(), opened_ledger(settings) as ledger:
+        if key is not None:
+            reports: Iterable[ChainReport] = [
+                ledger.verify(key, tenant=tenant or settings.default_tenant)
+            ]
+        else:
+            reports = ledger.verify_all()
+        for report in reports:
+            checked += 1
+            where = f"{report.tenant}/{report.key}"
+            if report.intact:
+                typer.echo(f"ok      {where}  {report.versions} events  head {report.head}")
+            else:
+                broken += 1
+                typer.echo(f"BROKEN  {where}  at version {report.first_bad_version}: "
+                           f"{report.problem}")  # fmt: skip
+    typer.echo(f"{checked} sessions checked, {broken} broken", err=True)
+    if broken:
+        raise typer.Exit(1)
 
 
 class ExportFormat(StrEnum):

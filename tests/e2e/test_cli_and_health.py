@@ -1,9 +1,10 @@
-"""The operator's side: `serve` on a fresh store prints the admin key once, the `keys`
-and `show` commands, and the health, readiness and metrics routes."""
+"""The operator's side: `serve` on a fresh store prints the admin key once, the `keys`,
+`show`, `audit` and `verify` commands, and the health, readiness and metrics routes."""
 
 from __future__ import annotations
 
 import re
+import sqlite3
 import uuid
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -91,6 +92,20 @@ def test_migrate_then_keys_and_show_commands(tmp_path: Path) -> None:
     assert '"text": "On its way."' in as_json
     missing = run_cli(env, "show", "nope")
     assert missing.returncode == 1 and "not found" in missing.stderr
+
+    # verify: the hash chain kept at write time against the stored events
+    verified = run_cli(env, "verify")
+    assert verified.returncode == 0, verified.stderr
+    assert "ok      acme/support/ticket 7  3 events  head " in verified.stdout
+    assert "1 sessions checked, 0 broken" in verified.stderr
+    assert run_cli(env, "verify", "support/ticket 7").returncode == 0
+    assert run_cli(env, "verify", "nope").returncode == 1
+    with sqlite3.connect(tmp_path / "ledger.db") as db:
+        db.execute("UPDATE ledger_events SET state = CAST(replace(CAST(state AS TEXT), "
+                   "'On its way', 'Never sent') AS BLOB) WHERE originator_version = 2")  # fmt: skip
+    tampered = run_cli(env, "verify")
+    assert tampered.returncode == 1
+    assert "BROKEN  acme/support/ticket 7  at version 2" in tampered.stdout
 
 
 def test_health_readiness_and_metrics(deployment: Deployment) -> None:
