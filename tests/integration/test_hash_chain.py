@@ -87,6 +87,9 @@ def sqlite_ledger(tmp_path: Any) -> Any:
     ledger.close()
 
 
+DELETE_EVENT = "DELETE FROM ledger_events WHERE originator_id = ? AND originator_version = ?"
+
+
 def tamper(path: Any, sql: str, *params: Any) -> None:
     with sqlite3.connect(path) as conn:
         assert conn.execute(sql, params).rowcount == 1
@@ -112,7 +115,7 @@ def test_a_deleted_event_is_named(sqlite_ledger: Any) -> None:
     ledger, path = sqlite_ledger
     write_some(ledger)
     sid = session_id(ledger.default_tenant, "s").hex
-    tamper(path, "DELETE FROM ledger_events WHERE originator_id = ? AND originator_version = 5", sid)
+    tamper(path, DELETE_EVENT, sid, 5)
     report = ledger.verify("s")
     assert report.first_bad_version == 5 and "missing" in (report.problem or "")
 
@@ -121,7 +124,7 @@ def test_a_deleted_last_event_is_found(sqlite_ledger: Any) -> None:
     ledger, path = sqlite_ledger
     write_some(ledger)
     sid = session_id(ledger.default_tenant, "s").hex
-    tamper(path, "DELETE FROM ledger_events WHERE originator_id = ? AND originator_version = 8", sid)
+    tamper(path, DELETE_EVENT, sid, 8)
     report = ledger.verify("s")
     assert report.first_bad_version == 8
 
