@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from session_ledger.domain.errors import SessionNotFound
-from session_ledger.domain.integrity import GENESIS, chain
+from session_ledger.domain.integrity import chain
 from session_ledger.domain.ledger import Ledger
 from session_ledger.domain.session import session_id
 from session_ledger.projections.rebuild import rebuild
@@ -95,51 +95,32 @@ def tamper(path: Any, sql: str, *params: Any) -> None:
         assert conn.execute(sql, params).rowcount == 1
 
 
-def test_an_edited_event_is_named_by_its_version(sqlite_ledger: Any) -> None:
+EDIT_EVENT = (
+    "UPDATE ledger_events SET state = CAST(replace(CAST(state AS TEXT), 'hi', 'HI') AS BLOB) "
+    "WHERE originator_id = ? AND originator_version = ?"
+)
+EDIT_HASH = "UPDATE ledger_timeline SET chain = zeroblob(32) WHERE session_id = ? AND version = ?"
+
+
+@pytest.mark.parametrize(
+    ("sql", "version", "says"),
+    [
+        (EDIT_EVENT, 3, "the events give"),  # an edited message
+        (DELETE_EVENT, 5, "missing"),  # a deleted event
+        (DELETE_EVENT, 8, "the events end at version 7"),  # the last event deleted
+        (EDIT_HASH, 6, "the stored hash is 0000"),  # an edited stored hash
+    ],
+)
+def test_an_altered_record_is_named_by_its_version(
+    sqlite_ledger: Any, sql: str, version: int, says: str
+) -> None:
     ledger, path = sqlite_ledger
     write_some(ledger)
-    sid = session_id(ledger.default_tenant, "s").hex
-    tamper(
-        path,
-        "UPDATE ledger_events SET state = CAST(replace(CAST(state AS TEXT), 'hi', 'HI') AS BLOB) "
-        "WHERE originator_id = ? AND originator_version = 3",
-        sid,
-    )
+    tamper(path, sql, session_id(ledger.default_tenant, "s").hex, version)
     report = ledger.verify("s")
     assert not report.intact
-    assert report.first_bad_version == 3
-    assert "version 3" in (report.problem or "")
-
-
-def test_a_deleted_event_is_named(sqlite_ledger: Any) -> None:
-    ledger, path = sqlite_ledger
-    write_some(ledger)
-    sid = session_id(ledger.default_tenant, "s").hex
-    tamper(path, DELETE_EVENT, sid, 5)
-    report = ledger.verify("s")
-    assert report.first_bad_version == 5 and "missing" in (report.problem or "")
-
-
-def test_a_deleted_last_event_is_found(sqlite_ledger: Any) -> None:
-    ledger, path = sqlite_ledger
-    write_some(ledger)
-    sid = session_id(ledger.default_tenant, "s").hex
-    tamper(path, DELETE_EVENT, sid, 8)
-    report = ledger.verify("s")
-    assert report.first_bad_version == 8
-
-
-def test_an_edited_stored_hash_is_named(sqlite_ledger: Any) -> None:
-    ledger, path = sqlite_ledger
-    write_some(ledger)
-    sid = session_id(ledger.default_tenant, "s").hex
-    tamper(
-        path,
-        "UPDATE ledger_timeline SET chain = ? WHERE session_id = ? AND version = 6",
-        GENESIS,
-        sid,
-    )
-    assert ledger.verify("s").first_bad_version == 6
+    assert report.first_bad_version == version
+    assert says in (report.problem or "")
 
 
 def test_a_store_without_stored_hashes_says_to_rebuild(sqlite_ledger: Any) -> None:
