@@ -200,3 +200,10 @@ def test_writes_during_an_export_do_not_change_it(ledger: Ledger) -> None:
     lines = started + list(chunks)
     report = verify_export(lines)
     assert report.ok and report.events == 8 and ledger.head("s").version == 9
+
+
+def test_the_exported_chain_is_the_one_kept_at_write_time(ledger: Ledger) -> None:
+    busy_session(ledger)
+    kept = ledger.verify("s")
+    assert kept.first_bad_version is None
+    assert lines_of(ledger, "s")[-1]["chain_head"] == kept.head
