@@ -80,6 +80,18 @@ class Limits:
     max_write_bytes: int = 32 * 1024 * 1024
 
 
+def past_version(key: str, head: SessionHead, version: object) -> int:
+    """`version`, checked to be one of the session's (1 to its head's): InvalidInput or
+    StateNotFound otherwise."""
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise InvalidInput(f"as_of_version must be an integer; got {version!r}")
+    if not 1 <= version <= head.version:
+        raise StateNotFound(
+            f"session {key!r} has no version {version}; its versions are 1 to {head.version}"
+        )
+    return version
+
+
 def _async_twin(method: Callable[P, R]) -> Callable[P, Any]:
     @functools.wraps(method)
     async def twin(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -473,14 +485,7 @@ class Ledger(Application[uuid.UUID]):
                     f"started at {head.created_at.isoformat()}"
                 )
             return version
-        if not isinstance(as_of_version, int) or isinstance(as_of_version, bool):
-            raise InvalidInput(f"as_of_version must be an integer; got {as_of_version!r}")
-        if not 1 <= as_of_version <= head.version:
-            raise StateNotFound(
-                f"session {key!r} has no version {as_of_version}; its versions are 1 "
-                f"to {head.version}"
-            )
-        return as_of_version
+        return past_version(key, head, as_of_version)
 
     def head(self, key: str, *, tenant: str | None = None) -> SessionHead:
         """The session's version, counts and times; SessionNotFound if it has none."""

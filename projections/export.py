@@ -42,9 +42,9 @@ from eventsourcing.persistence import (
     UUIDAsHex,
 )
 
-from session_ledger.domain.errors import InvalidInput, LedgerError, StateNotFound
+from session_ledger.domain.errors import InvalidInput, LedgerError
 from session_ledger.domain.integrity import GENESIS, chain_step
-from session_ledger.domain.ledger import Ledger
+from session_ledger.domain.ledger import Ledger, past_version
 from session_ledger.domain.ports import ACTIVE
 from session_ledger.domain.session import session_id as derive_session_id
 
@@ -84,13 +84,7 @@ def plan_export(
     InvalidInput before anything is written."""
     head = ledger.head(key, tenant=tenant)
     if as_of_version is not None:
-        if not isinstance(as_of_version, int) or isinstance(as_of_version, bool):
-            raise InvalidInput(f"as_of_version must be an integer; got {as_of_version!r}")
-        if not 1 <= as_of_version <= head.version:
-            raise StateNotFound(
-                f"session {key!r} has no version {as_of_version}; its versions are 1 "
-                f"to {head.version}"
-            )
+        past_version(key, head, as_of_version)
     return ExportPlan(
         tenant=head.tenant,
         key=head.key,
