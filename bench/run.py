@@ -302,13 +302,13 @@ class Runner:
                     for workload, cell in cells.items():
                         self.record(name, workload, cell)
 
-    def exporters(self, stack: contextlib.ExitStack) -> list[tuple[str, ExportBench]]:
-        """W7: a 10,000-event session on SQLite and PostgreSQL, each with a server on it."""
-        if importlib.util.find_spec("session_ledger.projections.export") is None:
-            return []
-        out = []
+    def scratch_stores(
+        self, stack: contextlib.ExitStack, purpose: str
+    ) -> Iterator[tuple[str, Path, str]]:
+        """(backend, work directory, database URL) of a fresh SQLite file and, when a
+        server is there, a fresh PostgreSQL database; both removed when `stack` closes."""
         for backend in ("sqlite", "postgres") if self.scratch else ("sqlite",):
-            workdir = self.workdir / f"export-{backend}"
+            workdir = self.workdir / f"{purpose}-{backend}"
             shutil.rmtree(workdir, ignore_errors=True)
             workdir.mkdir(parents=True)
             stack.callback(shutil.rmtree, workdir, ignore_errors=True)
@@ -316,8 +316,16 @@ class Runner:
                 url = f"sqlite:///{workdir / 'ledger.db'}"
             else:
                 assert self.scratch is not None
-                url = self.scratch.create("export")
+                url = self.scratch.create(purpose)
                 stack.callback(self.scratch.drop, url)
+            yield backend, workdir, url
+
+    def exporters(self, stack: contextlib.ExitStack) -> list[tuple[str, ExportBench]]:
+        """W7: a 10,000-event session on SQLite and PostgreSQL, each with a server on it."""
+        if importlib.util.find_spec("session_ledger.projections.export") is None:
+            return []
+        out = []
+        for backend, workdir, url in self.scratch_stores(stack, "export"):
             exporter = ExportBench(backend, url, workdir)
             t0 = time.perf_counter()
             exporter.load(self.messages)
@@ -332,17 +340,7 @@ class Runner:
         if importlib.util.find_spec("session_ledger.api.cli") is None:
             return []
         out = []
-        for backend in ("sqlite", "postgres") if self.scratch else ("sqlite",):
-            workdir = self.workdir / f"http-{backend}"
-            shutil.rmtree(workdir, ignore_errors=True)
-            workdir.mkdir(parents=True)
-            stack.callback(shutil.rmtree, workdir, ignore_errors=True)
-            if backend == "sqlite":
-                url = f"sqlite:///{workdir / 'ledger.db'}"
-            else:
-                assert self.scratch is not None
-                url = self.scratch.create("http")
-                stack.callback(self.scratch.drop, url)
+        for backend, workdir, url in self.scratch_stores(stack, "http"):
             server = stack.enter_context(http_api.serving(url, workdir, self.messages))
             out.append((f"session-ledger {backend} HTTP", server))
         return out
