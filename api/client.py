@@ -154,9 +154,13 @@ class LedgerClient:
         """The session's version, counts and times."""
         return self._send(Requests.head(key))
 
-    def keys(self, *, prefix: str = "", cursor: str | None = None, limit: int = 100) -> SessionKeys:
-        """One page of session keys; pass `next_cursor` back as `cursor`."""
-        return self._send(Requests.keys(prefix, cursor, limit))
+    def keys(
+        self, *, prefix: str = "", cursor: str | None = None, limit: int = 100,
+        exclude_cleared: bool = False,
+    ) -> SessionKeys:  # fmt: skip
+        """One page of session keys; pass `next_cursor` back as `cursor`. `exclude_cleared`
+        leaves out sessions whose last change was a reset."""
+        return self._send(Requests.keys(prefix, cursor, limit, exclude_cleared))
 
     def create_key(self, role: str, name: str = "") -> CreatedApiKey:
         """A new API key of the caller's tenant (admin only); `.key` is its secret."""
@@ -293,10 +297,12 @@ class AsyncLedgerClient:
         return await self._send(Requests.head(key))
 
     async def keys(
-        self, *, prefix: str = "", cursor: str | None = None, limit: int = 100
-    ) -> SessionKeys:
-        """One page of session keys; pass `next_cursor` back as `cursor`."""
-        return await self._send(Requests.keys(prefix, cursor, limit))
+        self, *, prefix: str = "", cursor: str | None = None, limit: int = 100,
+        exclude_cleared: bool = False,
+    ) -> SessionKeys:  # fmt: skip
+        """One page of session keys; pass `next_cursor` back as `cursor`. `exclude_cleared`
+        leaves out sessions whose last change was a reset."""
+        return await self._send(Requests.keys(prefix, cursor, limit, exclude_cleared))
 
     async def create_key(self, role: str, name: str = "") -> CreatedApiKey:
         """A new API key of the caller's tenant (admin only); `.key` is its secret."""

@@ -175,8 +175,12 @@ class Requests:
         return Request("GET", session_path(key), SessionHead)
 
     @staticmethod
-    def keys(prefix: str, cursor: str | None, limit: int) -> Request[SessionKeys]:
+    def keys(
+        prefix: str, cursor: str | None, limit: int, exclude_cleared: bool = False
+    ) -> Request[SessionKeys]:
         params: dict[str, Any] = {"prefix": prefix, "limit": limit}
+        if exclude_cleared:
+            params["exclude_cleared"] = "true"
         if cursor is not None:
             params["cursor"] = cursor
         return Request("GET", "/v1/sessions", SessionKeys, params)

@@ -501,14 +501,17 @@ class Ledger(Application[uuid.UUID]):
         prefix: str = "",
         after: str | None = None,
         limit: int = 100,
+        exclude_cleared: bool = False,
     ) -> list[str]:
-        """Session keys of a tenant in order, from after `after`, starting with `prefix`."""
+        """Session keys of a tenant in order, from after `after`, starting with `prefix`;
+        `exclude_cleared`: not those whose last change was a reset (what LlamaIndex's chat
+        stores list as keys: a reset deletes the key there)."""
         if not isinstance(limit, int) or not 1 <= limit <= 10_000:
             raise InvalidInput(f"limit must be between 1 and 10000; got {limit!r}")
         _check_text(prefix, "prefix", MAX_KEY_CHARS, allow_empty=True)
         if after is not None:
             _check_key(after)
-        return self.views.session_keys(self._tenant(tenant), prefix, after, limit)
+        return self.views.session_keys(self._tenant(tenant), prefix, after, limit, exclude_cleared)
 
     def verify(self, key: str, *, tenant: str | None = None) -> ChainReport:
         """Recompute the session's hash chain from its stored events and compare it with

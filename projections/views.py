@@ -55,6 +55,10 @@ TIMELINE_COLUMNS = (
 TIMELINE_INSERT = (
     f"INSERT INTO ledger_timeline ({TIMELINE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+NOT_CLEARED = (  # the session's last event (its head's) is not a reset
+    " AND NOT EXISTS (SELECT 1 FROM ledger_timeline t WHERE t.session_id = s.session_id"
+    " AND t.version = s.version AND t.event_type = 'HistoryCleared')"
+)
 CHAIN_AT = "SELECT chain AS value FROM ledger_timeline WHERE session_id = ? AND version = ?"
 LIVE = "session_id = ? AND status = ? AND valid_to IS NULL"
 # Binary search for the last version recorded at or before a time: (lo, hi) brackets it,
@@ -435,13 +439,16 @@ class SQLViews(ABC):
             r["event_type"],
         )  # fmt: skip
 
-    def session_keys(self, tenant: str, prefix: str, after: str | None, limit: int) -> list[str]:
+    def session_keys(
+        self, tenant: str, prefix: str, after: str | None, limit: int, exclude_cleared: bool = False
+    ) -> list[str]:
+        cleared = NOT_CLEARED if exclude_cleared else ""
         with self._reading() as read:
             rows = self._fetch(
                 read,
-                "SELECT session_key FROM ledger_sessions WHERE tenant = ? AND session_key > ? "
-                "AND session_key >= ? AND session_key < ? AND substr(session_key, 1, ?) = ? "
-                "ORDER BY session_key LIMIT ?",
+                "SELECT session_key FROM ledger_sessions s WHERE tenant = ? AND session_key > ? "
+                "AND session_key >= ? AND session_key < ? AND substr(session_key, 1, ?) = ?"
+                f"{cleared} ORDER BY session_key LIMIT ?",
                 (tenant, after or "", prefix, prefix + MAX_CHAR, len(prefix), prefix, limit),
             )
         return [r["session_key"] for r in rows]

@@ -44,7 +44,7 @@ class Backend(Protocol):
     def head(self, key: str) -> Head | None: ...
     def get(self, key: str, token_limit: int | None, initial_token_count: int) -> list[dict]: ...
     def get_all(self, key: str, status: str, offset: int, limit: int | None) -> list[dict]: ...
-    def keys(self, after: str | None) -> tuple[list[str], str | None]: ...
+    def keys(self, after: str | None) -> tuple[list[str], str | None]: ...  # not cleared
     def put_messages(self, key: str, messages: list[dict]) -> None: ...
     def set(self, key: str, messages: list[dict], expected_version: int | None) -> None: ...
     def reset(self, key: str, expected_version: int | None) -> None: ...
@@ -84,7 +84,9 @@ class LocalBackend:
         return [m.to_dict() for m in found]
 
     def keys(self, after: str | None) -> tuple[list[str], str | None]:
-        page = self.ledger.keys(tenant=self.tenant, after=after, limit=KEYS_PAGE)
+        page = self.ledger.keys(
+            tenant=self.tenant, after=after, limit=KEYS_PAGE, exclude_cleared=True
+        )
         return page, (page[-1] if len(page) == KEYS_PAGE else None)
 
     def put_messages(self, key: str, messages: list[dict]) -> None:
@@ -192,7 +194,8 @@ _REMOTE: dict[str, Callable[..., Request]] = {
         "get_all", (key,), {"status": status, "offset": offset, "limit": limit}, _wires
     ),
     "keys": lambda after: (
-        "keys", (), {"cursor": after, "limit": KEYS_PAGE}, lambda p: (p.keys, p.next_cursor)
+        "keys", (), {"cursor": after, "limit": KEYS_PAGE, "exclude_cleared": True},
+        lambda p: (p.keys, p.next_cursor),
     ),
     "put_messages": lambda key, messages: ("put_messages", (key, messages), {}, _nothing),
     "set": lambda key, messages, ev: ("set", (key, messages), _if_match(ev), _nothing),

@@ -100,8 +100,11 @@ def list_sessions(
     cursor: Annotated[str | None, Query(max_length=512, pattern=TEXT_PATTERN,
                                         description="`next_cursor` of the previous page.")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    exclude_cleared: Annotated[bool, Query(description="Leave out sessions whose last "
+                                           "change was a reset.")] = False,
 ) -> SessionKeys:  # fmt: skip
     """The caller's tenant's session keys, sorted, one page at a time."""
-    found = ledger.keys(tenant=who.tenant, prefix=prefix, after=cursor, limit=limit + 1)
+    found = ledger.keys(tenant=who.tenant, prefix=prefix, after=cursor, limit=limit + 1,
+                        exclude_cleared=exclude_cleared)  # fmt: skip
     page = found[:limit]
     return SessionKeys(keys=page, next_cursor=page[-1] if len(found) > limit else None)

@@ -131,6 +131,23 @@ def test_keys_are_sorted_paged_and_filtered_by_prefix(ledger: Ledger) -> None:
     assert ledger.keys(prefix="b", after="b/2") == ["bz"]
 
 
+def test_keys_can_leave_out_sessions_whose_last_change_was_a_reset(ledger: Ledger) -> None:
+    for key in ["a", "b", "c", "d", "e"]:
+        ledger.put(key, msg("user", "x"))
+    ledger.reset("b")
+    ledger.reset("d")
+    ledger.put("d", msg("user", "back"))  # written again after its reset: listed
+    ledger.put("e", msg("user", "y"))
+    ledger.delete_last_message("e")
+    ledger.delete_last_message("e")  # emptied by deletes, not reset: listed, as in LlamaIndex
+    assert ledger.keys(exclude_cleared=True) == ["a", "c", "d", "e"]
+    assert ledger.keys() == ["a", "b", "c", "d", "e"]
+    # pages count listed keys only: a full page means more may follow
+    assert ledger.keys(exclude_cleared=True, limit=2) == ["a", "c"]
+    assert ledger.keys(exclude_cleared=True, after="a", limit=1) == ["c"]
+    assert ledger.keys(exclude_cleared=True, after="d") == ["e"]
+
+
 def test_tenants_do_not_see_each_other(ledger: Ledger) -> None:
     acme, globex = ledger.default_tenant + "-acme", ledger.default_tenant + "-globex"
     ledger.put("shared-key", msg("user", "mine"), tenant=acme)

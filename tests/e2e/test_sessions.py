@@ -36,6 +36,19 @@ def test_session_keys_round_trip(deployment: Deployment, raw_key: str) -> None:
         assert key in api.keys(prefix=key, limit=10).keys
 
 
+def test_keys_can_leave_out_reset_sessions(deployment: Deployment) -> None:
+    prefix = f"keys-{uuid.uuid4().hex[:6]}/"
+    with deployment.client("a_agent") as api:
+        for name in ("a", "b", "c"):
+            api.put(prefix + name, msg("user", "x"))
+        api.reset(prefix + "b")
+        assert api.keys(prefix=prefix).keys == [prefix + n for n in ("a", "b", "c")]
+        first = api.keys(prefix=prefix, exclude_cleared=True, limit=1)
+        assert (first.keys, first.next_cursor) == ([prefix + "a"], prefix + "a")
+        rest = api.keys(prefix=prefix, exclude_cleared=True, cursor=first.next_cursor)
+        assert (rest.keys, rest.next_cursor) == ([prefix + "c"], None)
+
+
 def test_every_write_and_read(deployment: Deployment, session_key: str) -> None:
     with deployment.client("a_agent") as api:
         first = api.put(session_key, msg("user", "one"))
