@@ -94,6 +94,8 @@ class SQLiteLedgerRecorder(SQLiteApplicationRecorder, SQLViews):
         # cursor wrappers around every statement: the same pool, BEGIN, statements and
         # commit, and the same exceptions.
         pool = self.datastore.pool
+        if not isinstance(pool, _DurablePool):  # a datastore the factory did not make
+            return super().insert_events(stored_events, **kwargs)
         conn = pool.get_connection(is_writer=True)
         try:
             assert isinstance(conn, _LedgerConnection)

@@ -134,3 +134,20 @@ def test_a_store_without_stored_hashes_says_to_rebuild(sqlite_ledger: Any) -> No
     ledger.put("s", {"role": "user", "content": "later"})
     rebuild(ledger.views, ledger.mapper, ledger.tokenizer)
     assert ledger.verify("s").intact
+
+
+def test_a_recorder_on_a_plain_library_datastore_writes_through_the_library(
+    sqlite_ledger: Any,
+) -> None:
+    # The recorder's direct write path needs the factory's connections; on a datastore
+    # made otherwise it falls back to the library's transaction, with the same result.
+    from eventsourcing.sqlite import SQLiteConnectionPool
+
+    ledger, path = sqlite_ledger
+    datastore = ledger.recorder.datastore
+    datastore.pool.close()
+    datastore.pool = SQLiteConnectionPool(db_name=str(path))
+    write_some(ledger)
+    ledger.put("s", {"role": "user", "content": "after"})
+    assert [m.content for m in ledger.get_all("s")] == ["after"]
+    assert ledger.verify("s").intact
