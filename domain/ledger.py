@@ -522,9 +522,10 @@ class Ledger(Application[uuid.UUID]):
         if head is None:
             raise SessionNotFound(self._tenant(tenant), key)
         tenant, checked, h = head.tenant, 0, GENESIS
+        good = h  # h of the last version that checked out
 
         def report(bad: int | None = None, problem: str | None = None) -> ChainReport:
-            return ChainReport(tenant, key, checked, h.hex() if checked else None, bad, problem)
+            return ChainReport(tenant, key, checked, good.hex() if checked else None, bad, problem)
 
         while True:
             records = self.recorder.select_events(sid, gt=checked or None, limit=VERIFY_PAGE)
@@ -542,7 +543,7 @@ class Ledger(Application[uuid.UUID]):
                 if kept != h:
                     return report(v, f"version {v}: the stored hash is {kept.hex()}, "
                                      f"the events give {h.hex()}")  # fmt: skip
-                checked = v
+                checked, good = v, h
             if len(records) < VERIFY_PAGE:
                 break
         if checked < head.version:  # (writes made while verifying may add versions)

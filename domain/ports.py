@@ -64,8 +64,8 @@ class ChainReport:
 
     tenant: str
     key: str
-    versions: int  # events checked
-    head: str | None  # hex h_v of the last event, as recomputed
+    versions: int  # events that checked out (up to the first bad one)
+    head: str | None  # hex h_v of the last of them, as recomputed
     first_bad_version: int | None  # None: intact
     problem: str | None
 

@@ -121,6 +121,9 @@ def test_an_altered_record_is_named_by_its_version(
     assert not report.intact
     assert report.first_bad_version == version
     assert says in (report.problem or "")
+    good = [r for r in stored_records(ledger, "s") if r[0] < version]
+    assert report.versions == version - 1
+    assert report.head == chain(session_id(ledger.default_tenant, "s"), good).hex()
 
 
 def test_a_store_without_stored_hashes_says_to_rebuild(sqlite_ledger: Any) -> None:
