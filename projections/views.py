@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from eventsourcing.persistence import StoredEvent
 
 from session_ledger.domain.integrity import GENESIS, chain_hashes
-from session_ledger.domain.messages import ChatMessage
+from session_ledger.domain.messages import ChatMessage, gc_paused
 from session_ledger.domain.ports import ACTIVE, ARCHIVED, PriorWrite, SessionHead
 from session_ledger.domain.tokens import NamedTokenizer, TailEntry, window_length
 
@@ -379,14 +379,14 @@ class SQLViews(ABC):
         version: int | None = None,
     ) -> list[ChatMessage]:
         where, params = _rows_at(self._sid(session_id), status, version)
-        with self._reading() as read:
+        with self._reading() as read, gc_paused():  # rows and messages: many objects
             rows = self._fetch(
                 read,
                 f"SELECT message FROM ledger_messages WHERE {where} ORDER BY message_id "
                 "LIMIT ? OFFSET ?",
                 (*params, self.no_limit if limit is None else limit, offset),
             )
-        return ChatMessage.many_from_json([r["message"] for r in rows])
+            return ChatMessage.many_from_json([r["message"] for r in rows])
 
     def version_at(self, session_id: uuid.UUID, when: datetime) -> int | None:
         """The session's version at time `when`: its last event at or before then.
