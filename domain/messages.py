@@ -25,6 +25,14 @@ BLOCK_TYPES = (
 )  # fmt: skip
 MAX_NESTING = 64
 _DECODE_CHUNK = 1024  # messages per json.loads of many: bounds the joined text
+# One encoder for the canonical form: `json.dumps` with options builds a new one per call.
+_CANONICAL = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
+def canonical_json(value: Any) -> str:
+    """The canonical encoding of a stored message: compact UTF-8 text, control
+    characters escaped, keys in the order given."""
+    return _CANONICAL.encode(value)
 
 
 @dataclass(frozen=True)
@@ -86,12 +94,12 @@ class ChatMessage:
 
     @classmethod
     def _stored(cls, d: dict[str, Any]) -> ChatMessage:
-        # Stored messages were validated on the way in: skip the frozen dataclass's
-        # per-field setattr calls, the larger part of rebuilding a short message.
+        # Stored messages were validated on the way in, and their JSON has exactly the
+        # three fields in field order: the decoded dict becomes the instance's, without
+        # the frozen dataclass's per-field setattr calls or a copy.
         message = object.__new__(cls)
-        message.__dict__.update(
-            role=d["role"], blocks=tuple(d["blocks"]), additional_kwargs=d["additional_kwargs"]
-        )
+        d["blocks"] = tuple(d["blocks"])
+        object.__setattr__(message, "__dict__", d)
         return message
 
     def to_dict(self) -> dict[str, Any]:
@@ -100,10 +108,8 @@ class ChatMessage:
 
     def to_json(self) -> str:
         """The canonical encoding: compact, UTF-8 text, control characters escaped."""
-        return json.dumps(
-            {"role": self.role, "blocks": self.blocks, "additional_kwargs": self.additional_kwargs},
-            ensure_ascii=False,
-            separators=(",", ":"),
+        return _CANONICAL.encode(
+            {"role": self.role, "blocks": self.blocks, "additional_kwargs": self.additional_kwargs}
         )
 
     @property

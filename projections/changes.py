@@ -7,12 +7,12 @@ whole log through the same function, so live views and rebuilt views cannot drif
 
 from __future__ import annotations
 
-import json
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from session_ledger.domain.messages import canonical_json
 from session_ledger.domain.ports import ACTIVE, ARCHIVED, WriteBatch
 from session_ledger.domain.session import (
     HistoryCleared,
@@ -114,7 +114,7 @@ def view_changes(batch: WriteBatch) -> ViewChanges:
             if isinstance(event, HistoryReplaced):
                 kept = event.kept
                 changes.append(CloseHistory(v, (ACTIVE,), kept))
-            bodies = batch.bodies[kept:] or [_canonical(m) for m in event.messages[kept:]]
+            bodies = batch.bodies[kept:] or [canonical_json(m) for m in event.messages[kept:]]
             rows = tuple(
                 MessageRow(
                     batch.first_message_id + i,
@@ -142,11 +142,6 @@ def view_changes(batch: WriteBatch) -> ViewChanges:
         batch.archived_count, first.timestamp, last.timestamp,
     )  # fmt: skip
     return ViewChanges(batch.session_id, started, session, tuple(changes), tuple(timeline))
-
-
-def _canonical(message: dict[str, Any]) -> str:
-    # ChatMessage.to_json's encoding, for events replayed by `rebuild`
-    return json.dumps(message, ensure_ascii=False, separators=(",", ":"))
 
 
 def _timeline_row(event: Any, message_count: int, next_message_id: int) -> TimelineRow:
