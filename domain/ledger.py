@@ -149,7 +149,7 @@ class Ledger(Application[uuid.UUID]):
         counts = tuple(self.tokenizer.count(m.content) for m in parsed)
         return self._write(
             key, "append", {"messages": dicts}, create=True, counts=counts, bodies=bodies,
-            command=lambda s, a: s.append(messages=dicts, **a), **kw,
+            command=lambda s, a: s.trigger_event(MessagesAppended, messages=dicts, **a), **kw,
         )  # fmt: skip
 
     def set(
@@ -307,8 +307,8 @@ class Ledger(Application[uuid.UUID]):
         interval = self.snapshotting_intervals.get(type(aggregate))
         if self.snapshots is None or not interval:
             return
-        first = aggregate.version - new_events + 1
-        if any(v % interval == 0 for v in range(first, aggregate.version + 1)):
+        # Due when a multiple of the interval is among the versions just saved.
+        if aggregate.version // interval > (aggregate.version - new_events) // interval:
             self.snapshots.put([Session.Snapshot.take(aggregate)])
 
     def _load(self, sid: uuid.UUID, *, fresh: bool) -> Session | None:
