@@ -39,6 +39,8 @@ from eventsourcing.sqlite import (
 from .changes import MessageRow, view_changes
 from .views import TIME_FORMAT, Reader, SQLViews, utc_text
 
+CHAIN_HEADS = 10_000  # sessions whose last hash a recorder keeps (then it starts over)
+
 VIEW_TABLES = [
     "CREATE TABLE IF NOT EXISTS ledger_messages ("
     " session_id TEXT NOT NULL, message_id INTEGER NOT NULL, valid_from INTEGER NOT NULL,"
@@ -75,6 +77,11 @@ class SQLiteLedgerRecorder(SQLiteApplicationRecorder, SQLViews):
     def __init__(self, datastore: SQLiteDatastore, events_table_name: str = "ledger_events"):
         super().__init__(datastore, events_table_name)
         self.rows_read = 0
+        # session id -> (version, h_version) of the last write committed here: the next
+        # append extends it without reading it back. An entry is only used for the
+        # version right after it; a write elsewhere makes this process's next write to
+        # the session fail on the events' primary key, reload, and miss the entry.
+        self.chain_heads: dict[uuid.UUID, tuple[int, bytes]] = {}
 
     def construct_create_table_statements(self) -> list[str]:
         return [*super().construct_create_table_statements(), *VIEW_TABLES]
@@ -101,16 +108,22 @@ class SQLiteLedgerRecorder(SQLiteApplicationRecorder, SQLViews):
             assert isinstance(conn, _LedgerConnection)
             db = conn.sqlite
             cursor = db.cursor()
+            written: list[tuple[uuid.UUID, int, bytes | None]] = []
             try:
                 cursor.execute("BEGIN")
-                ids = self._insert_events(cursor, stored_events, **kwargs)
+                ids = self._insert_events(cursor, stored_events, written=written, **kwargs)
                 db.commit()
-                return ids
             except BaseException:
                 db.rollback()
                 raise
             finally:
                 cursor.close()
+            for sid, version, chain in written:  # committed: the next append may extend it
+                if chain is not None:
+                    if len(self.chain_heads) >= CHAIN_HEADS:
+                        self.chain_heads.clear()
+                    self.chain_heads[sid] = (version, chain)
+            return ids
         except sqlite3.Error as e:
             raise _persistence_error(e) from e
         finally:
@@ -122,7 +135,13 @@ class SQLiteLedgerRecorder(SQLiteApplicationRecorder, SQLViews):
         ids = super()._insert_events(c, stored_events, **kwargs)
         batch = kwargs.get("ledger_batch")
         if batch is not None:
-            self.apply_changes(c, view_changes(batch), stored_events)
+            head = self.chain_heads.get(batch.session_id)
+            first = stored_events[0].originator_version
+            before = head[1] if head is not None and head[0] == first - 1 else None
+            chain = self.apply_changes(c, view_changes(batch), stored_events, before)
+            written = kwargs.get("written")
+            if written is not None:
+                written.append((batch.session_id, stored_events[-1].originator_version, chain))
         return ids
 
     @contextmanager

@@ -118,6 +118,7 @@ class SQLViews(ABC):
     event_position = "rowid"  # the column that orders the whole event log
     no_limit: Any = -1
     rows_read = 0  # view rows this recorder fetched: the cost model the tests check
+    chain_heads: dict[uuid.UUID, tuple[int, bytes]]  # see SQLiteLedgerRecorder
 
     # -- dialect ----------------------------------------------------------------------------
 
@@ -163,9 +164,16 @@ class SQLViews(ABC):
 
     # -- inline writes ----------------------------------------------------------------------
 
-    def apply_changes(self, cursor: Any, vc: ViewChanges, records: Sequence[StoredEvent]) -> None:
+    def apply_changes(
+        self,
+        cursor: Any,
+        vc: ViewChanges,
+        records: Sequence[StoredEvent],
+        chain_before: bytes | None = None,
+    ) -> bytes | None:
         """Write one write's view rows, with the cursor that stores its events (`records`,
-        which the timeline's hash chain covers)."""
+        which the timeline's hash chain covers). `chain_before` is h_{v-1} when the caller
+        knows it (else it is read); returns the last record's hash (None: unchained)."""
         sid = self._sid(vc.session_id)
         run = self._execute
         run(cursor, SESSION_UPSERT, self._session_params(vc))
@@ -199,18 +207,24 @@ class SQLViews(ABC):
                 "AND status = ? AND valid_to = ?) WHERE session_id = ?",
                 (sid, ACTIVE, c.version, sid),
             )
-        chains = self._chains(cursor, vc.session_id, records)
+        chains = self._chains(cursor, vc.session_id, records, chain_before)
         for row, chain in zip(self._timeline_params(vc), chains, strict=True):
             run(cursor, TIMELINE_INSERT, (*row, chain))
+        return chains[-1]
 
     def _chains(
-        self, cursor: Any, session_id: uuid.UUID, records: Sequence[StoredEvent]
+        self,
+        cursor: Any,
+        session_id: uuid.UUID,
+        records: Sequence[StoredEvent],
+        previous: bytes | None = None,
     ) -> list[bytes | None]:
-        """h_v of each record, from h_{v-1} as stored (None when it is not: a store written
-        before chains were kept, until `rebuild` fills them in)."""
+        """h_v of each record, from h_{v-1} (`previous`, or as stored; None when it is not
+        stored: a store written before chains were kept, until `rebuild` fills them in)."""
         first = records[0].originator_version
-        previous: bytes | None = GENESIS
-        if first > 1:
+        if first == 1:
+            previous = GENESIS
+        elif previous is None:
             self._execute(cursor, CHAIN_AT, (self._sid(session_id), first - 1))
             row = cursor.fetchone()
             previous = bytes(row["value"]) if row is not None and row["value"] is not None else None
@@ -498,6 +512,7 @@ class SQLViews(ABC):
             for table in self.view_tables:
                 self._execute(cursor, f"DELETE FROM {table}", ())
             yield cursor, self._reader(cursor)
+        self.chain_heads.clear()  # the chain is stored anew: extend what is stored
 
     def stored_events(self, read: Reader, page: int = 1000) -> Iterator[StoredEvent]:
         """Every stored event in log order, read a page at a time through `read`."""

@@ -154,3 +154,89 @@ def test_a_recorder_on_a_plain_library_datastore_writes_through_the_library(
     ledger.put("s", {"role": "user", "content": "after"})
     assert [m.content for m in ledger.get_all("s")] == ["after"]
     assert ledger.verify("s").intact
+
+
+def _statements(ledger: Ledger, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The SQL the views run from now on (to check what a write reads)."""
+    seen: list[str] = []
+    recorder = type(ledger.views)
+    run = recorder._execute  # type: ignore[attr-defined]
+
+    def spy(self: Any, cursor: Any, sql: str, params: Any) -> None:
+        seen.append(sql)
+        run(self, cursor, sql, params)
+
+    monkeypatch.setattr(recorder, "_execute", spy)
+    return seen
+
+
+def test_an_append_extends_the_hash_it_committed_without_reading_it(
+    sqlite_ledger: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from session_ledger.projections.views import CHAIN_AT
+
+    ledger, _ = sqlite_ledger
+    ledger.put("s", {"role": "user", "content": "one"})
+    statements = _statements(ledger, monkeypatch)
+    for i in range(3):
+        ledger.put("s", {"role": "user", "content": f"more {i}"})
+    assert statements and CHAIN_AT not in statements
+    assert ledger.verify("s").intact
+
+
+def test_a_write_rolled_back_after_hashing_leaves_no_hash_behind(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from session_ledger.api.bootstrap import migrate, open_ledger
+    from session_ledger.api.settings import Settings
+
+    settings = Settings(database_url=f"sqlite:///{tmp_path / 'ledger.db'}", tokenizer="whitespace")
+    migrate(settings)
+    a, b = open_ledger(settings), open_ledger(settings)
+    try:
+        a.put("s", {"role": "user", "content": "one"})  # v2
+        recorder = type(a.views)
+        write = recorder._insert_events  # type: ignore[attr-defined]
+
+        def fail_at_commit(self: Any, cursor: Any, stored: Any, **kwargs: Any) -> Any:
+            ids = write(self, cursor, stored, **kwargs)  # every row written, v3 hashed
+            if self is a.views:
+                raise sqlite3.OperationalError("disk I/O error (injected at commit)")
+            return ids
+
+        monkeypatch.setattr(recorder, "_insert_events", fail_at_commit)
+        with pytest.raises(Exception, match="injected"):
+            a.put("s", {"role": "user", "content": "lost"})
+        monkeypatch.setattr(recorder, "_insert_events", write)
+        # Another process stores a different v3; `a` must extend that one, not the hash
+        # of its own v3 that never committed.
+        b.put("s", {"role": "user", "content": "two"})
+        a.put("s", {"role": "user", "content": "three"})
+        assert [m.content for m in a.get_all("s")] == ["one", "two", "three"]
+        report = a.verify("s")
+        assert report.intact and report.versions == 4
+    finally:
+        a.close()
+        b.close()
+
+
+def test_two_processes_appending_to_one_session_keep_one_chain(tmp_path: Any) -> None:
+    from session_ledger.api.bootstrap import migrate, open_ledger
+    from session_ledger.api.settings import Settings
+
+    settings = Settings(database_url=f"sqlite:///{tmp_path / 'ledger.db'}", tokenizer="whitespace")
+    migrate(settings)
+    a, b = open_ledger(settings), open_ledger(settings)
+    try:
+        # Each keeps the hash it last wrote; the other's writes make it stale, and its
+        # next write must extend what is stored, not what it remembers.
+        for i, writer in enumerate([a, b, a, a, b, b, a, b]):
+            writer.put("s", {"role": "user", "content": f"m{i}"})
+        for ledger in (a, b):
+            report = ledger.verify("s")
+            assert report.intact and report.versions == 9
+        sid = session_id(a.default_tenant, "s")
+        assert report.head == chain(sid, stored_records(a, "s")).hex()
+    finally:
+        a.close()
+        b.close()
