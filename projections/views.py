@@ -36,7 +36,7 @@ from .changes import (
 
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"  # fixed width, so text order is time order
 READ_ATTEMPTS = 3  # windows read while writers keep changing the session, then a snapshot
-TAIL_BATCH = 128  # rows per tail read (id, role, counts: small); doubles as the window grows
+TAIL_BATCH = 64  # rows per tail read (with bodies); doubles as the window grows
 MAX_TAIL_BATCH = 4096
 MAX_CHAR = "\U0010ffff"
 
@@ -311,7 +311,8 @@ class SQLViews(ABC):
         tokenizer: NamedTokenizer | None,
     ) -> tuple[list[ChatMessage], bool]:
         """The window, and whether every statement read the same version of the session."""
-        columns = "message_id, role, tokens, tokens_joined" + (", message" if tokenizer else "")
+        # Bodies come with the tail: one statement for a window within the first batch.
+        columns = "message_id, role, tokens, tokens_joined, message"
         where, params = _rows_at(sid, ACTIVE, version)
         seen = "(SELECT version FROM ledger_sessions WHERE session_id = ?) AS seen"
         bound = ""
@@ -339,18 +340,8 @@ class SQLViews(ABC):
                     yield TailEntry(row["role"], *tokenizer.count(content))
 
         k = window_length(tail(), token_limit, initial_token_count)
-        if tokenizer is not None or k == 0:
-            window = ChatMessage.many_from_json([r["message"] for r in reversed(read_rows[:k])])
-            return window, len(versions) <= 1
-        bodies = self._fetch(
-            read,
-            f"SELECT message, {seen} FROM ledger_messages WHERE {where} "
-            "AND message_id >= ? AND message_id <= ? ORDER BY message_id",
-            (sid, *params, read_rows[k - 1]["message_id"], read_rows[0]["message_id"]),
-        )
-        versions.update(r["seen"] for r in bodies[:1])
-        consistent = len(bodies) == k and len(versions) == 1
-        return ChatMessage.many_from_json([r["message"] for r in bodies]), consistent
+        window = ChatMessage.many_from_json([r["message"] for r in reversed(read_rows[:k])])
+        return window, len(versions) <= 1
 
     def _tail(
         self,

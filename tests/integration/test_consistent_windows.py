@@ -26,13 +26,13 @@ def test_a_write_between_the_statements_of_a_get(store: str, tmp_path: Path) -> 
         return fetch(read, sql, params)
 
     views._fetch = fetch_then_interfere
-    try:
-        window = ledger.get("s", token_limit=60)
+    try:  # a window of 80 messages: longer than the first batch of the tail
+        window = ledger.get("s", token_limit=80)
     finally:
         views._fetch = fetch
     assert [m.content for m in window] == ["new"]  # not old rows with a new tail
     assert len(calls) > 2  # the first attempt was seen to be stale and read again
-    assert [m.content for m in ledger.get("s", token_limit=60, as_of_version=2)] == [
-        f"old{i}" for i in range(40, 100)
+    assert [m.content for m in ledger.get("s", token_limit=80, as_of_version=2)] == [
+        f"old{i}" for i in range(20, 100)
     ]
     ledger.close()
