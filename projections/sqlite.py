@@ -161,11 +161,14 @@ class SQLiteLedgerRecorder(SQLiteApplicationRecorder, SQLViews):
         return self.datastore.transaction(commit=True)
 
     def _reader(self, cursor: Any) -> Reader:
-        def read(sql: str, params: Sequence[Any]) -> list[Any]:
-            cursor.execute(sql, params)
-            return list(cursor.fetchall())
+        return _Reader(cursor)
 
-        return read
+    def _first_column(self, read: Reader, sql: str, params: Sequence[Any], name: str) -> list[Any]:
+        if not isinstance(read, _Reader):
+            return super()._first_column(read, sql, params, name)
+        values = read.first_column(sql, params)
+        self.rows_read += len(values)
+        return values
 
     @contextmanager
     def _stream(self, sql: str) -> Iterator[Iterator[Any]]:
@@ -191,6 +194,30 @@ class SQLiteLedgerRecorder(SQLiteApplicationRecorder, SQLViews):
 
     def _datetime(self, value: Any) -> datetime:
         return datetime.strptime(value, TIME_FORMAT).replace(tzinfo=UTC)
+
+
+class _Reader:
+    """Runs statements on one cursor; rows are sqlite3.Row (by name or position)."""
+
+    __slots__ = ("cursor",)
+
+    def __init__(self, cursor: Any) -> None:
+        self.cursor = cursor
+
+    def __call__(self, sql: str, params: Sequence[Any]) -> list[Any]:
+        self.cursor.execute(sql, params)
+        return list(self.cursor.fetchall())
+
+    def first_column(self, sql: str, params: Sequence[Any]) -> list[Any]:
+        """The first column of each row, fetched as plain tuples: a sqlite3.Row per row
+        of a 10,000-message history cost 2-3 ms."""
+        raw = getattr(self.cursor, "sqlite_cursor", self.cursor)  # the library's wrapper
+        raw.row_factory = None
+        try:
+            raw.execute(sql, params)
+            return [row[0] for row in raw.fetchall()]
+        finally:
+            raw.row_factory = sqlite3.Row
 
 
 _ERRORS: tuple[tuple[type[sqlite3.Error], type[PersistenceError]], ...] = (

@@ -385,13 +385,14 @@ class SQLViews(ABC):
     ) -> list[ChatMessage]:
         where, params = _rows_at(self._sid(session_id), status, version)
         with self._reading() as read, gc_paused():  # rows and messages: many objects
-            rows = self._fetch(
+            bodies = self._first_column(
                 read,
                 f"SELECT message FROM ledger_messages WHERE {where} ORDER BY message_id "
                 "LIMIT ? OFFSET ?",
                 (*params, self.no_limit if limit is None else limit, offset),
+                "message",
             )
-            return ChatMessage.many_from_json([r["message"] for r in rows])
+            return ChatMessage.many_from_json(bodies)
 
     def version_at(self, session_id: uuid.UUID, when: datetime) -> int | None:
         """The session's version at time `when`: its last event at or before then.
@@ -531,6 +532,10 @@ class SQLViews(ABC):
             for row in rows:
                 # sqlite3.Row iterates its values, psycopg's dict rows their keys
                 yield tuple(_portable(row[k]) for k in row.keys())  # noqa: SIM118
+
+    def _first_column(self, read: Reader, sql: str, params: Sequence[Any], name: str) -> list[Any]:
+        """Column `name` (the first) of each row: long single-column reads."""
+        return [row[name] for row in self._fetch(read, sql, params)]
 
     def _fetch(self, read: Reader, sql: str, params: Sequence[Any]) -> list[Any]:
         rows = read(sql, params)
