@@ -39,7 +39,7 @@ clean:
 # Benchmarks against the stores users would pick instead (bench/README.md).
 BENCH_STAMP := $(VENV)/.bench-installed
 
-.PHONY: bench bench-quick bench-replay
+.PHONY: bench bench-quick bench-replay bench-writes
 
 $(BENCH_STAMP): $(STAMP) pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev,llamaindex,bench]'
@@ -53,3 +53,6 @@ bench-quick: $(BENCH_STAMP)
 
 bench-replay: $(STAMP)
 	$(BIN)/python -m bench.replay
+
+bench-writes: $(BENCH_STAMP)
+	$(BIN)/python -m bench.write_cost
