@@ -3,8 +3,8 @@
 In WAL mode with synchronous=FULL a commit appends one frame (a page, 4 KiB, and a
 header) for every page the transaction changed, then fsyncs the WAL. Stores that do
 the same number of fsyncs differ by how many pages each write touches, so this
-counts them: it runs N single-message writes with automatic checkpoints off, reads
-the frames those commits appended to the WAL, and names each frame's b-tree (table
+counts them: it runs N single-message writes, reads the frames each commit appended
+to the WAL (following it through checkpoints), and names each frame's b-tree (table
 or index) through SQLite's `dbstat` table. It also times each write and, where the
 store's connection can be reached, its COMMIT.
 
@@ -52,23 +52,50 @@ class Cost:
     notes: list[str] = field(default_factory=list)
 
 
+class WalReader:
+    """Follows a WAL file as it grows: the pages of each commit appended since the last
+    call. A checkpoint that restarts the WAL (new salts in its header) is followed to
+    the file's start, so the store's own checkpoint settings stay as they are."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.salts = b""
+        self.offset = WAL_HEADER
+        self.pending: list[int] = []
+
+    def commits(self) -> list[list[int]]:
+        try:
+            with self.path.open("rb") as wal:
+                header = wal.read(WAL_HEADER)
+                if len(header) < WAL_HEADER:
+                    return []
+                page_size = struct.unpack(">I", header[8:12])[0]
+                salts = header[16:24]
+                if salts != self.salts:  # a new WAL, or a restarted one: from the start
+                    self.salts, self.offset, self.pending = salts, WAL_HEADER, []
+                wal.seek(self.offset)
+                data = wal.read()  # the frames written since the last call
+        except FileNotFoundError:
+            return []
+        out: list[list[int]] = []
+        at = 0
+        while at + FRAME_HEADER + page_size <= len(data):
+            frame = data[at : at + FRAME_HEADER]
+            if frame[8:16] != salts:  # left over from before a restart: the end
+                break
+            page, db_size_after_commit = struct.unpack(">II", frame[:8])
+            self.pending.append(page)
+            if db_size_after_commit:  # non-zero only on a transaction's last frame
+                out.append(self.pending)
+                self.pending = []
+            at += FRAME_HEADER + page_size
+        self.offset += at
+        return out
+
+
 def wal_commits(path: Path) -> list[list[int]]:
     """The page numbers each commit in the WAL file at `path` wrote, in order."""
-    data = path.read_bytes()
-    if len(data) < WAL_HEADER:
-        return []
-    page_size = struct.unpack(">I", data[8:12])[0]
-    commits: list[list[int]] = []
-    pages: list[int] = []
-    offset = WAL_HEADER
-    while offset + FRAME_HEADER + page_size <= len(data):
-        page, db_size_after_commit = struct.unpack(">II", data[offset : offset + 8])
-        pages.append(page)
-        if db_size_after_commit:  # non-zero only on a transaction's last frame
-            commits.append(pages)
-            pages = []
-        offset += FRAME_HEADER + page_size
-    return commits
+    return WalReader(path).commits()
 
 
 def btree_names(db: Path) -> dict[int, str]:
@@ -89,23 +116,22 @@ def measure(
     writes: int,
     commit_times: list[float] | None = None,
 ) -> Cost:
-    """`write(i)` `writes` times after the warm-up; frames read from `db`'s WAL."""
+    """`write(i)` `writes` times after the warm-up; each write's frames are read from
+    `db`'s WAL right after it."""
     for i in range(WARM_WRITES):
         write(i)
-    wal = db.with_name(db.name + "-wal")
-    before = len(wal_commits(wal))
+    reader = WalReader(db.with_name(db.name + "-wal"))
+    reader.commits()  # skip what the warm-up wrote
     if commit_times is not None:
         commit_times.clear()
     times = []
+    measured: list[list[int]] = []
     for i in range(WARM_WRITES, WARM_WRITES + writes):
         t0 = time.perf_counter()
         write(i)
         times.append(time.perf_counter() - t0)
-    commits = wal_commits(wal)
-    measured = commits[before:]
+        measured += reader.commits()
     notes = []
-    if len(measured) < writes:
-        notes.append(f"only {len(measured)} commits in the WAL: a checkpoint reset it")
     names = btree_names(db)
     counts: collections.Counter[str] = collections.Counter()
     for pages in measured:
@@ -157,7 +183,6 @@ def ledger_cost(workdir: Path, messages: list[dict[str, Any]], writes: int, sess
     conn = pool.get_connection(is_writer=True)
     try:
         assert isinstance(conn, _LedgerConnection)
-        conn.sqlite.execute("PRAGMA wal_autocheckpoint=0")
         conn.sqlite = _TimedCommit(conn.sqlite, commit_times)  # type: ignore[assignment]
     finally:
         pool.put_connection(conn)
@@ -178,7 +203,6 @@ def raw_cost(workdir: Path, messages: list[dict[str, Any]], writes: int, session
     conn = sqlite3.connect(db)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=FULL")
-    conn.execute("PRAGMA wal_autocheckpoint=0")
     conn.executescript(
         "CREATE TABLE messages (id INTEGER PRIMARY KEY AUTOINCREMENT, session TEXT NOT NULL,"
         " data TEXT NOT NULL); CREATE INDEX messages_session_id ON messages (session, id);"
@@ -215,7 +239,6 @@ def agents_cost(
         key = f"s{i % sessions}"
         if key not in handles:
             handles[key] = SQLiteSession(key, str(db))
-            handles[key]._get_connection().execute("PRAGMA wal_autocheckpoint=0")
         loop.run_until_complete(handles[key].add_items([messages[i]]))
 
     try:
