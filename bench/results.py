@@ -1,4 +1,5 @@
-"""The JSON record of a run: bench/results/<UTC time>.json and latest.json."""
+"""The JSON record of a run: bench/results/<UTC time>-<kind>.json, and latest.json
+(full runs) or latest-partial.json (quick or filtered runs)."""
 
 from __future__ import annotations
 
@@ -87,9 +88,12 @@ def write(
     }
     out.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(started))
-    kind = "quick" if "--quick" in command else "full"
+    partial = any(flag in command for flag in ("--quick", "--only", "--workloads"))
+    kind = "quick" if "--quick" in command else "partial" if partial else "full"
     path = out / f"{stamp}-{kind}.json"
     text = json.dumps(record, indent=1)
     path.write_text(text)
-    (out / "latest.json").write_text(text)
+    # latest.json is the last full run (the README's table); a quick or filtered run
+    # while developing must not replace it.
+    (out / ("latest-partial.json" if partial else "latest.json")).write_text(text)
     return path
