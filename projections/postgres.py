@@ -132,7 +132,6 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder, SQLViews):
         super().__init__(datastore, events_table_name=events_table_name)
         self.sql_create_statements.extend(SQL(s) for s in VIEW_TABLES)  # type: ignore[misc]
         self.rows_read = 0
-        self.chain_heads = {}  # unused: an append hashes in its statement
 
     @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
     def insert_events(

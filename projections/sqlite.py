@@ -145,6 +145,12 @@ class SQLiteLedgerRecorder(SQLiteApplicationRecorder, SQLViews):
         return ids
 
     @contextmanager
+    def rebuilding(self) -> Iterator[tuple[Any, Reader]]:
+        with super().rebuilding() as rebuilt:
+            yield rebuilt
+        self.chain_heads.clear()  # the chain was stored anew: extend what is stored
+
+    @contextmanager
     def _reading(self) -> Iterator[Reader]:
         with self.datastore.get_connection(commit=False) as conn:
             yield self._reader(conn.cursor())

@@ -118,7 +118,6 @@ class SQLViews(ABC):
     event_position = "rowid"  # the column that orders the whole event log
     no_limit: Any = -1
     rows_read = 0  # view rows this recorder fetched: the cost model the tests check
-    chain_heads: dict[uuid.UUID, tuple[int, bytes]]  # see SQLiteLedgerRecorder
 
     # -- dialect ----------------------------------------------------------------------------
 
@@ -504,7 +503,6 @@ class SQLViews(ABC):
             for table in self.view_tables:
                 self._execute(cursor, f"DELETE FROM {table}", ())
             yield cursor, self._reader(cursor)
-        self.chain_heads.clear()  # the chain is stored anew: extend what is stored
 
     def stored_events(self, read: Reader, page: int = 1000) -> Iterator[StoredEvent]:
         """Every stored event in log order, read a page at a time through `read`."""

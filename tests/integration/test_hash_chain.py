@@ -240,3 +240,16 @@ def test_two_processes_appending_to_one_session_keep_one_chain(tmp_path: Any) ->
     finally:
         a.close()
         b.close()
+
+
+def test_after_a_rebuild_an_append_extends_the_rebuilt_chain(sqlite_ledger: Any) -> None:
+    # A rebuild of altered events stores a different chain; the hash this process
+    # remembers from before must not be extended.
+    ledger, path = sqlite_ledger
+    ledger.put("s", {"role": "user", "content": "hi"})
+    ledger.put("s", {"role": "assistant", "content": "hi there"})  # v3, remembered
+    tamper(path, EDIT_EVENT, session_id(ledger.default_tenant, "s").hex, 3)
+    rebuild(ledger.views, ledger.mapper, ledger.tokenizer)
+    ledger.put("s", {"role": "user", "content": "after"})
+    report = ledger.verify("s")
+    assert report.intact and report.versions == 4
