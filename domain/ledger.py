@@ -372,6 +372,25 @@ class Ledger(Application[uuid.UUID]):
     ) -> list[ChatMessage]:
         """The context window: the newest messages that fit `token_limit` (ChatMemoryBuffer.get),
         now or as the agent would have been given it at `as_of_version` / `as_of`."""
+        texts = self.get_json(
+            key, tenant=tenant, token_limit=token_limit, initial_token_count=initial_token_count,
+            tokenizer=tokenizer, as_of_version=as_of_version, as_of=as_of,
+        )  # fmt: skip
+        return ChatMessage.many_from_json(texts)
+
+    def get_json(
+        self,
+        key: str,
+        *,
+        tenant: str | None = None,
+        token_limit: int | None = None,
+        initial_token_count: int = 0,
+        tokenizer: NamedTokenizer | Callable[[str], Any] | None = None,
+        as_of_version: int | None = None,
+        as_of: datetime | None = None,
+    ) -> list[str]:
+        """`get`, each message as its stored canonical JSON (what `to_json()` gives): a
+        server passes them on without decoding and encoding them again."""
         limit = self.token_limit if token_limit is None else token_limit
         for name, value in (("token_limit", limit), ("initial_token_count", initial_token_count)):
             if not isinstance(value, int) or isinstance(value, bool):
@@ -383,7 +402,7 @@ class Ledger(Application[uuid.UUID]):
             tokenizer = None  # the stored counts are this tokenizer's
         sid = self._session_id(key, tenant)
         version = self._version(sid, key, tenant, as_of_version, as_of)
-        return self.views.context_window(sid, limit, initial_token_count, tokenizer, version)
+        return self.views.context_window_json(sid, limit, initial_token_count, tokenizer, version)
 
     def get_all(
         self,
@@ -398,6 +417,24 @@ class Ledger(Application[uuid.UUID]):
     ) -> list[ChatMessage]:
         """The whole history in order (or a page of it); `status="archived"` for the archive;
         as it stood at `as_of_version` or at time `as_of` when given."""
+        texts = self.get_all_json(
+            key, tenant=tenant, status=status, offset=offset, limit=limit,
+            as_of_version=as_of_version, as_of=as_of,
+        )  # fmt: skip
+        return ChatMessage.many_from_json(texts)
+
+    def get_all_json(
+        self,
+        key: str,
+        *,
+        tenant: str | None = None,
+        status: str = ACTIVE,
+        offset: int = 0,
+        limit: int | None = None,
+        as_of_version: int | None = None,
+        as_of: datetime | None = None,
+    ) -> list[str]:
+        """`get_all`, each message as its stored canonical JSON (see `get_json`)."""
         if status not in STATUSES:
             raise InvalidInput(f"status must be one of {', '.join(STATUSES)}; got {status!r}")
         if not isinstance(offset, int) or offset < 0:
@@ -406,7 +443,7 @@ class Ledger(Application[uuid.UUID]):
             raise InvalidInput(f"limit must be a non-negative integer; got {limit!r}")
         sid = self._session_id(key, tenant)
         version = self._version(sid, key, tenant, as_of_version, as_of)
-        return self.views.history(sid, status, offset, limit, version)
+        return self.views.history_json(sid, status, offset, limit, version)
 
     def audit(
         self, key: str, *, tenant: str | None = None, after_version: int = 0, limit: int = 100

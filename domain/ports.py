@@ -112,6 +112,17 @@ class SessionViews(Protocol):
         version: int | None = None,
     ) -> list[ChatMessage]: ...
 
+    def context_window_json(
+        self,
+        session_id: uuid.UUID,
+        token_limit: int,
+        initial_token_count: int,
+        tokenizer: NamedTokenizer | None,
+        version: int | None = None,
+    ) -> list[str]:
+        """The window's messages as stored: each one's canonical JSON (`to_json()`)."""
+        ...
+
     def history(
         self,
         session_id: uuid.UUID,
@@ -120,6 +131,17 @@ class SessionViews(Protocol):
         limit: int | None,
         version: int | None = None,
     ) -> list[ChatMessage]: ...
+
+    def history_json(
+        self,
+        session_id: uuid.UUID,
+        status: str,
+        offset: int,
+        limit: int | None,
+        version: int | None = None,
+    ) -> list[str]:
+        """The history's messages as stored: each one's canonical JSON."""
+        ...
 
     def version_at(self, session_id: uuid.UUID, when: datetime) -> int | None: ...
 

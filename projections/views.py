@@ -279,6 +279,19 @@ class SQLViews(ABC):
         tokenizer: NamedTokenizer | None,
         version: int | None = None,
     ) -> list[ChatMessage]:
+        texts = self.context_window_json(
+            session_id, token_limit, initial_token_count, tokenizer, version
+        )
+        return ChatMessage.many_from_json(texts)
+
+    def context_window_json(
+        self,
+        session_id: uuid.UUID,
+        token_limit: int,
+        initial_token_count: int,
+        tokenizer: NamedTokenizer | None,
+        version: int | None = None,
+    ) -> list[str]:
         sid = self._sid(session_id)
         if version is not None:  # a past version's rows never change: any read is consistent
             with self._reading_past() as read:
@@ -308,8 +321,9 @@ class SQLViews(ABC):
         token_limit: int,
         initial_token_count: int,
         tokenizer: NamedTokenizer | None,
-    ) -> tuple[list[ChatMessage], bool]:
-        """The window, and whether every statement read the same version of the session."""
+    ) -> tuple[list[str], bool]:
+        """The window's stored JSON texts, and whether every statement read the same
+        version of the session."""
         # Bodies come with the tail: one statement for a window within the first batch.
         columns = "message_id, role, tokens, tokens_joined, message"
         where, params = _rows_at(sid, ACTIVE, version)
@@ -339,8 +353,7 @@ class SQLViews(ABC):
                     yield TailEntry(row["role"], *tokenizer.count(content))
 
         k = window_length(tail(), token_limit, initial_token_count)
-        window = ChatMessage.many_from_json([r["message"] for r in reversed(read_rows[:k])])
-        return window, len(versions) <= 1
+        return [r["message"] for r in reversed(read_rows[:k])], len(versions) <= 1
 
     def _tail(
         self,
@@ -382,16 +395,27 @@ class SQLViews(ABC):
         limit: int | None,
         version: int | None = None,
     ) -> list[ChatMessage]:
+        return ChatMessage.many_from_json(
+            self.history_json(session_id, status, offset, limit, version)
+        )
+
+    def history_json(
+        self,
+        session_id: uuid.UUID,
+        status: str,
+        offset: int,
+        limit: int | None,
+        version: int | None = None,
+    ) -> list[str]:
         where, params = _rows_at(self._sid(session_id), status, version)
-        with self._reading() as read, gc_paused():  # rows and messages: many objects
-            bodies = self._first_column(
+        with self._reading() as read, gc_paused():  # one row object per message
+            return self._first_column(
                 read,
                 f"SELECT message FROM ledger_messages WHERE {where} ORDER BY message_id "
                 "LIMIT ? OFFSET ?",
                 (*params, self.no_limit if limit is None else limit, offset),
                 "message",
             )
-            return ChatMessage.many_from_json(bodies)
 
     def version_at(self, session_id: uuid.UUID, when: datetime) -> int | None:
         """The session's version at time `when`: its last event at or before then.

@@ -30,6 +30,16 @@ def etag(response: Response, version: int) -> None:
     response.headers["ETag"] = f'"{version}"'
 
 
+def message_list(texts: list[str], version: int) -> Response:
+    """A `MessageList` body made of the messages' stored canonical JSON, as it is: decoding
+    each message, validating it and encoding it again cost about 1 ms per 60 messages."""
+    response = Response(
+        ('{"messages":[' + ",".join(texts) + "]}").encode(), media_type="application/json"
+    )
+    etag(response, version)
+    return response
+
+
 @router.get("/{key}/events", response_model=AuditTrail)
 def get_audit_trail(
     key: SessionKeyDep, ledger: LedgerDep, who: ReaderDep, response: Response,
@@ -47,36 +57,36 @@ def get_audit_trail(
 
 @router.get("/{key}/messages", response_model=MessageList)
 def get_history(
-    key: SessionKeyDep, ledger: LedgerDep, who: ReaderDep, response: Response,
+    key: SessionKeyDep, ledger: LedgerDep, who: ReaderDep,
     status: Literal["active", "archived"] = "active",
     offset: Annotated[int, Query(ge=0, le=BIG)] = 0,
     limit: Annotated[int | None, Query(ge=0, le=BIG)] = None,
     as_of_version: AsOfVersion = None, as_of: AsOf = None,
-) -> MessageList:  # fmt: skip
+) -> Response:  # fmt: skip
     """The session's whole history, oldest first, or a page of it (get_all); with
     `as_of_version` or `as_of`, the history as it stood then (replay)."""
-    etag(response, ledger.head(key, tenant=who.tenant).version)
-    found = ledger.get_all(key, tenant=who.tenant, status=status, offset=offset, limit=limit,
-                           as_of_version=as_of_version, as_of=as_of)  # fmt: skip
-    return MessageList(messages=[m.to_dict() for m in found])
+    version = ledger.head(key, tenant=who.tenant).version
+    found = ledger.get_all_json(key, tenant=who.tenant, status=status, offset=offset,
+                                limit=limit, as_of_version=as_of_version, as_of=as_of)  # fmt: skip
+    return message_list(found, version)
 
 
 @router.get("/{key}/context", response_model=MessageList)
 def get_context(
-    key: SessionKeyDep, ledger: LedgerDep, who: ReaderDep, response: Response,
+    key: SessionKeyDep, ledger: LedgerDep, who: ReaderDep,
     token_limit: Annotated[int | None, Query(ge=1, le=BIG, description="Default: "
                                              "the server's LEDGER_TOKEN_LIMIT.")] = None,
     initial_token_count: Annotated[int, Query(ge=0, le=BIG)] = 0,
     as_of_version: AsOfVersion = None, as_of: AsOf = None,
-) -> MessageList:  # fmt: skip
+) -> Response:  # fmt: skip
     """The context window: the newest messages within `token_limit` (ChatMemoryBuffer.get);
     with `as_of_version` or `as_of`, the window the agent was given then."""
-    etag(response, ledger.head(key, tenant=who.tenant).version)
-    found = ledger.get(
+    version = ledger.head(key, tenant=who.tenant).version
+    found = ledger.get_json(
         key, tenant=who.tenant, token_limit=token_limit, initial_token_count=initial_token_count,
         as_of_version=as_of_version, as_of=as_of,
     )  # fmt: skip
-    return MessageList(messages=[m.to_dict() for m in found])
+    return message_list(found, version)
 
 
 @router.get("/{key}", response_model=SessionHead)

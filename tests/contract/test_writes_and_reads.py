@@ -262,3 +262,26 @@ def test_head_names_the_latest_event(ledger: Ledger) -> None:
     assert ledger.head("s").last_event == "HistoryCleared"
     ledger.set("s", [])
     assert ledger.head("s").last_event == "HistoryReplaced"
+
+
+def test_json_reads_are_the_stored_canonical_json_of_the_decoded_reads(ledger: Ledger) -> None:
+    ledger.put_messages("s", [msg("user", 'a "quoted" \\ \u00e9 🙂 \x01'), msg("assistant", "b")])
+    ledger.put("s", {"role": "tool", "blocks": [{"block_type": "text", "text": "c"}],
+                     "additional_kwargs": {"k": [1, 2.5, None, {"z": "y"}]}})  # fmt: skip
+    ledger.archive_oldest("s", 1)
+    for version in (None, 2, 3):
+        window = ledger.get("s", token_limit=50, as_of_version=version)
+        assert ledger.get_json("s", token_limit=50, as_of_version=version) == [
+            m.to_json() for m in window
+        ]
+        for status, offset, limit in (("active", 0, None), ("active", 1, 1), ("archived", 0, 5)):
+            found = ledger.get_all("s", status=status, offset=offset, limit=limit,
+                                   as_of_version=version)  # fmt: skip
+            texts = ledger.get_all_json("s", status=status, offset=offset, limit=limit,
+                                        as_of_version=version)  # fmt: skip
+            assert texts == [m.to_json() for m in found]
+    assert ledger.get_json("nobody") == [] and ledger.get_all_json("nobody") == []
+    with pytest.raises(InvalidInput):
+        ledger.get_json("s", token_limit=0)
+    with pytest.raises(InvalidInput):
+        ledger.get_all_json("s", status="gone")

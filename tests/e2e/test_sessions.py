@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from session_ledger.api.client import LedgerAPIError
+from session_ledger.api.client import LedgerAPIError, session_path
 
 from .conftest import Deployment
 
@@ -173,3 +173,33 @@ async def test_async_client_covers_the_same_routes(
         assert created.id in [k.id for k in await api.list_keys()]
         assert (await api.revoke_key(created.id)).revoked_at is not None
         assert "session_ledger_http_requests_total" in await api.metrics()
+
+
+def test_message_reads_answer_the_stored_json_as_valid_json(
+    deployment: Deployment, session_key: str
+) -> None:
+    # The window and history bodies are spliced from the stored canonical JSON: they
+    # must still parse as one JSON document, equal what was written, with its headers.
+    tricky = [
+        msg("user", 'quotes " and \\ backslashes, \u2028 line sep, \x01 control, \u00e9 🙂'),
+        {"role": "assistant", "blocks": [{"block_type": "text", "text": ""}],
+         "additional_kwargs": {"nested": {"n": [1, 2.5, None, True], "s": "tab\there"}}},
+        msg("user", "x" * 5000),
+    ]  # fmt: skip
+    with deployment.client("a_agent") as api:
+        version = api.put_messages(session_key, tricky).version
+        expected = [m.model_dump() for m in api.get_all(session_key)]
+    assert [m["additional_kwargs"] for m in expected][1]["nested"]["s"] == "tab\there"
+    with deployment.raw("a_agent") as http:
+        for path, params in (("/context", {"token_limit": 100000}), ("/messages", {})):
+            response = http.get(session_path(session_key, path), params=params)
+            assert response.status_code == 200, response.text
+            assert response.headers["content-type"] == "application/json"
+            assert response.headers["etag"] == f'"{version}"'
+            body = response.json()
+            assert body == {"messages": expected}
+            assert body["messages"][0]["blocks"][0]["text"].endswith("\u00e9 🙂")
+        page = http.get(session_path(session_key, "/messages"), params={"offset": 1, "limit": 1})
+        assert page.json() == {"messages": expected[1:2]}
+        empty = http.get(session_path(session_key, "/messages"), params={"offset": 9})
+        assert empty.json() == {"messages": []}
