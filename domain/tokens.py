@@ -96,11 +96,14 @@ def load_tokenizer(name: str) -> NamedTokenizer:
     raise InvalidInput(f"unknown tokenizer {name!r}; use cl100k_base or whitespace")
 
 
-def window_length(tail: Iterable[TailEntry], token_limit: int, initial_token_count: int = 0) -> int:
+def window_length(
+    tail: Iterable[Sequence[Any]], token_limit: int, initial_token_count: int = 0
+) -> int:
     """How many of the newest messages `ChatMemoryBuffer.get` would return.
 
-    `tail` yields the session's messages newest first; it is read only as far as the
-    window reaches (plus one message, to know whether the history goes on), never to
+    `tail` yields the session's messages newest first, each a `TailEntry` or any row that
+    starts with the same three fields (role, alone, joined); it is read only as far as
+    the window reaches (plus one message, to know whether the history goes on), never to
     the start of a long session.
     """
     check_window_arguments(token_limit, initial_token_count)
@@ -111,12 +114,12 @@ def window_length(tail: Iterable[TailEntry], token_limit: int, initial_token_cou
     while entry is not None:
         k += 1
         after = next(entries, None)
-        cost = following + entry.alone
+        cost = following + entry[1]
         if after is None:  # the whole history: LlamaIndex takes it whatever its first role
             return k if cost <= token_limit else (best or 1)
-        if (k == 1 or entry.role not in CANNOT_OPEN_WINDOW) and cost <= token_limit:
+        if (k == 1 or entry[0] not in CANNOT_OPEN_WINDOW) and cost <= token_limit:
             best = k
-        following += entry.joined
+        following += entry[2]
         if following > token_limit:
             break  # every longer window costs more than the limit
         entry = after

@@ -25,6 +25,7 @@ from eventsourcing.postgres import (
     PostgresFactory,
 )
 from eventsourcing.utils import retry
+from psycopg.rows import tuple_row
 from psycopg.sql import SQL
 
 from session_ledger.domain.integrity import chain_hashes, record_bytes
@@ -216,11 +217,7 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder, SQLViews):
             yield self._reader(curs)
 
     def _reader(self, cursor: Any) -> Reader:
-        def read(sql: str, params: Sequence[Any]) -> list[Any]:
-            cursor.execute(_sql(sql), params, prepare=True)
-            return cursor.fetchall()  # type: ignore[no-any-return]
-
-        return read
+        return _Reader(cursor)
 
     @contextmanager
     def _write_transaction(self) -> Iterator[Any]:
@@ -264,6 +261,27 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder, SQLViews):
 
     def _datetime(self, value: Any) -> datetime:
         return value.astimezone(UTC)  # type: ignore[no-any-return]
+
+
+class _Reader:
+    """Runs statements on one cursor (prepared); rows are dicts, or plain tuples."""
+
+    __slots__ = ("cursor",)
+
+    def __init__(self, cursor: Any) -> None:
+        self.cursor = cursor
+
+    def __call__(self, sql: str, params: Sequence[Any]) -> list[Any]:
+        self.cursor.execute(_sql(sql), params, prepare=True)
+        return self.cursor.fetchall()  # type: ignore[no-any-return]
+
+    def tuples(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        factory = self.cursor.row_factory
+        self.cursor.row_factory = tuple_row
+        try:
+            return self(sql, params)
+        finally:
+            self.cursor.row_factory = factory
 
 
 class PostgresLedgerFactory(PostgresFactory):

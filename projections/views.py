@@ -103,7 +103,13 @@ def _rows_at(sid: Any, status: str, version: int | None) -> tuple[str, tuple[Any
 
 
 class Reader(Protocol):
-    def __call__(self, sql: str, params: Sequence[Any]) -> list[Any]: ...
+    def __call__(self, sql: str, params: Sequence[Any]) -> list[Any]:
+        """Rows whose columns are read by name."""
+        ...
+
+    def tuples(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        """Plain tuples: no row object per row, for reads of many rows or hot ones."""
+        ...
 
 
 class SQLViews(ABC):
@@ -325,7 +331,8 @@ class SQLViews(ABC):
         """The window's stored JSON texts, and whether every statement read the same
         version of the session."""
         # Bodies come with the tail: one statement for a window within the first batch.
-        columns = "message_id, role, tokens, tokens_joined, message"
+        # Rows are tuples that start like a TailEntry: (role, alone, joined, message, id, seen).
+        columns = "role, tokens, tokens_joined, message, message_id"
         where, params = _rows_at(sid, ACTIVE, version)
         seen = "(SELECT version FROM ledger_sessions WHERE session_id = ?) AS seen"
         bound = ""
@@ -334,38 +341,38 @@ class SQLViews(ABC):
             bound = (" AND message_id < (SELECT next_message_id FROM ledger_timeline "
                      "WHERE session_id = ? AND version = ?)")  # fmt: skip
             bound_params = (sid, version)
-        first = self._fetch(
+        first = self._tuples(
             read,
             f"SELECT {columns}, {seen} FROM ledger_messages WHERE {where}{bound} "
             "ORDER BY message_id DESC LIMIT ?",
             (sid, *params, *bound_params, TAIL_BATCH),
         )
-        versions = {first[0]["seen"]} if first else set()
-        read_rows: list[Any] = []
+        versions = {first[0][5]} if first else set()
+        read_rows: list[tuple[Any, ...]] = []
 
-        def tail() -> Iterator[TailEntry]:
+        def tail() -> Iterator[Sequence[Any]]:
             for row in self._tail(read, where, params, first, versions, seen, sid, columns):
                 read_rows.append(row)
                 if tokenizer is None:
-                    yield TailEntry(row["role"], row["tokens"], row["tokens_joined"])
+                    yield row
                 else:
-                    content = ChatMessage.from_json(row["message"]).content
-                    yield TailEntry(row["role"], *tokenizer.count(content))
+                    content = ChatMessage.from_json(row[3]).content
+                    yield TailEntry(row[0], *tokenizer.count(content))
 
         k = window_length(tail(), token_limit, initial_token_count)
-        return [r["message"] for r in reversed(read_rows[:k])], len(versions) <= 1
+        return [r[3] for r in reversed(read_rows[:k])], len(versions) <= 1
 
     def _tail(
         self,
         read: Reader,
         where: str,
         params: tuple[Any, ...],
-        first: list[Any],
+        first: list[tuple[Any, ...]],
         versions: set[Any],
         seen: str,
         sid: Any,
         columns: str,
-    ) -> Iterator[Any]:
+    ) -> Iterator[tuple[Any, ...]]:
         """The messages newest first: the first batch, then growing batches read as they
         are consumed (each notes the session version it saw in `versions`)."""
         rows, batch = first, TAIL_BATCH
@@ -373,19 +380,20 @@ class SQLViews(ABC):
             yield from rows
             if len(rows) < batch:
                 return
-            before, batch = rows[-1]["message_id"], min(batch * 2, MAX_TAIL_BATCH)
-            rows = self._fetch(
+            before, batch = rows[-1][4], min(batch * 2, MAX_TAIL_BATCH)
+            rows = self._tuples(
                 read,
                 f"SELECT {columns}, {seen} FROM ledger_messages WHERE {where} "
                 "AND message_id < ? ORDER BY message_id DESC LIMIT ?",
                 (sid, *params, before, batch),
             )
             if not rows:  # an empty batch says no version: ask for it
-                rows_seen = self._fetch(
-                    read, "SELECT version AS seen FROM ledger_sessions WHERE session_id = ?", (sid,)
+                rows = self._tuples(
+                    read, "SELECT version FROM ledger_sessions WHERE session_id = ?", (sid,)
                 )
-                versions.update(r["seen"] for r in rows_seen)
-            versions.update(r["seen"] for r in rows[:1])
+                versions.update(r[0] for r in rows)
+                return
+            versions.add(rows[0][5])
 
     def history(
         self,
@@ -414,7 +422,6 @@ class SQLViews(ABC):
                 f"SELECT message FROM ledger_messages WHERE {where} ORDER BY message_id "
                 "LIMIT ? OFFSET ?",
                 (*params, self.no_limit if limit is None else limit, offset),
-                "message",
             )
 
     def version_at(self, session_id: uuid.UUID, when: datetime) -> int | None:
@@ -555,9 +562,14 @@ class SQLViews(ABC):
                 # sqlite3.Row iterates its values, psycopg's dict rows their keys
                 yield tuple(_portable(row[k]) for k in row.keys())  # noqa: SIM118
 
-    def _first_column(self, read: Reader, sql: str, params: Sequence[Any], name: str) -> list[Any]:
-        """Column `name` (the first) of each row: long single-column reads."""
-        return [row[name] for row in self._fetch(read, sql, params)]
+    def _first_column(self, read: Reader, sql: str, params: Sequence[Any]) -> list[Any]:
+        """The first column of each row: long single-column reads."""
+        return [row[0] for row in self._tuples(read, sql, params)]
+
+    def _tuples(self, read: Reader, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        rows = read.tuples(sql, params)
+        self.rows_read += len(rows)
+        return rows
 
     def _fetch(self, read: Reader, sql: str, params: Sequence[Any]) -> list[Any]:
         rows = read(sql, params)

@@ -17,7 +17,7 @@ def test_a_write_between_the_statements_of_a_get(store: str, tmp_path: Path) -> 
     old = [{"role": "user", "content": f"old{i}"} for i in range(100)]
     ledger.set("s", old)
     views: Any = ledger.views
-    fetch, calls = views._fetch, []
+    fetch, calls = views._tuples, []
 
     def fetch_then_interfere(read: Any, sql: str, params: Any) -> Any:
         calls.append(sql)
@@ -25,11 +25,11 @@ def test_a_write_between_the_statements_of_a_get(store: str, tmp_path: Path) -> 
             ledger.set("s", [{"role": "user", "content": "new"}])
         return fetch(read, sql, params)
 
-    views._fetch = fetch_then_interfere
+    views._tuples = fetch_then_interfere
     try:  # a window of 80 messages: longer than the first batch of the tail
         window = ledger.get("s", token_limit=80)
     finally:
-        views._fetch = fetch
+        views._tuples = fetch
     assert [m.content for m in window] == ["new"]  # not old rows with a new tail
     assert len(calls) > 2  # the first attempt was seen to be stale and read again
     assert [m.content for m in ledger.get("s", token_limit=80, as_of_version=2)] == [
