@@ -195,7 +195,9 @@ class Ledger(Application[uuid.UUID]):
     def _remover(self, index: int) -> Callable[[Session, dict[str, Any]], Any]:
         def command(s: Session, audit: dict[str, Any]) -> tuple[ChatMessage]:
             position = index + s.message_count if index < 0 else index
-            found = self.views.message_at(s.id, position) if position >= 0 else None
+            found = (
+                self.views.message_at(s.id, position, s.message_count) if position >= 0 else None
+            )
             if found is None:
                 raise MessageNotFound(
                     f"no message at index {index} of session {s.key!r} ({s.message_count} messages)"

@@ -148,8 +148,10 @@ class SessionViews(Protocol):
     def ended_at(self, session_id: uuid.UUID, version: int) -> list[tuple[str, ChatMessage]]: ...
 
     def message_at(
-        self, session_id: uuid.UUID, position: int
-    ) -> tuple[int, ChatMessage] | None: ...  # (message id, message)
+        self, session_id: uuid.UUID, position: int, count: int
+    ) -> tuple[int, ChatMessage] | None:
+        """(message id, message) of the active message at `position` of `count`."""
+        ...
 
     def session_head(self, session_id: uuid.UUID) -> SessionHead | None: ...
 

@@ -123,6 +123,10 @@ class SQLViews(ABC):
     }
     event_position = "rowid"  # the column that orders the whole event log
     no_limit: Any = -1
+    # Where rows that ended at a version are looked up (session_id, valid_to = ?), and
+    # where a few live rows are found by their position from the start.
+    ended_rows = "ledger_messages"
+    live_rows = "ledger_messages"
     rows_read = 0  # view rows this recorder fetched: the cost model the tests check
 
     # -- dialect ----------------------------------------------------------------------------
@@ -208,7 +212,7 @@ class SQLViews(ABC):
             run(
                 cursor,
                 "UPDATE ledger_sessions SET token_total = token_total - (SELECT "
-                "COALESCE(SUM(tokens), 0) FROM ledger_messages WHERE session_id = ? "
+                f"COALESCE(SUM(tokens), 0) FROM {self.ended_rows} WHERE session_id = ? "
                 "AND status = ? AND valid_to = ?) WHERE session_id = ?",
                 (sid, ACTIVE, c.version, sid),
             )
@@ -259,20 +263,20 @@ class SQLViews(ABC):
         ]  # fmt: skip
 
     def _archive_oldest(self, cursor: Any, sid: Any, c: ArchiveOldest) -> None:
+        oldest = (f"SELECT message_id FROM {self.live_rows} WHERE {LIVE} "
+                  "ORDER BY message_id LIMIT ?")  # fmt: skip
         self._execute(
             cursor,
             "INSERT INTO ledger_messages (session_id, message_id, valid_from, valid_to, status, "
             "role, tokens, tokens_joined, message) SELECT session_id, message_id, ?, NULL, ?, "
             f"role, tokens, tokens_joined, message FROM ledger_messages WHERE {LIVE} "
-            "ORDER BY message_id LIMIT ?",
-            (c.version, ARCHIVED, sid, ACTIVE, c.count),
+            f"AND message_id IN ({oldest})",
+            (c.version, ARCHIVED, sid, ACTIVE, sid, ACTIVE, c.count),
         )
         self._execute(
             cursor,
-            f"UPDATE ledger_messages SET valid_to = ? WHERE {LIVE} AND message_id IN "
-            "(SELECT message_id FROM ledger_messages WHERE session_id = ? AND status = ? "
-            "AND valid_from = ?)",
-            (c.version, sid, ACTIVE, sid, ARCHIVED, c.version),
+            f"UPDATE ledger_messages SET valid_to = ? WHERE {LIVE} AND message_id IN ({oldest})",
+            (c.version, sid, ACTIVE, sid, ACTIVE, c.count),
         )
 
     # -- reads (SessionViews) ---------------------------------------------------------------
@@ -440,19 +444,25 @@ class SQLViews(ABC):
         with self._reading() as read:
             rows = self._fetch(
                 read,
-                "SELECT status, message FROM ledger_messages WHERE session_id = ? "
+                f"SELECT status, message FROM {self.ended_rows} WHERE session_id = ? "
                 "AND valid_to = ? ORDER BY status, message_id",
                 (self._sid(session_id), version),
             )
         return [(r["status"], ChatMessage.from_json(r["message"])) for r in rows]
 
-    def message_at(self, session_id: uuid.UUID, position: int) -> tuple[int, ChatMessage] | None:
+    def message_at(
+        self, session_id: uuid.UUID, position: int, count: int
+    ) -> tuple[int, ChatMessage] | None:
+        # Counted from the nearer end: removing the last message reads one row, not all.
+        # (A position past `count` is looked for from the start: a writer elsewhere may
+        # have added it since `count`, and this write then fails on its version.)
+        from_end = count // 2 <= position < count
         with self._reading() as read:
             rows = self._fetch(
                 read,
-                f"SELECT message_id, message FROM ledger_messages WHERE {LIVE} "
-                "ORDER BY message_id LIMIT 1 OFFSET ?",
-                (self._sid(session_id), ACTIVE, position),
+                f"SELECT message_id, message FROM {self.live_rows} WHERE {LIVE} "
+                f"ORDER BY message_id {'DESC' if from_end else 'ASC'} LIMIT 1 OFFSET ?",
+                (self._sid(session_id), ACTIVE, count - 1 - position if from_end else position),
             )
         if not rows:
             return None

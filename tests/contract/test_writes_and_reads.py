@@ -285,3 +285,18 @@ def test_json_reads_are_the_stored_canonical_json_of_the_decoded_reads(ledger: L
         ledger.get_json("s", token_limit=0)
     with pytest.raises(InvalidInput):
         ledger.get_all_json("s", status="gone")
+
+
+def test_delete_message_at_every_index_is_list_pop(ledger: Ledger) -> None:
+    # Positions in the later half are found from the end, the others from the start.
+    names = [f"m{i}" for i in range(7)]
+    for index in range(-7, 7):
+        key = f"s{index}"
+        ledger.put_messages(key, [msg("user", n) for n in names])
+        ledger.put(key, msg("user", "gone"))
+        ledger.delete_last_message(key)  # an ended row after the live ones
+        expected = list(names)
+        removed = expected.pop(index)
+        result = ledger.delete_message(key, index)
+        assert texts(list(result.removed)) == [removed], index
+        assert texts(ledger.get_all(key)) == expected, index

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from session_ledger.domain.ledger import Ledger
+from session_ledger.projections.sqlite import _DurablePool
 from session_ledger.projections.views import TAIL_BATCH
 from tests.conftest import make_ledger, make_settings
 
@@ -132,3 +133,67 @@ def test_a_past_window_reads_only_its_tail(grown: Ledger) -> None:
         == message(1_999)["content"]
     )
     grown.close()
+
+
+class SQLiteSteps:
+    """Counts the SQLite virtual machine's steps on every connection the ledger opens (a
+    progress handler called every STEP instructions): it grows with the rows a
+    statement visits, including rows it skips, which `rows_read` does not see."""
+
+    STEP = 50
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        create = _DurablePool._create_connection
+
+        def counted(pool: Any) -> Any:
+            conn = create(pool)
+            conn.sqlite.set_progress_handler(self._tick, self.STEP)
+            return conn
+
+        monkeypatch.setattr(_DurablePool, "_create_connection", counted)
+
+    def _tick(self) -> int:
+        self.count += 1
+        return 0  # go on
+
+    def during(self, call: Callable[[], object]) -> int:
+        before = self.count
+        call()
+        return self.count - before
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+def test_removals_and_their_audit_visit_few_rows(
+    backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Removing a message, and the audit entry of a replace, at 10,000 messages visit
+    about the rows they do at 100: no scan of the session for the rows that ended at a
+    version (token totals, audit), nor from its start for the last message."""
+    steps = SQLiteSteps(monkeypatch)
+    ledger = make_ledger(make_settings(backend, tmp_path))
+    sizes = {"small": 100, "large": 10_000}
+    for key, n in sizes.items():
+        for start in range(0, n, 2_000):
+            ledger.put_messages(key, [message(i) for i in range(start, min(n, start + 2_000))])
+    operations: dict[str, Callable[[str], object]] = {
+        "delete_last_message": ledger.delete_last_message,
+        "delete_message(-3)": lambda key: ledger.delete_message(key, -3),
+        "delete_message(2)": lambda key: ledger.delete_message(key, 2),
+        "archive_oldest(2)": lambda key: ledger.archive_oldest(key, 2),
+    }
+    for name, operation in operations.items():
+        operation("small")
+        operation("large")  # warm: the statements are compiled, the sessions cached
+        small = steps.during(lambda op=operation: op("small"))
+        large = steps.during(lambda op=operation: op("large"))
+        assert large <= small * 1.5 + 20, (name, small, large)
+    for key in sizes:  # a replace that keeps all but the last message
+        ledger.set(key, ledger.get_all(key)[:-1])
+    last = {key: ledger.head(key).version - 1 for key in sizes}
+    audits = {
+        key: steps.during(lambda key=key: ledger.audit(key, after_version=last[key]))
+        for key in sizes
+    }
+    assert audits["large"] <= audits["small"] * 1.5 + 20, audits
+    ledger.close()
