@@ -191,15 +191,7 @@ class SQLViews(ABC):
                 self._insert_rows(cursor, sid, c.version, c.status, c.rows)
                 continue
             if isinstance(c, CloseHistory):
-                marks = ", ".join("?" for _ in c.statuses)
-                run(
-                    cursor,
-                    "UPDATE ledger_messages SET valid_to = ? WHERE message_id IN (SELECT "
-                    "message_id FROM ledger_messages WHERE session_id = ? AND valid_to IS NULL "
-                    f"AND status IN ({marks}) ORDER BY message_id LIMIT ? OFFSET ?) "
-                    f"AND session_id = ? AND valid_to IS NULL AND status IN ({marks})",
-                    (c.version, sid, *c.statuses, self.no_limit, c.kept, sid, *c.statuses),
-                )
+                self._close_history(cursor, sid, c)
             elif isinstance(c, CloseMessage):
                 run(
                     cursor,
@@ -262,22 +254,53 @@ class SQLViews(ABC):
             for t in vc.timeline
         ]  # fmt: skip
 
+    # Closing and archiving first find where their range of live rows starts or ends
+    # (one read of the live rows by position), then change that range by message id. With
+    # the bound in a subquery, PostgreSQL planned a nested loop over the whole session
+    # when its statistics were behind (1.4 s for archive_oldest on 10,000 messages).
+
+    def _close_history(self, cursor: Any, sid: Any, c: CloseHistory) -> None:
+        marks = ", ".join("?" for _ in c.statuses)
+        live = f"session_id = ? AND valid_to IS NULL AND status IN ({marks})"
+        bound: tuple[Any, ...] = ()
+        if c.kept:  # a replace keeps its unchanged prefix (one status: active)
+            first = self._id_at(cursor, f"SELECT message_id AS id FROM {self.live_rows} "
+                                f"WHERE {live} ORDER BY message_id LIMIT 1 OFFSET ?",
+                                (sid, *c.statuses, c.kept))  # fmt: skip
+            if first is None:
+                return  # nothing after the prefix
+            bound = (first,)
+        self._execute(
+            cursor,
+            f"UPDATE ledger_messages SET valid_to = ? WHERE {live}"
+            + (" AND message_id >= ?" if bound else ""),
+            (c.version, sid, *c.statuses, *bound),
+        )
+
     def _archive_oldest(self, cursor: Any, sid: Any, c: ArchiveOldest) -> None:
-        oldest = (f"SELECT message_id FROM {self.live_rows} WHERE {LIVE} "
-                  "ORDER BY message_id LIMIT ?")  # fmt: skip
+        last = self._id_at(cursor, f"SELECT max(message_id) AS id FROM (SELECT message_id "
+                           f"FROM {self.live_rows} WHERE {LIVE} ORDER BY message_id LIMIT ?) "
+                           "AS oldest", (sid, ACTIVE, c.count))  # fmt: skip
+        if last is None:
+            return
         self._execute(
             cursor,
             "INSERT INTO ledger_messages (session_id, message_id, valid_from, valid_to, status, "
             "role, tokens, tokens_joined, message) SELECT session_id, message_id, ?, NULL, ?, "
-            f"role, tokens, tokens_joined, message FROM ledger_messages WHERE {LIVE} "
-            f"AND message_id IN ({oldest})",
-            (c.version, ARCHIVED, sid, ACTIVE, sid, ACTIVE, c.count),
+            f"role, tokens, tokens_joined, message FROM {self.live_rows} WHERE {LIVE} "
+            "AND message_id <= ?",
+            (c.version, ARCHIVED, sid, ACTIVE, last),
         )
         self._execute(
             cursor,
-            f"UPDATE ledger_messages SET valid_to = ? WHERE {LIVE} AND message_id IN ({oldest})",
-            (c.version, sid, ACTIVE, sid, ACTIVE, c.count),
+            f"UPDATE {self.live_rows} SET valid_to = ? WHERE {LIVE} AND message_id <= ?",
+            (c.version, sid, ACTIVE, last),
         )
+
+    def _id_at(self, cursor: Any, sql: str, params: Sequence[Any]) -> Any:
+        self._execute(cursor, sql, params)
+        row = cursor.fetchone()
+        return None if row is None else row["id"]
 
     # -- reads (SessionViews) ---------------------------------------------------------------
 
