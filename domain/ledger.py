@@ -18,7 +18,7 @@ import json
 import random
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, ParamSpec, TypeVar
@@ -59,7 +59,13 @@ from .session import (
     SessionStarted,
     session_id,
 )
-from .tokens import NamedTokenizer, TokenCount, check_window_arguments, load_tokenizer
+from .tokens import (
+    LazyCounts,
+    NamedTokenizer,
+    TokenCount,
+    check_window_arguments,
+    load_tokenizer,
+)
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -157,11 +163,13 @@ class Ledger(Application[uuid.UUID]):
     ) -> WriteResult:
         """Replace the whole active history (the old one stays in the events)."""
         parsed, dicts, bodies = self._parse_messages(messages, allow_empty=True)
-        counts = tuple(self.tokenizer.count(m.content) for m in parsed)
+        counts = LazyCounts(self.tokenizer, [m.content for m in parsed])  # the new ones only
 
         def command(s: Session, audit: dict[str, Any]) -> None:
             current = self.views.history(s.id, ACTIVE, 0, len(parsed)) if s.message_count else []
-            s.replace(messages=dicts, kept=_common_prefix(current, parsed), **audit)
+            kept = _common_prefix(current, parsed)
+            counts.count_from(kept)
+            s.replace(messages=dicts, kept=kept, **audit)
 
         return self._write(
             key, "replace", {"messages": dicts}, create=True, counts=counts, bodies=bodies,
@@ -216,7 +224,7 @@ class Ledger(Application[uuid.UUID]):
         *,
         command: Callable[[Session, dict[str, Any]], Any],
         create: bool = False,
-        counts: tuple[TokenCount, ...] = (),
+        counts: Sequence[TokenCount] = (),
         bodies: tuple[str, ...] = (),
         tenant: str | None = None,
         actor: str | None = None,

@@ -7,6 +7,7 @@ knows this protocol, so the domain imports nothing from the layers above it.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
@@ -95,7 +96,7 @@ class WriteBatch:
     message_count: int  # active messages after the write
     archived_count: int  # archived messages after the write
     next_message_id: int  # the id the next message will get, after the write
-    counts: tuple[TokenCount, ...]  # per message of an append or a replace
+    counts: Sequence[TokenCount]  # per message of an append or a replace
     bodies: tuple[str, ...] = ()  # their canonical JSON, when the writer already has it
 
 

@@ -15,7 +15,7 @@ import functools
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, overload
 
 from .errors import InvalidInput, TokenLimitExceeded
 
@@ -75,6 +75,40 @@ class NamedTokenizer:
                 return TokenCount(alone, alone + _space_cost(self.encode, head))
             return TokenCount(alone, alone + len(self.encode(" " + head)) - len(self.encode(head)))
         return TokenCount(alone, len(self.encode(" " + text)))
+
+
+class LazyCounts(Sequence[TokenCount]):
+    """The token counts of some texts, each counted when first read: a replace that keeps
+    most of the history (set(history + [new])) counts only what it adds, where counting
+    every message was half of its time."""
+
+    def __init__(self, tokenizer: NamedTokenizer, texts: Sequence[str | None]) -> None:
+        self._tokenizer = tokenizer
+        self._texts = texts
+        self._counts: dict[int, TokenCount] = {}
+
+    def __len__(self) -> int:
+        return len(self._texts)
+
+    def count_from(self, start: int) -> None:
+        """Count the texts from `start` on now (before a write transaction, not in it)."""
+        for position in range(start, len(self)):
+            self[position]
+
+    @overload
+    def __getitem__(self, index: int) -> TokenCount: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[TokenCount]: ...
+
+    def __getitem__(self, index: int | slice) -> TokenCount | Sequence[TokenCount]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(len(self))[index]]
+        position = range(len(self))[index]  # IndexError as a list's
+        found = self._counts.get(position)
+        if found is None:
+            found = self._counts[position] = self._tokenizer.count(self._texts[position])
+        return found
 
 
 def load_tokenizer(name: str) -> NamedTokenizer:

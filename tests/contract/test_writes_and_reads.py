@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -14,6 +15,7 @@ from session_ledger.domain.errors import (
 )
 from session_ledger.domain.ledger import Ledger
 from session_ledger.domain.messages import ChatMessage
+from session_ledger.domain.tokens import NamedTokenizer
 
 
 def msg(role: str, text: str) -> dict[str, object]:
@@ -300,3 +302,27 @@ def test_delete_message_at_every_index_is_list_pop(ledger: Ledger) -> None:
         result = ledger.delete_message(key, index)
         assert texts(list(result.removed)) == [removed], index
         assert texts(ledger.get_all(key)) == expected, index
+
+
+def test_a_replace_counts_only_the_tokens_of_what_it_adds(
+    ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    history = [msg("user", f"kept message {i} with some words") for i in range(30)]
+    ledger.put_messages("s", history)
+    total = ledger.head("s").token_total
+    real = ledger.tokenizer
+    encoded: list[str] = []
+
+    def encode(text: str) -> Any:
+        encoded.append(text)
+        return real.encode(text)
+
+    monkeypatch.setattr(ledger, "tokenizer", NamedTokenizer(real.name, encode, real.pretokenized))
+    ledger.set("s", [*history, msg("assistant", "the one new reply")])
+    assert not any("kept message" in text for text in encoded), encoded
+    assert any("new reply" in text for text in encoded)
+    added = real.count("the one new reply").alone
+    assert ledger.head("s").token_total == total + added
+    assert texts(ledger.get_all("s"))[-1] == "the one new reply"
+    # the window's counts of the kept messages are still the stored ones
+    assert ledger.get("s", token_limit=10_000) == ledger.get_all("s")
