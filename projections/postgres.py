@@ -152,9 +152,12 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder, SQLViews):
         with self.datastore.get_connection() as conn:
             if changes is not None and all(isinstance(c, InsertMessages) for c in changes.changes):
                 # An append (the common write) is ONE statement: one round trip, one commit.
+                # Prepared, with binary parameters: the event's state and the record the
+                # chain hashes are bytea, which text format sends hex-encoded.
                 sql, params = self._append(stored_events, events, changes)
-                rows = conn.execute(sql, params)
-                return [r["notification_id"] for r in rows.fetchall()]
+                with conn.cursor(row_factory=tuple_row) as curs:
+                    curs.execute(sql, params, prepare=True, binary=True)
+                    return [r[0] for r in curs.fetchall()]
             with conn.transaction(), conn.cursor() as curs:
                 curs.execute(_events_insert(len(stored_events)), events)
                 ids = [r["notification_id"] for r in curs.fetchall()]
