@@ -9,6 +9,7 @@ Limits are set low so the 413 paths are cheap to reach.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import socket
@@ -42,13 +43,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-@pytest.fixture(scope="session")
-def postgres_database() -> Iterator[str]:
-    """A fresh database (the key table starts empty, so bootstrap is tested for real)."""
-    with fresh_postgres_database() as url:
-        yield url
 
 
 def run_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -146,22 +140,27 @@ def _cli_key(env: dict[str, str], tenant: str, role: str) -> tuple[str, str]:
 def deployment(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Deployment]:
-    """A running server on each store in turn, with keys for tenants A and B."""
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path_factory.mktemp('e2e') / 'ledger.db'}"
-    else:
-        url = request.getfixturevalue("postgres_database")
-    admin_key = "sl_test_" + secrets.token_urlsafe(24)
-    server = Server(server_env(url, LEDGER_BOOTSTRAP_KEY=admin_key)).start()
-    keys, ids = {"a_admin": admin_key}, {}
-    with LedgerClient(server.base_url, admin_key) as admin:
-        for role in ("agent", "auditor"):
-            created = admin.create_key(role, name=f"a {role}")
-            keys[f"a_{role}"], ids[f"a_{role}"] = created.key, created.id
-    for role in ("agent", "admin"):
-        ids[f"b_{role}"], keys[f"b_{role}"] = _cli_key(server.env, "tenant-b", role)
-    yield Deployment(server, request.param, keys, ids)
-    server.stop()
+    """A running server on each store in turn, with keys for tenants A and B.
+
+    Each setup gets a database of its own: pytest may tear a session fixture down and
+    set it up again when it reorders parametrized tests, and a server bootstraps its
+    admin key only into an empty key table."""
+    with contextlib.ExitStack() as stack:
+        if request.param == "sqlite":
+            url = f"sqlite:///{tmp_path_factory.mktemp('e2e') / 'ledger.db'}"
+        else:
+            url = stack.enter_context(fresh_postgres_database("ledger_e2e"))
+        admin_key = "sl_test_" + secrets.token_urlsafe(24)
+        server = Server(server_env(url, LEDGER_BOOTSTRAP_KEY=admin_key)).start()
+        stack.callback(server.stop)
+        keys, ids = {"a_admin": admin_key}, {}
+        with LedgerClient(server.base_url, admin_key) as admin:
+            for role in ("agent", "auditor"):
+                created = admin.create_key(role, name=f"a {role}")
+                keys[f"a_{role}"], ids[f"a_{role}"] = created.key, created.id
+        for role in ("agent", "admin"):
+            ids[f"b_{role}"], keys[f"b_{role}"] = _cli_key(server.env, "tenant-b", role)
+        yield Deployment(server, request.param, keys, ids)
 
 
 @pytest.fixture

@@ -24,7 +24,6 @@ from tests.e2e.conftest import Deployment
 
 # The e2e fixtures, reused: a real `serve` process per store, with API keys.
 deployment = e2e.deployment
-postgres_database = e2e.postgres_database
 
 
 @dataclass
