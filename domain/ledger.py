@@ -166,7 +166,11 @@ class Ledger(Application[uuid.UUID]):
         counts = LazyCounts(self.tokenizer, [m.content for m in parsed])  # the new ones only
 
         def command(s: Session, audit: dict[str, Any]) -> None:
-            current = self.views.history(s.id, ACTIVE, 0, len(parsed)) if s.message_count else []
+            current = (
+                ChatMessage.many_from_json(self.views.history_json(s.id, ACTIVE, 0, len(parsed)))
+                if s.message_count
+                else []
+            )
             kept = _common_prefix(current, parsed)
             counts.count_from(kept)
             s.replace(messages=dicts, kept=kept, **audit)

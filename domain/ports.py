@@ -104,15 +104,6 @@ class WriteBatch:
 class SessionViews(Protocol):
     """Reads the ledger serves from its projections."""
 
-    def context_window(
-        self,
-        session_id: uuid.UUID,
-        token_limit: int,
-        initial_token_count: int,
-        tokenizer: NamedTokenizer | None,
-        version: int | None = None,
-    ) -> list[ChatMessage]: ...
-
     def context_window_json(
         self,
         session_id: uuid.UUID,
@@ -123,15 +114,6 @@ class SessionViews(Protocol):
     ) -> list[str]:
         """The window's messages as stored: each one's canonical JSON (`to_json()`)."""
         ...
-
-    def history(
-        self,
-        session_id: uuid.UUID,
-        status: str,
-        offset: int,
-        limit: int | None,
-        version: int | None = None,
-    ) -> list[ChatMessage]: ...
 
     def history_json(
         self,

@@ -45,6 +45,7 @@ from eventsourcing.persistence import (
 from session_ledger.domain.errors import InvalidInput, LedgerError
 from session_ledger.domain.integrity import GENESIS, chain_step
 from session_ledger.domain.ledger import Ledger, past_version
+from session_ledger.domain.messages import ChatMessage
 from session_ledger.domain.ports import ACTIVE
 from session_ledger.domain.session import session_id as derive_session_id
 
@@ -181,7 +182,9 @@ def export_csv(ledger: Ledger, plan: ExportPlan, *, page: int = MESSAGES_PAGE) -
     yield taken()
     offset = 0
     while True:
-        messages = ledger.views.history(plan.session_id, ACTIVE, offset, page, plan.to_version)
+        messages = ChatMessage.many_from_json(
+            ledger.views.history_json(plan.session_id, ACTIVE, offset, page, plan.to_version)
+        )
         for position, m in enumerate(messages, offset):
             writer.writerow((position, m.role, m.content or "", _json(list(m.blocks)),
                              _json(m.additional_kwargs)))  # fmt: skip

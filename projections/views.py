@@ -304,19 +304,6 @@ class SQLViews(ABC):
 
     # -- reads (SessionViews) ---------------------------------------------------------------
 
-    def context_window(
-        self,
-        session_id: uuid.UUID,
-        token_limit: int,
-        initial_token_count: int,
-        tokenizer: NamedTokenizer | None,
-        version: int | None = None,
-    ) -> list[ChatMessage]:
-        texts = self.context_window_json(
-            session_id, token_limit, initial_token_count, tokenizer, version
-        )
-        return ChatMessage.many_from_json(texts)
-
     def context_window_json(
         self,
         session_id: uuid.UUID,
@@ -421,18 +408,6 @@ class SQLViews(ABC):
                 versions.update(r[0] for r in rows)
                 return
             versions.add(rows[0][5])
-
-    def history(
-        self,
-        session_id: uuid.UUID,
-        status: str,
-        offset: int,
-        limit: int | None,
-        version: int | None = None,
-    ) -> list[ChatMessage]:
-        return ChatMessage.many_from_json(
-            self.history_json(session_id, status, offset, limit, version)
-        )
 
     def history_json(
         self,
