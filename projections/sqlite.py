@@ -7,7 +7,6 @@ store (`memory://`, a private in-memory database) both use it.
 from __future__ import annotations
 
 import sqlite3
-import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -43,9 +42,6 @@ from .changes import MessageRow, view_changes
 from .views import TIME_FORMAT, Reader, SQLViews, utc_text
 
 CHAIN_HEADS = 10_000  # sessions whose last hash a recorder keeps (then it starts over)
-CHECKPOINT_EVERY = 100  # writes between checkpoints (about 900 WAL frames at ~9 per put)
-WRITER_AUTOCHECKPOINT = 10_000  # WAL frames: the writer checkpoints only past this
-WAL_SIZE_LIMIT = 64 * 1024 * 1024  # bytes the WAL file is cut back to when it restarts
 
 VIEW_TABLES = [
     "CREATE TABLE IF NOT EXISTS ledger_messages ("
@@ -266,18 +262,13 @@ class _DurablePool(SQLiteConnectionPool):
     write was compiled again).
 
     On a database file, writers (one at a time in a process, as the library's pool
-    allows) share one connection that stays open, and a thread of the pool checkpoints
-    the WAL. A put then skips the library's checkout of a pooled connection, and the
-    copy and fsync of database pages that SQLite's automatic checkpoint runs inside
-    every 110th or so COMMIT: together 8% of a put in an interleaved A/B. Should the
-    thread fall behind, the writer checkpoints itself at WRITER_AUTOCHECKPOINT frames.
+    allows) share one connection that stays open, instead of the library's checkout of
+    a pooled one (its semaphore, condition and bookkeeping) for every write.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._writer: SQLiteConnection | None = None
-        self.checkpointer: _Checkpointer | None = None
-        self._commits = 0  # writes since the last wake-up of the checkpointer
 
     def _create_connection(self) -> SQLiteConnection:
         try:
@@ -309,7 +300,7 @@ class _DurablePool(SQLiteConnectionPool):
             raise ConnectionUnavailableError("Timed out waiting for return of writer")
         try:
             if self._writer is None or self._writer.closed:
-                self._writer = self._open_writer()
+                self._writer = self._create_connection()
         except BaseException:
             self._writer_lock.release()
             raise
@@ -319,25 +310,10 @@ class _DurablePool(SQLiteConnectionPool):
         if conn is None or conn is not self._writer:
             super().put_connection(conn)
             return
-        self._commits += 1
-        if self._commits >= CHECKPOINT_EVERY and self.checkpointer is not None:
-            self._commits = 0
-            self.checkpointer.wake()
         self._writer_lock.release()
-
-    def _open_writer(self) -> SQLiteConnection:
-        writer = self._create_connection()
-        assert isinstance(writer, _LedgerConnection)
-        writer.sqlite.execute(f"PRAGMA wal_autocheckpoint={WRITER_AUTOCHECKPOINT}")
-        writer.sqlite.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
-        if self.checkpointer is None:
-            self.checkpointer = _Checkpointer(self.db_name, self.lock_timeout or 5)
-        return writer
 
     def close(self) -> None:
         super().close()
-        if self.checkpointer is not None:
-            self.checkpointer.close()
         # Wait for a write in progress (it fails on the closed pool's next checkout).
         locked = self._writer_lock.acquire(timeout=self.pool_timeout)
         try:
@@ -347,56 +323,6 @@ class _DurablePool(SQLiteConnectionPool):
         finally:
             if locked:
                 self._writer_lock.release()
-
-
-class _Checkpointer:
-    """Checkpoints a WAL database from a thread of its own, when woken: PASSIVE, so it
-    never waits for readers or writers (what a reader still uses is copied by a later
-    checkpoint), on its own connection. A failed checkpoint is left to the next."""
-
-    def __init__(self, db_name: str, timeout: float) -> None:
-        self.db_name = db_name
-        self.timeout = timeout
-        self.checkpoints = 0  # completed: what the tests and `bench` read
-        self._wake = threading.Event()
-        self._closing = False
-        self._thread = threading.Thread(
-            target=self._run, name="session-ledger-checkpointer", daemon=True
-        )
-        self._thread.start()
-
-    def wake(self) -> None:
-        self._wake.set()
-
-    def close(self) -> None:
-        self._closing = True
-        self._wake.set()
-        if self._thread is not threading.current_thread():
-            self._thread.join(timeout=self.timeout)
-
-    @property
-    def running(self) -> bool:
-        return self._thread.is_alive()
-
-    def _run(self) -> None:
-        conn = sqlite3.connect(
-            self.db_name, uri=True, check_same_thread=False, isolation_level=None,
-            timeout=self.timeout,
-        )  # fmt: skip
-        try:
-            conn.execute("PRAGMA synchronous=FULL")  # the database file is synced, too
-            while True:
-                self._wake.wait()
-                self._wake.clear()
-                if self._closing:
-                    return
-                try:
-                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-                except sqlite3.Error:
-                    continue
-                self.checkpoints += 1
-        finally:
-            conn.close()
 
 
 class SQLiteLedgerFactory(SQLiteFactory):

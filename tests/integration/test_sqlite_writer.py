@@ -1,11 +1,8 @@
-"""The SQLite store's writers: one connection they share, and checkpoints of the WAL run
-by a thread of the pool rather than inside a writer's COMMIT."""
+"""The SQLite store's writers: one connection they share, held one writer at a time."""
 
 from __future__ import annotations
 
-import sqlite3
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -23,19 +20,7 @@ def open_sqlite(tmp_path: Path) -> Ledger:
     return open_ledger(settings)
 
 
-def wait_for(condition: object, seconds: float = 30.0) -> bool:
-    """Poll `condition()` (a thread's progress, not a measured time) until it holds."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():  # type: ignore[operator]
-            return True
-        time.sleep(0.01)
-    return False
-
-
-def test_writes_share_one_connection_that_leaves_checkpoints_to_the_pool(
-    tmp_path: Path,
-) -> None:
+def test_writes_share_one_connection(tmp_path: Path) -> None:
     ledger = open_sqlite(tmp_path)
     pool = ledger.recorder.datastore.pool
     assert isinstance(pool, store._DurablePool)
@@ -49,39 +34,18 @@ def test_writes_share_one_connection_that_leaves_checkpoints_to_the_pool(
     assert isinstance(writer, store._LedgerConnection)
     settings = {
         name: writer.sqlite.execute(f"PRAGMA {name}").fetchone()[0]
-        for name in ("wal_autocheckpoint", "journal_size_limit", "synchronous", "journal_mode")
+        for name in ("synchronous", "journal_mode", "wal_autocheckpoint")
     }
     assert settings == {
-        "wal_autocheckpoint": store.WRITER_AUTOCHECKPOINT,
-        "journal_size_limit": store.WAL_SIZE_LIMIT,
         "synchronous": 2,  # FULL: every commit is on disk when the write returns
         "journal_mode": "wal",
+        "wal_autocheckpoint": 1000,  # SQLite's: a short WAL keeps every lookup in it short
     }
     # Readers keep pooled connections of their own.
     reader = pool.get_connection(is_writer=False)
     pool.put_connection(reader)
     assert reader is not writer
     ledger.close()
-
-
-def test_the_checkpointer_runs_every_so_many_writes(tmp_path: Path) -> None:
-    ledger = open_sqlite(tmp_path)
-    pool = ledger.recorder.datastore.pool
-    ledger.put("k", {"role": "user", "content": "opens the writer"})
-    checkpointer = pool.checkpointer
-    assert checkpointer is not None and checkpointer.running
-    assert checkpointer.checkpoints == 0
-    for i in range(store.CHECKPOINT_EVERY):
-        ledger.put(f"k{i % 7}", {"role": "user", "content": f"message {i}"})
-    assert wait_for(lambda: checkpointer.checkpoints >= 1)
-    # Every page the writes changed is now in the database file: a checkpoint from a
-    # new connection has nothing left to copy, bar the frames of later writes (none).
-    with sqlite3.connect(tmp_path / "ledger.db") as conn:
-        busy, wal_frames, copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-    assert busy == 0 and copied == wal_frames
-    assert len(ledger.get_all("k3")) == len(range(3, store.CHECKPOINT_EVERY, 7))
-    ledger.close()
-    assert not checkpointer.running
 
 
 def test_threads_writing_at_once_all_land_through_the_shared_connection(
@@ -111,14 +75,14 @@ def test_threads_writing_at_once_all_land_through_the_shared_connection(
     ledger.close()
 
 
-def test_close_stops_the_checkpointer_and_later_writes_fail_cleanly(tmp_path: Path) -> None:
+def test_close_closes_the_writer_and_later_writes_fail_cleanly(tmp_path: Path) -> None:
     ledger = open_sqlite(tmp_path)
     ledger.put("k", {"role": "user", "content": "hello"})
     pool = ledger.recorder.datastore.pool
-    checkpointer = pool.checkpointer
-    assert checkpointer is not None
+    writer = pool.get_connection(is_writer=True)
+    pool.put_connection(writer)
     ledger.close()
-    assert not checkpointer.running
+    assert writer.closed
     with pytest.raises(ConnectionPoolClosedError):  # as the library's pool raises
         ledger.put("k", {"role": "user", "content": "after close"})
     reopened = open_sqlite(tmp_path)
@@ -127,11 +91,12 @@ def test_close_stops_the_checkpointer_and_later_writes_fail_cleanly(tmp_path: Pa
 
 
 def test_an_in_memory_store_keeps_the_library_pool() -> None:
+    # Its shared-cache connections need the library's exclusion of readers by writers.
     ledger = open_ledger(Settings(database_url="memory://"))
     ledger.put("k", {"role": "user", "content": "hello"})
     pool = ledger.recorder.datastore.pool
-    assert pool.checkpointer is None
-    first = pool.get_connection(is_writer=True)
-    pool.put_connection(first)
+    writer = pool.get_connection(is_writer=True)
+    pool.put_connection(writer)
+    assert pool._writer is None
     assert ledger.get_all("k")[0].content == "hello"
     ledger.close()
