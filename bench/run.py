@@ -28,7 +28,16 @@ from .export import ExportBench, export_table
 from .postgres import ScratchDatabases, server_url
 from .report import Cells, http_table, judge, tables, targets
 from .stores import Context, Store
-from .workloads import WRITERS, Cell, append_parallel, append_sequence, predict_read, timed_read
+from .workloads import (
+    WRITERS,
+    Cell,
+    ParallelRun,
+    ReadRun,
+    Run,
+    SequenceRun,
+    predict_read,
+    take_turns,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,10 +57,21 @@ class Plan:
 
 
 W5_PER_WRITE = 10  # so a 10,000-message history has 1,000 versions to go back to
+WRITE_ROUNDS = 10  # turns each store takes at a write workload (200 of W1's 2,000 calls)
+READ_ROUNDS = 5  # turns each store takes at a read workload
 
 
 FULL = Plan(3, 2000, 100, 50, (100, 1000, 10_000), (100_000,), 10_000, 60.0, 30.0, 1.0, 2000)
 QUICK = Plan(1, 1000, 50, 20, (100, 1000, 10_000), (), 10_000, 15.0, 10.0, 0.3, 300)
+
+
+def _raiser(exc: Exception) -> Callable[[], Cell]:
+    """A measurement that raises `exc` again, for `Runner.guarded` to record."""
+
+    def again() -> Cell:
+        raise exc
+
+    return again
 
 
 def log(text: str) -> None:
@@ -155,94 +175,115 @@ class Runner:
         gc.collect()
         gc.freeze()
 
-    def writes(self, store: Store, rep: int, natives: list[object], workloads: set[str]) -> None:
-        p = self.plan
+    def measured_in_turns(self, workload: str, runs: list[tuple[Store, Run]], rounds: int) -> None:
+        """Run `workload` on several stores taking turns (workloads.take_turns), and record
+        each store's cell, or the error its run stopped on."""
         self.settle()
+        take_turns([run for _, run in runs], rounds)
+        for store, run in runs:
+            self.guarded(store, workload, run.cell if run.error is None else _raiser(run.error))
+
+    def writes(
+        self, stores: list[tuple[Store, list[object]]], rep: int, workloads: set[str]
+    ) -> None:
+        p = self.plan
         budget = p.write_budget_s
-        if "W1" in workloads:
-            w1 = [(f"w1-{rep}", m) for m in natives[: p.w1_messages]]
-            self.guarded(
-                store,
-                "W1",
-                lambda: self.earlier_prediction(store, "W1") or append_sequence(store, w1, budget),
-            )
-        if "W1x4" in workloads and store.concurrent:
+        for workload in ("W1", "W1x4", "W2"):
+            if workload not in workloads:
+                continue
+            runs: list[tuple[Store, Run]] = []
+            for store, natives in stores:
+                if workload == "W1x4" and not store.concurrent:
+                    continue
+                predicted = self.earlier_prediction(store, workload)
+                if predicted is not None:
+                    self.record(store.name, workload, predicted)
+                    continue
+                runs.append((store, self.write_run(workload, store, natives, rep, budget)))
+            self.measured_in_turns(workload, runs, WRITE_ROUNDS)
+
+    def write_run(
+        self, workload: str, store: Store, natives: list[object], rep: int, budget: float
+    ) -> Run:
+        p = self.plan
+        if workload == "W1":
+            calls = [(f"w1-{rep}", m) for m in natives[: p.w1_messages]]
+            return SequenceRun(store, calls, budget)
+        if workload == "W1x4":
             share = p.w1_messages // WRITERS
             per_writer = [
                 [(f"w1x4-{rep}-{t}", m) for m in natives[t * share : (t + 1) * share]]
                 for t in range(WRITERS)
             ]
-            self.guarded(
-                store,
-                "W1x4",
-                lambda: (
-                    self.earlier_prediction(store, "W1x4")
-                    or append_parallel(store, per_writer, budget)
-                ),
-            )
-        if "W2" in workloads:
-            w2 = [
-                (f"w2-{rep}-{s}", natives[i])
-                for i in range(p.w2_messages)
-                for s in range(p.w2_sessions)
-            ]
-            self.guarded(
-                store,
-                "W2",
-                lambda: self.earlier_prediction(store, "W2") or append_sequence(store, w2, budget),
-            )
+            return ParallelRun(store, per_writer, budget)
+        calls = [
+            (f"w2-{rep}-{s}", natives[i])
+            for i in range(p.w2_messages)
+            for s in range(p.w2_sessions)
+        ]
+        return SequenceRun(store, calls, budget)
 
-    def reads(self, store: Store, sizes: list[int], rep: int) -> None:
+    def reads(self, stores: list[tuple[Store, list[int]]]) -> None:
         p = self.plan
-        self.settle()
-        measured: list[tuple[int, float]] = []
+        sizes = sorted({size for _, store_sizes in stores for size in store_sizes})
         for size in sizes:
             workload = f"W3@{size}"
-            predicted = predict_read(measured, size)
-            if predicted is not None and predicted / 1000 > p.read_budget_s:
-                self.record(
-                    store.name,
-                    workload,
-                    Cell("ms", predicted=predicted, note=f"predicted {predicted / 1000:,.0f} s"),
+            runs: list[tuple[Store, Run]] = []
+            for store, store_sizes in stores:
+                if size not in store_sizes:
+                    continue
+                measured = [
+                    (s, cell.value)
+                    for s in store_sizes
+                    if s < size
+                    for cell in self.cells.get(store.name, {}).get(f"W3@{s}", [])[-1:]
+                    if cell.value is not None
+                ]
+                predicted = predict_read(measured, size)
+                if predicted is not None and predicted / 1000 > p.read_budget_s:
+                    note = f"predicted {predicted / 1000:,.0f} s"
+                    self.record(store.name, workload, Cell("ms", predicted=predicted, note=note))
+                    continue
+                read = ReadRun(
+                    lambda store=store, s=size: store.window(f"w3-{s}"),
+                    p.read_budget_s,
+                    p.read_spend_s,
                 )
-                continue
-            self.guarded(
+                runs.append((store, read))
+            self.measured_in_turns(workload, runs, READ_ROUNDS)
+        history = [
+            (
                 store,
-                workload,
-                lambda s=size: timed_read(
-                    lambda: store.window(f"w3-{s}"), p.read_budget_s, p.read_spend_s
+                ReadRun(
+                    lambda store=store: store.history(f"w3-{p.w4_size}"),
+                    p.read_budget_s,
+                    p.read_spend_s,
+                    expect=p.w4_size,
                 ),
             )
-            last = self.cells[store.name][workload][-1]
-            if last.value is not None:
-                measured.append((size, last.value))
-        self.guarded(
-            store,
-            f"W4@{p.w4_size}",
-            lambda: timed_read(
-                lambda: store.history(f"w3-{p.w4_size}"),
-                p.read_budget_s,
-                p.read_spend_s,
-                expect=p.w4_size,
-            ),
-        )
+            for store, _ in stores
+        ]
+        self.measured_in_turns(f"W4@{p.w4_size}", history, READ_ROUNDS)
 
-    def point_in_time(self, store: Store, rep: int) -> None:
+    def point_in_time(self, stores: list[Store], rep: int) -> None:
         """W5: window and history at a random past version, a new version every call."""
-        head = self.w5_heads[store.name]
-        rng = random.Random(rep)
-        for workload, read in (
-            ("W5 window@v", store.window_at),
-            ("W5 history@v", store.history_at),
-        ):
-            self.guarded(
-                store,
-                workload,
-                lambda read=read: timed_read(
-                    lambda: read("w5", rng.randint(1, head)), self.plan.read_budget_s,
-                    self.plan.read_spend_s,
-                ),
-            )  # fmt: skip
+        for workload, method in (("W5 window@v", "window_at"), ("W5 history@v", "history_at")):
+            runs: list[tuple[Store, Run]] = []
+            for store in stores:
+                head = self.w5_heads[store.name]
+                rng = random.Random(rep)
+                read = getattr(store, method)
+                runs.append(
+                    (
+                        store,
+                        ReadRun(
+                            lambda read=read, rng=rng, head=head: read("w5", rng.randint(1, head)),
+                            self.plan.read_budget_s,
+                            self.plan.read_spend_s,
+                        ),
+                    )
+                )
+            self.measured_in_turns(workload, runs, READ_ROUNDS)
 
     def run(self, chosen: list[Callable[[], Store]], workloads: set[str]) -> None:
         p = self.plan
@@ -271,17 +312,23 @@ class Runner:
                 self.load_averages.append(os.getloadavg()[0])
                 log(f"repetition {rep + 1}/{p.reps} (load average {self.load_averages[-1]:.1f})")
                 if workloads & {"W1", "W1x4", "W2"}:
-                    for factory in chosen:
-                        with self.opened(factory, f"w{rep}") as store:
+                    # Every store of the repetition is open at once: they take turns.
+                    with contextlib.ExitStack() as writers:
+                        stores = []
+                        for factory in chosen:
+                            store = writers.enter_context(self.opened(factory, f"w{rep}"))
                             natives = [
                                 store.native(m)
                                 for m in self.messages[: max(p.w1_messages, p.w2_messages)]
                             ]
-                            self.writes(store, rep, natives, workloads)
-                for store, sizes in read_stores:
-                    self.reads(store, sizes, rep)
-                    if store.name in self.w5_heads:
-                        self.point_in_time(store, rep)
+                            stores.append((store, natives))
+                        self.writes(stores, rep, workloads)
+                if workloads & {"W3", "W4"}:
+                    self.reads(read_stores)
+                if self.w5_heads:
+                    self.point_in_time(
+                        [store for store, _ in read_stores if store.name in self.w5_heads], rep
+                    )
                 for name, server in servers:
                     try:
                         cells = http_api.measure(
