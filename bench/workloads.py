@@ -216,7 +216,7 @@ MAX_READS = 500  # calls of one read cell
 
 class ReadRun(Run):
     """W3, W4 and W5: the median ms of repeated calls, `spend_s` of them in all (at least
-    5 calls, at most MAX_READS), spread over the turns; one call only when a call is slow
+    5 calls, at most MAX_READS), spread evenly over the turns; one call only when a call is slow
     (more than a fifth of `spend_s`)."""
 
     def __init__(
@@ -250,10 +250,13 @@ class ReadRun(Run):
                 self.single = True  # too slow to repeat: the first call is the measurement
                 return
         calls = max(1, math.ceil(5 / rounds))
+        most = math.ceil(MAX_READS / rounds)  # a fast read spreads its calls over the turns
         start = time.perf_counter()
         deadline = start + self.spend_s / rounds
         made = 0
-        while made < calls or (time.perf_counter() < deadline and len(self.times) < MAX_READS):
+        while made < calls or (
+            time.perf_counter() < deadline and made < most and len(self.times) < MAX_READS
+        ):
             t0 = time.perf_counter()
             self.read()
             self.times.append(time.perf_counter() - t0)

@@ -10,7 +10,7 @@ import pytest
 
 from bench.corpus import Message
 from bench.stores import Context, Store
-from bench.workloads import ParallelRun, ReadRun, SequenceRun, take_turns
+from bench.workloads import MAX_READS, ParallelRun, ReadRun, SequenceRun, take_turns
 
 
 class Recording(Store):
@@ -108,3 +108,19 @@ def test_reads_are_repeated_over_the_turns_and_checked() -> None:
     take_turns([wrong], rounds=5)
     with pytest.raises(AssertionError, match="returned 7 messages, expected 8"):
         raise wrong.error  # type: ignore[misc]
+
+
+def test_fast_reads_spread_their_calls_over_every_turn() -> None:
+    log: list[str] = []
+    runs = [
+        ReadRun(lambda name=name: log.append(name) or 1, budget_s=30, spend_s=60)
+        for name in ("a", "b")
+    ]
+    take_turns(list(runs), rounds=5)
+    assert [len(run.times) for run in runs] == [MAX_READS, MAX_READS]
+    # Five turns of MAX_READS / 5 calls each (the first turn with the first call too),
+    # the stores alternating and the first of each round changing: a b | b a | a b | b a |
+    # a b, so that runs of one store's calls, back to back, are these six.
+    runs_of_calls = [name for i, name in enumerate(log) if i == 0 or log[i - 1] != name]
+    assert runs_of_calls == ["a", "b", "a", "b", "a", "b"]
+    assert log.count("a") == log.count("b") == MAX_READS + 1
