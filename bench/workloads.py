@@ -130,15 +130,6 @@ class SequenceRun(Run):
         return Cell("msg/s", value=total / self.elapsed, extra={"cost_growth": growth})
 
 
-def append_sequence(store: Store, calls: list[tuple[str, Any]], budget_s: float) -> Cell:
-    """`SequenceRun` in one go."""
-    run = SequenceRun(store, calls, budget_s)
-    take_turns([run], 1)
-    if run.error is not None:
-        raise run.error
-    return run.cell()
-
-
 class ParallelRun(Run):
     """W1x4: each thread appends its own session through its own writer handle; every
     turn starts the threads together and ends when the last one finishes its part."""
@@ -200,15 +191,6 @@ class ParallelRun(Run):
                 note=f"stopped at {count}/{total} after {self.elapsed:.0f} s",
             )
         return Cell("msg/s", value=total / self.elapsed)
-
-
-def append_parallel(store: Store, per_writer: list[list[tuple[str, Any]]], budget_s: float) -> Cell:
-    """`ParallelRun` in one go."""
-    run = ParallelRun(store, per_writer, budget_s)
-    take_turns([run], 1)
-    if run.error is not None:
-        raise run.error
-    return run.cell()
 
 
 MAX_READS = 500  # calls of one read cell
@@ -273,15 +255,6 @@ class ReadRun(Run):
             value=statistics.median(self.times) * 1000,
             extra={"calls": len(self.times), **extra},
         )
-
-
-def timed_read(read: Any, budget_s: float, spend_s: float, expect: int | None = None) -> Cell:
-    """`ReadRun` in one go."""
-    run = ReadRun(read, budget_s, spend_s, expect)
-    take_turns([run], 1)
-    if run.error is not None:
-        raise run.error
-    return run.cell()
 
 
 def predict_read(sizes_ms: list[tuple[int, float]], size: int) -> float | None:
