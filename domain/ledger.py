@@ -658,6 +658,8 @@ def _check_text(
         raise error(f"{what} is {len(value)} characters; the limit is {max_chars}")
     if not allow_controls and any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in value):
         raise error(f"{what} must not contain control characters")
+    if "\x00" in value:  # PostgreSQL's text columns refuse it: refused on every store
+        raise error(f"{what} must not contain NUL (U+0000)")
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:

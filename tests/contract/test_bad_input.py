@@ -141,6 +141,10 @@ def test_unicode_is_stored_exactly(ledger: Ledger) -> None:
         ({"idempotency_key": "\udc00"}, "idempotency key contains a lone surrogate"),
         ({"reason": "r" * 4097}, "reason is 4097 characters"),
         ({"reason": 5}, "reason must be a non-empty string"),
+        # Control characters are allowed in a reason, NUL is not: PostgreSQL's text columns
+        # refuse it, and a store must not answer differently from the others.
+        ({"reason": "why\x00"}, "reason must not contain NUL"),
+        ({"actor": "a\x00b"}, "actor must not contain control characters"),
     ],
 )
 def test_bad_write_options_are_invalid_input_not_bad_keys(

@@ -152,6 +152,20 @@ def test_a_body_that_is_not_json_is_refused(http: httpx.Client, session_key: str
     assert_nothing_stored(http, session_key)
 
 
+@pytest.mark.parametrize("method", ["POST", "PUT", "DELETE"])
+def test_a_reason_with_nul_is_422_on_every_store(
+    http: httpx.Client, session_key: str, method: str
+) -> None:
+    # A reason may hold control characters, but PostgreSQL's text columns refuse NUL: the
+    # ledger refuses it everywhere (this was a 500 on PostgreSQL).
+    body = {"messages": [USER]} if method != "DELETE" else None
+    answer = http.request(
+        method, session_path(session_key, "/messages"), params={"reason": "why\x00"}, json=body
+    )
+    assert "must not contain NUL" in error_of(answer, 422)["message"]
+    assert_nothing_stored(http, session_key)
+
+
 @pytest.mark.parametrize(
     "segment",
     ["%FF", "%ED%A0%80", "%00", "a%0Ab", "%7F", "x" * 513, "%C3%28"],
