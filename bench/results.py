@@ -1,5 +1,5 @@
 """The JSON record of a run: bench/results/<UTC time>-<kind>.json, and latest.json
-(full runs) or latest-partial.json (quick or filtered runs)."""
+(full runs) or latest-partial.json (quick or filtered runs, or runs without PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -55,6 +55,10 @@ def revision() -> str | None:
     return f"{commit}+dirty" if commit and dirty else commit or None
 
 
+# Options that make a run other than the full one the README reports.
+PARTIAL_FLAGS = ("--quick", "--only", "--workloads", "--no-postgres")
+
+
 def write(
     out: Path,
     plan: Any,
@@ -88,7 +92,7 @@ def write(
     }
     out.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(started))
-    partial = any(flag in command for flag in ("--quick", "--only", "--workloads"))
+    partial = any(flag in command for flag in PARTIAL_FLAGS)
     kind = "quick" if "--quick" in command else "partial" if partial else "full"
     path = out / f"{stamp}-{kind}.json"
     text = json.dumps(record, indent=1)

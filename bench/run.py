@@ -16,6 +16,7 @@ import importlib.util
 import os
 import random
 import re
+import shlex
 import shutil
 import sys
 import time
@@ -393,6 +394,12 @@ class Runner:
         return out
 
 
+def command_line(args: list[str]) -> str:
+    """The command as run, every option included: results.write files a quick or
+    filtered run as partial by its options, so that it never replaces latest.json."""
+    return shlex.join(["python", "-m", "bench.run", *args])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller, 1 repetition, minutes")
@@ -406,7 +413,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-postgres", action="store_true", help="skip PostgreSQL stores")
     parser.add_argument("--workdir", default="var/bench", help="where SQLite/JSON files go")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
-    args = parser.parse_args(argv)
+    raw_args = sys.argv[1:] if argv is None else argv
+    args = parser.parse_args(raw_args)
 
     plan = QUICK if args.quick else FULL
     if args.reps:
@@ -450,7 +458,7 @@ def main(argv: list[str] | None = None) -> int:
     table = tables(runner.cells, names, workloads, judged, notes)
     table += http_table(runner.cells)
     table += export_table(runner.cells)
-    command = "python -m bench.run" + (" --quick" if args.quick else "")
+    command = command_line(raw_args)
     loads = ", ".join(f"{x:.1f}" for x in runner.load_averages)
     print(
         f"\n{'Quick' if args.quick else 'Full'} run, {plan.reps} repetition(s), "
