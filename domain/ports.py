@@ -10,7 +10,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from .messages import ChatMessage
 from .tokens import NamedTokenizer, TokenCount
@@ -84,9 +84,9 @@ class PriorWrite:
     message_count: int
 
 
-@dataclass(frozen=True)
-class WriteBatch:
-    """One write's new events and what the views need beside them (same transaction)."""
+class WriteBatch(NamedTuple):
+    """One write's new events and what the views need beside them (same transaction); a
+    named tuple, as every write builds one."""
 
     session_id: uuid.UUID
     tenant: str

@@ -1,6 +1,7 @@
 """What each event does to the views, as backend-neutral changes.
 
-One function turns a write's events into row changes; every backend applies them with
+One function turns a write's events into row changes (named tuples: a put makes several,
+and a frozen dataclass costs three times as much to build); every backend applies them with
 its own SQL inside the transaction that stores the events, and `rebuild` feeds the
 whole log through the same function, so live views and rebuilt views cannot drift.
 """
@@ -8,9 +9,8 @@ whole log through the same function, so live views and rebuilt views cannot drif
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from session_ledger.domain.messages import canonical_json
 from session_ledger.domain.ports import ACTIVE, ARCHIVED, WriteBatch
@@ -24,8 +24,7 @@ from session_ledger.domain.session import (
 )
 
 
-@dataclass(frozen=True)
-class MessageRow:
+class MessageRow(NamedTuple):
     message_id: int
     role: str
     tokens: int
@@ -33,15 +32,13 @@ class MessageRow:
     body: str  # canonical JSON of the message
 
 
-@dataclass(frozen=True)
-class InsertMessages:
+class InsertMessages(NamedTuple):
     version: int
     status: str
     rows: tuple[MessageRow, ...]
 
 
-@dataclass(frozen=True)
-class CloseHistory:
+class CloseHistory(NamedTuple):
     """End every live row of these statuses at `version`, except the `kept` oldest."""
 
     version: int
@@ -49,14 +46,12 @@ class CloseHistory:
     kept: int = 0
 
 
-@dataclass(frozen=True)
-class CloseMessage:
+class CloseMessage(NamedTuple):
     version: int
     message_id: int
 
 
-@dataclass(frozen=True)
-class ArchiveOldest:
+class ArchiveOldest(NamedTuple):
     """End the `count` oldest live active rows and open archived copies of them."""
 
     version: int
@@ -66,8 +61,7 @@ class ArchiveOldest:
 Change = InsertMessages | CloseHistory | CloseMessage | ArchiveOldest
 
 
-@dataclass(frozen=True)
-class TimelineRow:
+class TimelineRow(NamedTuple):
     version: int
     recorded_at: datetime
     event_type: str
@@ -79,8 +73,7 @@ class TimelineRow:
     next_message_id: int  # ids below it existed at this version: bounds past-version scans
 
 
-@dataclass(frozen=True)
-class SessionRow:
+class SessionRow(NamedTuple):
     tenant: str
     key: str
     version: int
@@ -90,8 +83,7 @@ class SessionRow:
     updated_at: datetime
 
 
-@dataclass(frozen=True)
-class ViewChanges:
+class ViewChanges(NamedTuple):
     session_id: uuid.UUID
     started: bool  # the write creates the session row
     session: SessionRow

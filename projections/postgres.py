@@ -171,8 +171,9 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder, SQLViews):
         """The one statement of an append, and its parameters."""
         sid, version = changes.session_id, changes.session.version
         rows = [r for c in changes.changes if isinstance(c, InsertMessages) for r in c.rows]
-        timeline = self._timeline_params(changes)
-        params = [*events, *self._session_params(changes)]
+        times = self._times(changes)
+        timeline = self._timeline_params(changes, times)
+        params = [*events, *self._session_params(changes, times)]
         if len(rows) <= MAX_VALUES_ROWS:  # scalar parameters: cheapest to send
             messages: int | None = len(rows)
             for r in rows:

@@ -80,7 +80,9 @@ AT_VERSION = (
 
 def utc_text(value: datetime) -> str:
     """`value` in UTC as TIME_FORMAT text (four-digit years, so text order is time order)."""
-    return value.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+    if value.tzinfo is not UTC:  # event times are UTC already: no conversion on a write
+        value = value.astimezone(UTC)
+    return value.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
 
 
 def _portable(value: Any) -> Any:
@@ -185,7 +187,8 @@ class SQLViews(ABC):
         knows it (else it is read); returns the last record's hash (None: unchained)."""
         sid = self._sid(vc.session_id)
         run = self._execute
-        run(cursor, SESSION_UPSERT, self._session_params(vc))
+        times = self._times(vc)
+        run(cursor, SESSION_UPSERT, self._session_params(vc, times))
         for c in vc.changes:
             if isinstance(c, InsertMessages):
                 self._insert_rows(cursor, sid, c.version, c.status, c.rows)
@@ -209,7 +212,7 @@ class SQLViews(ABC):
                 (sid, ACTIVE, c.version, sid),
             )
         chains = self._chains(cursor, vc.session_id, records, chain_before)
-        for row, chain in zip(self._timeline_params(vc), chains, strict=True):
+        for row, chain in zip(self._timeline_params(vc, times), chains, strict=True):
             run(cursor, TIMELINE_INSERT, (*row, chain))
         return chains[-1]
 
@@ -233,7 +236,21 @@ class SQLViews(ABC):
             return [None] * len(records)
         return list(chain_hashes(session_id, _records(records), previous))
 
-    def _session_params(self, vc: ViewChanges) -> tuple[Any, ...]:
+    def _times(self, vc: ViewChanges) -> dict[datetime, Any]:
+        """Each distinct time of a write in the store's form: one event's time is also the
+        session's update time (and its creation time when the write starts it)."""
+        times: dict[datetime, Any] = {}
+        session = vc.session
+        for moment in (
+            session.created_at,
+            session.updated_at,
+            *(r.recorded_at for r in vc.timeline),
+        ):
+            if moment not in times:
+                times[moment] = self._time(moment)
+        return times
+
+    def _session_params(self, vc: ViewChanges, times: dict[datetime, Any]) -> tuple[Any, ...]:
         # New active messages add their tokens here; what leaves the history is
         # subtracted by the statement that follows each closing change.
         s = vc.session
@@ -243,13 +260,15 @@ class SQLViews(ABC):
         )  # fmt: skip
         return (
             self._sid(vc.session_id), s.tenant, s.key, s.version, s.message_count,
-            s.archived_count, added, self._time(s.created_at), self._time(s.updated_at),
+            s.archived_count, added, times[s.created_at], times[s.updated_at],
         )  # fmt: skip
 
-    def _timeline_params(self, vc: ViewChanges) -> list[tuple[Any, ...]]:
+    def _timeline_params(
+        self, vc: ViewChanges, times: dict[datetime, Any]
+    ) -> list[tuple[Any, ...]]:
         sid = self._sid(vc.session_id)
         return [
-            (sid, t.version, self._time(t.recorded_at), t.event_type, t.actor, t.reason,
+            (sid, t.version, times[t.recorded_at], t.event_type, t.actor, t.reason,
              t.idempotency_key, t.request_digest, t.message_count, t.next_message_id)
             for t in vc.timeline
         ]  # fmt: skip
