@@ -39,7 +39,7 @@ clean:
 # Benchmarks against the stores users would pick instead (bench/README.md).
 BENCH_STAMP := $(VENV)/.bench-installed
 
-.PHONY: bench bench-quick bench-replay bench-writes
+.PHONY: bench bench-quick bench-replay bench-writes bench-layouts
 
 $(BENCH_STAMP): $(STAMP) pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev,llamaindex,bench]'
@@ -56,3 +56,6 @@ bench-replay: $(STAMP)
 
 bench-writes: $(BENCH_STAMP)
 	$(BIN)/python -m bench.write_cost
+
+bench-layouts: $(STAMP)
+	$(BIN)/python -m bench.layout_cost

@@ -1,0 +1,237 @@
+"""What the statements of one SQLite put cost under other table layouts, without any of
+the ledger's Python: the evidence for (or against) changing what a put stores.
+
+Each layout is a set of tables and the statements one single-message put runs in its
+transaction (BEGIN, the statements, COMMIT), on a WAL file with synchronous=FULL. The
+layouts take turns in rounds (a block of puts each, in a new random order every round),
+so all are measured under the same machine speed; each figure is the median block.
+
+- raw: one row and one index (the raw anchor of `make bench`).
+- ledger: what a put stores today: the event (the library's table), the message row,
+  the session row and the timeline row, with the tables `migrate` makes.
+- no timeline: the same without the timeline row (what the timeline costs).
+- timeline in event row: the timeline's columns on the event's own row.
+- timeline in event row, no session row: and the session row written only at the
+  session's start (its counts read from the last event row instead).
+
+`python -m bench.layout_cost [--rounds 10] [--block 200]` prints a Markdown table and
+writes bench/results/layout-cost-latest.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import random
+import sqlite3
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.corpus import conversation
+from bench.results import revision
+from bench.write_cost import WalReader
+
+RESULTS = Path(__file__).parent / "results"
+NOW = "2026-01-01T00:00:00.000000Z"
+TIMELINE_COLUMNS = (
+    "recorded_at TEXT, event_type TEXT, actor TEXT, reason TEXT, idempotency_key TEXT,"
+    " request_digest TEXT, message_count INTEGER, next_message_id INTEGER, chain BLOB"
+)
+
+Put = Callable[[sqlite3.Connection, int], None]
+
+
+@dataclass
+class Layout:
+    name: str
+    tables: list[str]
+    statements: list[Put]
+
+
+def sample_put() -> tuple[str, str, bytes]:
+    """A message as a put stores it: its view row's JSON, its event's topic and state."""
+    from session_ledger.api.bootstrap import open_ledger
+    from session_ledger.api.settings import Settings
+    from session_ledger.domain.session import session_id
+
+    ledger = open_ledger(Settings(database_url="memory://"))
+    try:
+        ledger.put("k", conversation(1)[0])
+        (*_, record) = ledger.recorder.select_events(session_id(ledger.default_tenant, "k"))
+        return ledger.get_all_json("k")[0], record.topic, record.state
+    finally:
+        ledger.close()
+
+
+def layouts(body: str, topic: str, state: bytes) -> list[Layout]:
+    """The layouts compared, each putting `body` (a message row) and its event record."""
+    from session_ledger.projections.sqlite import VIEW_TABLES
+    from session_ledger.projections.views import SESSION_UPSERT, TIMELINE_INSERT
+
+    sid = uuid.uuid4().hex
+    chain = hashlib.sha256(state).digest()
+    event_table = (  # the library's, as `migrate` makes it
+        "CREATE TABLE ledger_events (originator_id TEXT, originator_version INTEGER,"
+        " topic TEXT, state BLOB, PRIMARY KEY (originator_id, originator_version))"
+    )
+    wide_event_table = event_table.replace("state BLOB,", f"state BLOB, {TIMELINE_COLUMNS},")
+
+    def event(c: sqlite3.Connection, v: int) -> None:
+        c.execute(
+            "INSERT INTO ledger_events (originator_id, originator_version, topic, state)"
+            " VALUES (?, ?, ?, ?)",
+            (sid, v, topic, state),
+        )
+
+    def wide_event(c: sqlite3.Connection, v: int) -> None:
+        c.execute(
+            "INSERT INTO ledger_events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (sid, v, topic, state, NOW, "MessagesAppended", "local", None, None, None, v, v,
+             chain),
+        )  # fmt: skip
+
+    def message(c: sqlite3.Connection, v: int) -> None:
+        c.execute(
+            "INSERT INTO ledger_messages (session_id, message_id, valid_from, valid_to, status,"
+            " role, tokens, tokens_joined, message) VALUES (?, ?, ?, NULL, ?, ?, ?, ?, ?)",
+            (sid, v, v, "active", "user", 90, 91, body),
+        )
+
+    def session(c: sqlite3.Connection, v: int) -> None:
+        c.execute(SESSION_UPSERT, (sid, "default", "k", v, v, 0, 90, NOW, NOW))
+
+    def timeline(c: sqlite3.Connection, v: int) -> None:
+        c.execute(
+            TIMELINE_INSERT,
+            (sid, v, NOW, "MessagesAppended", "local", None, None, None, v, v, chain),
+        )
+
+    def raw(c: sqlite3.Connection, v: int) -> None:
+        c.execute("INSERT INTO messages (session, data) VALUES (?, ?)", (sid, body))
+
+    raw_tables = [
+        "CREATE TABLE messages (id INTEGER PRIMARY KEY AUTOINCREMENT, session TEXT NOT NULL,"
+        " data TEXT NOT NULL)",
+        "CREATE INDEX messages_session_id ON messages (session, id)",
+    ]
+    return [
+        Layout("raw", raw_tables, [raw]),
+        Layout("ledger", [event_table, *VIEW_TABLES], [event, message, session, timeline]),
+        Layout("no timeline", [event_table, *VIEW_TABLES], [event, message, session]),
+        Layout(
+            "timeline in event row",
+            [wide_event_table, *VIEW_TABLES],
+            [wide_event, message, session],
+        ),
+        Layout(
+            "timeline in event row, no session row",
+            [wide_event_table, *VIEW_TABLES],
+            [wide_event, message],
+        ),
+    ]
+
+
+class Runner:
+    """One database file per layout, and the puts made on it so far."""
+
+    def __init__(self, layout: Layout, path: Path) -> None:
+        self.layout = layout
+        self.path = path
+        self.conn = sqlite3.connect(path, isolation_level=None, cached_statements=256)
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=FULL")
+        for statement in layout.tables:
+            self.conn.execute(statement)
+        self.version = 0
+        self.block_us: list[float] = []
+        self.frames = 0
+        self.puts = 0
+        self.wal = WalReader(path.with_name(path.name + "-wal"))
+
+    def block(self, puts: int, *, counted: bool = True) -> None:
+        self.wal.commits()
+        t0 = time.perf_counter()
+        for _ in range(puts):
+            self.version += 1
+            self.conn.execute("BEGIN")
+            for statement in self.layout.statements:
+                statement(self.conn, self.version)
+            self.conn.execute("COMMIT")
+        elapsed = time.perf_counter() - t0
+        frames = sum(len(pages) for pages in self.wal.commits())
+        if counted:
+            self.block_us.append(elapsed / puts * 1e6)
+            self.frames += frames
+            self.puts += puts
+
+    def rows(self, table: str) -> int:
+        return int(self.conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+
+
+def measure(workdir: Path, rounds: int, block: int, seed: int = 0) -> list[dict[str, Any]]:
+    runners = [
+        Runner(lay, workdir / f"layout-{i}.db") for i, lay in enumerate(layouts(*sample_put()))
+    ]
+    rng = random.Random(seed)
+    try:
+        for r in runners:
+            r.block(block, counted=False)  # the first pages of every tree
+        for _ in range(rounds):
+            rng.shuffle(runners)
+            for r in runners:
+                r.block(block)
+        runners.sort(key=lambda r: r.path.name)
+        raw = statistics.median(runners[0].block_us)
+        return [
+            {
+                "layout": r.layout.name,
+                "put_us": statistics.median(r.block_us),
+                "vs_raw": statistics.median(r.block_us) / raw,
+                "frames_per_put": r.frames / r.puts,
+                "blocks_us": r.block_us,
+            }
+            for r in runners
+        ]
+    finally:
+        for r in runners:
+            r.conn.close()
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    lines = ["| layout | µs per put | vs raw | WAL frames per put |", "|---|---|---|---|"]
+    for row in rows:
+        lines.append(f"| {row['layout']} | {row['put_us']:.0f} | {row['vs_raw']:.2f}x "
+                     f"| {row['frames_per_put']:.2f} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--block", type=int, default=200, help="puts per layout per round")
+    parser.add_argument("--workdir", type=Path, default=None, help="default: a temporary dir")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="layout-cost-", dir=args.workdir) as scratch:
+        rows = measure(Path(scratch), args.rounds, args.block)
+    print(f"{args.rounds} rounds of {args.block} single-message puts per layout; medians:\n")
+    print(table(rows))
+    RESULTS.mkdir(exist_ok=True)
+    record = {
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "revision": revision(),
+        "rounds": args.rounds,
+        "block": args.block,
+        "layouts": rows,
+    }
+    (RESULTS / "layout-cost-latest.json").write_text(json.dumps(record, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,44 @@
+"""`make bench-layouts` (bench/layout_cost.py) stores in each layout what it says it
+stores: every put one event, one message row, and the rest of the layout's records."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bench.layout_cost import Runner, layouts, measure, table
+
+BODY = json.dumps({"role": "user", "blocks": [], "additional_kwargs": {}})
+
+
+def test_each_layout_stores_its_records_per_put(tmp_path: Path) -> None:
+    by_name = {lay.name: lay for lay in layouts(BODY, "a:Topic", b"{}")}
+    expected = {  # rows after 3 puts to one session
+        "raw": {"messages": 3},
+        "ledger": {"ledger_events": 3, "ledger_messages": 3, "ledger_sessions": 1,
+                   "ledger_timeline": 3},
+        "no timeline": {"ledger_events": 3, "ledger_messages": 3, "ledger_sessions": 1,
+                        "ledger_timeline": 0},
+        "timeline in event row": {"ledger_events": 3, "ledger_messages": 3,
+                                  "ledger_sessions": 1, "ledger_timeline": 0},
+        "timeline in event row, no session row": {"ledger_events": 3, "ledger_messages": 3,
+                                                  "ledger_sessions": 0, "ledger_timeline": 0},
+    }  # fmt: skip
+    assert set(by_name) == set(expected)
+    for i, (name, rows) in enumerate(expected.items()):
+        runner = Runner(by_name[name], tmp_path / f"{i}.db")
+        runner.block(3)
+        assert {table: runner.rows(table) for table in rows} == rows, name
+        assert runner.frames >= 3  # every put committed pages to the WAL
+        if name.startswith("timeline in event row"):
+            chained = runner.conn.execute("SELECT count(chain) FROM ledger_events").fetchone()
+            assert chained == (3,)
+        runner.conn.close()
+
+
+def test_measure_reports_every_layout_against_raw(tmp_path: Path) -> None:
+    rows = measure(tmp_path, rounds=2, block=5)
+    assert rows[0]["layout"] == "raw"
+    assert rows[0]["vs_raw"] == 1.0
+    assert all(len(r["blocks_us"]) == 2 and r["frames_per_put"] > 0 for r in rows)
+    assert table(rows).count("\n") == len(rows) + 1
