@@ -4,7 +4,8 @@ the ledger's Python: the evidence for (or against) changing what a put stores.
 Each layout is a set of tables and the statements one single-message put runs in its
 transaction (BEGIN, the statements, COMMIT), on a WAL file with synchronous=FULL. The
 layouts take turns in rounds (a block of puts each, in a new random order every round),
-so all are measured under the same machine speed; each figure is the median block.
+so all are measured under the same machine speed; each figure is the median block. The
+WAL frames per put are counted afterwards, in puts that read the WAL after each one.
 
 - raw: one row and one index (the raw anchor of `make bench`).
 - ledger: what a put stores today: the event (the library's table), the message row,
@@ -14,7 +15,7 @@ so all are measured under the same machine speed; each figure is the median bloc
 - timeline in event row, no session row: and the session row written only at the
   session's start (its counts read from the last event row instead).
 
-`python -m bench.layout_cost [--rounds 10] [--block 200]` prints a Markdown table and
+`python -m bench.layout_cost [--rounds 60] [--block 50]` prints a Markdown table and
 writes bench/results/layout-cost-latest.json.
 """
 
@@ -40,6 +41,8 @@ from bench.write_cost import WalReader
 
 RESULTS = Path(__file__).parent / "results"
 NOW = "2026-01-01T00:00:00.000000Z"
+WARM_PUTS = 200  # per layout, not timed: the first pages of every tree
+FRAME_PUTS = 500  # per layout, after the timed rounds: the WAL read after each
 TIMELINE_COLUMNS = (
     "recorded_at TEXT, event_type TEXT, actor TEXT, reason TEXT, idempotency_key TEXT,"
     " request_digest TEXT, message_count INTEGER, next_message_id INTEGER, chain BLOB"
@@ -151,25 +154,30 @@ class Runner:
             self.conn.execute(statement)
         self.version = 0
         self.block_us: list[float] = []
-        self.frames = 0
-        self.puts = 0
-        self.wal = WalReader(path.with_name(path.name + "-wal"))
 
-    def block(self, puts: int, *, counted: bool = True) -> None:
-        self.wal.commits()
+    def block(self, puts: int) -> float:
+        """`puts` puts; returns µs per put."""
         t0 = time.perf_counter()
         for _ in range(puts):
-            self.version += 1
-            self.conn.execute("BEGIN")
-            for statement in self.layout.statements:
-                statement(self.conn, self.version)
-            self.conn.execute("COMMIT")
-        elapsed = time.perf_counter() - t0
-        frames = sum(len(pages) for pages in self.wal.commits())
-        if counted:
-            self.block_us.append(elapsed / puts * 1e6)
-            self.frames += frames
-            self.puts += puts
+            self.put()
+        return (time.perf_counter() - t0) / puts * 1e6
+
+    def put(self) -> None:
+        self.version += 1
+        self.conn.execute("BEGIN")
+        for statement in self.layout.statements:
+            statement(self.conn, self.version)
+        self.conn.execute("COMMIT")
+
+    def frames_per_put(self, puts: int) -> float:
+        """WAL frames per put, read after each one (a checkpoint may restart the WAL)."""
+        wal = WalReader(self.path.with_name(self.path.name + "-wal"))
+        wal.commits()
+        frames = 0
+        for _ in range(puts):
+            self.put()
+            frames += sum(len(pages) for pages in wal.commits())
+        return frames / puts
 
     def rows(self, table: str) -> int:
         return int(self.conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
@@ -182,22 +190,23 @@ def measure(workdir: Path, rounds: int, block: int, seed: int = 0) -> list[dict[
     rng = random.Random(seed)
     try:
         for r in runners:
-            r.block(block, counted=False)  # the first pages of every tree
+            r.block(WARM_PUTS)  # the first pages of every tree
         for _ in range(rounds):
             rng.shuffle(runners)
             for r in runners:
-                r.block(block)
+                r.block_us.append(r.block(block))
         runners.sort(key=lambda r: r.path.name)
+        frames = [r.frames_per_put(FRAME_PUTS) for r in runners]
         raw = statistics.median(runners[0].block_us)
         return [
             {
                 "layout": r.layout.name,
                 "put_us": statistics.median(r.block_us),
                 "vs_raw": statistics.median(r.block_us) / raw,
-                "frames_per_put": r.frames / r.puts,
+                "frames_per_put": f,
                 "blocks_us": r.block_us,
             }
-            for r in runners
+            for r, f in zip(runners, frames, strict=True)
         ]
     finally:
         for r in runners:
@@ -214,8 +223,8 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--block", type=int, default=200, help="puts per layout per round")
+    parser.add_argument("--rounds", type=int, default=60)
+    parser.add_argument("--block", type=int, default=50, help="puts per layout per round")
     parser.add_argument("--workdir", type=Path, default=None, help="default: a temporary dir")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="layout-cost-", dir=args.workdir) as scratch:

@@ -27,9 +27,9 @@ def test_each_layout_stores_its_records_per_put(tmp_path: Path) -> None:
     assert set(by_name) == set(expected)
     for i, (name, rows) in enumerate(expected.items()):
         runner = Runner(by_name[name], tmp_path / f"{i}.db")
-        runner.block(3)
+        assert runner.block(2) > 0
+        assert runner.frames_per_put(1) >= 1  # the put committed pages to the WAL
         assert {table: runner.rows(table) for table in rows} == rows, name
-        assert runner.frames >= 3  # every put committed pages to the WAL
         if name.startswith("timeline in event row"):
             chained = runner.conn.execute("SELECT count(chain) FROM ledger_events").fetchone()
             assert chained == (3,)
