@@ -52,10 +52,10 @@ class CloseMessage(NamedTuple):
 
 
 class ArchiveOldest(NamedTuple):
-    """End the `count` oldest live active rows and open archived copies of them."""
+    """End the `messages` oldest live active rows and open archived copies of them."""
 
     version: int
-    count: int
+    messages: int  # (not `count`: a named tuple has a method of that name)
 
 
 Change = InsertMessages | CloseHistory | CloseMessage | ArchiveOldest

@@ -299,7 +299,7 @@ class SQLViews(ABC):
     def _archive_oldest(self, cursor: Any, sid: Any, c: ArchiveOldest) -> None:
         last = self._id_at(cursor, f"SELECT max(message_id) AS id FROM (SELECT message_id "
                            f"FROM {self.live_rows} WHERE {LIVE} ORDER BY message_id LIMIT ?) "
-                           "AS oldest", (sid, ACTIVE, c.count))  # fmt: skip
+                           "AS oldest", (sid, ACTIVE, c.messages))  # fmt: skip
         if last is None:
             return
         self._execute(
