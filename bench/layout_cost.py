@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import random
 import sqlite3
 import statistics
@@ -36,10 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.corpus import conversation
-from bench.results import revision
+from bench.results import write_diagnostic
 from bench.write_cost import WalReader
 
-RESULTS = Path(__file__).parent / "results"
 NOW = "2026-01-01T00:00:00.000000Z"
 WARM_PUTS = 200  # per layout, not timed: the first pages of every tree
 FRAME_PUTS = 500  # per layout, after the timed rounds: the WAL read after each
@@ -231,15 +229,9 @@ def main() -> None:
         rows = measure(Path(scratch), args.rounds, args.block)
     print(f"{args.rounds} rounds of {args.block} single-message puts per layout; medians:\n")
     print(table(rows))
-    RESULTS.mkdir(exist_ok=True)
-    record = {
-        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "revision": revision(),
-        "rounds": args.rounds,
-        "block": args.block,
-        "layouts": rows,
-    }
-    (RESULTS / "layout-cost-latest.json").write_text(json.dumps(record, indent=1) + "\n")
+    write_diagnostic(
+        "layout-cost-latest.json", {"rounds": args.rounds, "block": args.block, "layouts": rows}
+    )
 
 
 if __name__ == "__main__":

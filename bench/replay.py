@@ -23,19 +23,17 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from bench.corpus import conversation
 from bench.postgres import ScratchDatabases, server_url
-from bench.results import revision
+from bench.results import RESULTS, revision
 from session_ledger.api.bootstrap import migrate, open_ledger
 from session_ledger.api.settings import Settings
 from session_ledger.domain.ledger import Ledger
 from session_ledger.domain.session import session_id
 from session_ledger.projections.replay import replay
 
-RESULTS = Path(__file__).parent / "results"
 TOKEN_LIMIT = 4000
 WAYS = ("window@v", "history@v", "replay@v")
 

@@ -29,6 +29,9 @@ _PACKAGES = (
 )
 
 
+RESULTS = Path(__file__).parent / "results"
+
+
 def _versions() -> dict[str, str | None]:
     out: dict[str, str | None] = {}
     for name in _PACKAGES:
@@ -100,4 +103,14 @@ def write(
     # latest.json is the last full run (the README's table); a quick or filtered run
     # while developing must not replace it.
     (out / ("latest-partial.json" if partial else "latest.json")).write_text(text)
+    return path
+
+
+def write_diagnostic(name: str, fields: dict[str, Any]) -> Path:
+    """A diagnostic's JSON (bench/results/`name`): when it ran, the revision it measured,
+    and `fields`."""
+    record = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "revision": revision()}
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / name
+    path.write_text(json.dumps({**record, **fields}, indent=1) + "\n")
     return path

@@ -33,9 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.corpus import conversation
-from bench.results import revision
+from bench.results import write_diagnostic
 
-RESULTS = Path(__file__).parent / "results"
 WARM_WRITES = 200  # not counted: creates the sessions and the first pages
 WAL_HEADER = 32
 FRAME_HEADER = 24
@@ -287,16 +286,10 @@ def main() -> None:
     for c in costs:
         for note in c.notes:
             print(f"- {c.store}: {note}")
-    RESULTS.mkdir(exist_ok=True)
-    record = {
-        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "revision": revision(),
-        "writes": args.writes,
-        "sessions": args.sessions,
-        "costs": [asdict(c) for c in costs],
-    }
-    name = f"write-cost-{args.sessions}-sessions-latest.json"
-    (RESULTS / name).write_text(json.dumps(record, indent=2) + "\n")
+    write_diagnostic(
+        f"write-cost-{args.sessions}-sessions-latest.json",
+        {"writes": args.writes, "sessions": args.sessions, "costs": [asdict(c) for c in costs]},
+    )
 
 
 if __name__ == "__main__":
