@@ -140,7 +140,7 @@ def layouts(body: str, topic: str, state: bytes) -> list[Layout]:
 
 
 class Runner:
-    """One database file per layout, and the puts made on it so far."""
+    """A layout on a database file of its own, and the times of its blocks of puts."""
 
     def __init__(self, layout: Layout, path: Path) -> None:
         self.layout = layout
@@ -190,10 +190,8 @@ def measure(workdir: Path, rounds: int, block: int, seed: int = 0) -> list[dict[
         for r in runners:
             r.block(WARM_PUTS)  # the first pages of every tree
         for _ in range(rounds):
-            rng.shuffle(runners)
-            for r in runners:
+            for r in rng.sample(runners, len(runners)):  # a new order every round
                 r.block_us.append(r.block(block))
-        runners.sort(key=lambda r: r.path.name)
         frames = [r.frames_per_put(FRAME_PUTS) for r in runners]
         raw = statistics.median(runners[0].block_us)
         return [
