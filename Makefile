@@ -39,7 +39,7 @@ clean:
 # Benchmarks against the stores users would pick instead (bench/README.md).
 BENCH_STAMP := $(VENV)/.bench-installed
 
-.PHONY: bench bench-quick bench-replay bench-writes bench-layouts
+.PHONY: bench bench-quick bench-replay bench-writes bench-layouts bench-phases
 
 $(BENCH_STAMP): $(STAMP) pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev,llamaindex,bench]'
@@ -59,3 +59,6 @@ bench-writes: $(BENCH_STAMP)
 
 bench-layouts: $(STAMP)
 	$(BIN)/python -m bench.layout_cost
+
+bench-phases: $(STAMP)
+	$(BIN)/python -m bench.put_phases
