@@ -8,12 +8,13 @@ so all are measured under the same machine speed; each figure is the median bloc
 WAL frames per put are counted afterwards, in puts that read the WAL after each one.
 
 - raw: one row and one index (the raw anchor of `make bench`).
-- ledger: what a put stores today: the event (the library's table), the message row,
-  the session row and the timeline row, with the tables `migrate` makes.
-- no timeline: the same without the timeline row (what the timeline costs).
+- ledger: what a put stores today: the event (the library's table), the message row
+  and the timeline row (which carries the session's head), with the tables `migrate`
+  makes; the session row is written once, by the session's first put.
+- session row updated by every put: the layout before 2026-12-02, whose session row
+  held the head (what that UPDATE cost).
+- no timeline: the ledger without the timeline row (what the timeline costs).
 - timeline in event row: the timeline's columns on the event's own row.
-- timeline in event row, no session row: and the session row written only at the
-  session's start (its counts read from the last event row instead).
 
 `python -m bench.layout_cost [--rounds 60] [--block 50]` prints a Markdown table and
 writes bench/results/layout-cost-latest.json.
@@ -46,6 +47,23 @@ TIMELINE_COLUMNS = (
     " request_digest TEXT, message_count INTEGER, next_message_id INTEGER, chain BLOB"
 )
 
+# The session row of the layout before 2026-12-02: the head, updated by every write.
+HEAD_TABLE = (
+    "CREATE TABLE IF NOT EXISTS ledger_sessions (session_id TEXT PRIMARY KEY,"
+    " tenant TEXT NOT NULL, session_key TEXT NOT NULL, version INTEGER NOT NULL,"
+    " message_count INTEGER NOT NULL, archived_count INTEGER NOT NULL,"
+    " token_total INTEGER NOT NULL, created_at TEXT NOT NULL, updated_at TEXT NOT NULL)"
+    " WITHOUT ROWID"
+)
+HEAD_UPSERT = (
+    "INSERT INTO ledger_sessions (session_id, tenant, session_key, version, message_count,"
+    " archived_count, token_total, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " ON CONFLICT (session_id) DO UPDATE SET version = excluded.version,"
+    " message_count = excluded.message_count, archived_count = excluded.archived_count,"
+    " token_total = ledger_sessions.token_total + excluded.token_total,"
+    " updated_at = excluded.updated_at"
+)
+
 Put = Callable[[sqlite3.Connection, int], None]
 
 
@@ -74,7 +92,7 @@ def sample_put() -> tuple[str, str, bytes]:
 def layouts(body: str, topic: str, state: bytes) -> list[Layout]:
     """The layouts compared, each putting `body` (a message row) and its event record."""
     from session_ledger.projections.sqlite import VIEW_TABLES
-    from session_ledger.projections.views import SESSION_UPSERT, TIMELINE_INSERT
+    from session_ledger.projections.views import PREVIOUS_TOKENS, SESSION_INSERT, SQLViews
 
     sid = uuid.uuid4().hex
     chain = hashlib.sha256(state).digest()
@@ -106,13 +124,21 @@ def layouts(body: str, topic: str, state: bytes) -> list[Layout]:
         )
 
     def session(c: sqlite3.Connection, v: int) -> None:
-        c.execute(SESSION_UPSERT, (sid, "default", "k", v, v, 0, 90, NOW, NOW))
+        if v == 1:
+            c.execute(SESSION_INSERT, (sid, "default", "k", NOW))
+
+    def session_head(c: sqlite3.Connection, v: int) -> None:
+        c.execute(HEAD_UPSERT, (sid, "default", "k", v, v, 0, 90, NOW, NOW))
+
+    first_row = SQLViews._timeline_insert("?")
+    next_row = SQLViews._timeline_insert(f"{PREVIOUS_TOKENS} + ?")
 
     def timeline(c: sqlite3.Connection, v: int) -> None:
-        c.execute(
-            TIMELINE_INSERT,
-            (sid, v, NOW, "MessagesAppended", "local", None, None, None, v, v, chain),
-        )
+        row = (sid, v, NOW, "MessagesAppended", "local", None, None, None, v, v, chain, 0)
+        if v == 1:
+            c.execute(first_row, (*row, 90))
+        else:
+            c.execute(next_row, (*row, sid, v - 1, 90))
 
     def raw(c: sqlite3.Connection, v: int) -> None:
         c.execute("INSERT INTO messages (session, data) VALUES (?, ?)", (sid, body))
@@ -122,19 +148,23 @@ def layouts(body: str, topic: str, state: bytes) -> list[Layout]:
         " data TEXT NOT NULL)",
         "CREATE INDEX messages_session_id ON messages (session, id)",
     ]
+    head_tables = [
+        HEAD_TABLE if t.startswith("CREATE TABLE IF NOT EXISTS ledger_sessions") else t
+        for t in VIEW_TABLES
+    ]
     return [
         Layout("raw", raw_tables, [raw]),
         Layout("ledger", [event_table, *VIEW_TABLES], [event, message, session, timeline]),
+        Layout(
+            "session row updated by every put",
+            [event_table, *head_tables],
+            [event, message, session_head, timeline],
+        ),
         Layout("no timeline", [event_table, *VIEW_TABLES], [event, message, session]),
         Layout(
             "timeline in event row",
             [wide_event_table, *VIEW_TABLES],
             [wide_event, message, session],
-        ),
-        Layout(
-            "timeline in event row, no session row",
-            [wide_event_table, *VIEW_TABLES],
-            [wide_event, message],
         ),
     ]
 

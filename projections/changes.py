@@ -62,6 +62,9 @@ Change = InsertMessages | CloseHistory | CloseMessage | ArchiveOldest
 
 
 class TimelineRow(NamedTuple):
+    """One event's row: its audit facts, and the session's head as the event left it (the
+    newest row of a session is its head, so no row is updated when a session changes)."""
+
     version: int
     recorded_at: datetime
     event_type: str
@@ -71,16 +74,17 @@ class TimelineRow(NamedTuple):
     request_digest: str | None
     message_count: int
     next_message_id: int  # ids below it existed at this version: bounds past-version scans
+    archived_count: int
+    tokens_added: int  # tokens of the active messages this event added
+    ends_rows: bool  # it ends live rows, whose tokens leave the total
 
 
 class SessionRow(NamedTuple):
+    """Written once, by the write that starts the session: what never changes."""
+
     tenant: str
     key: str
-    version: int
-    message_count: int
-    archived_count: int
-    created_at: datetime  # used only when the row is created
-    updated_at: datetime
+    created_at: datetime
 
 
 class ViewChanges(NamedTuple):
@@ -98,9 +102,10 @@ def view_changes(batch: WriteBatch) -> ViewChanges:
     started = False
     for event in batch.events:
         v = event.originator_version
-        count, next_id = batch.message_count, batch.next_message_id
+        count, next_id, archived = batch.message_count, batch.next_message_id, batch.archived_count
+        added, ends = 0, True
         if isinstance(event, SessionStarted):
-            started, count, next_id = True, 0, 0
+            started, count, next_id, archived, ends = True, 0, 0, 0, False
         elif isinstance(event, MessagesAppended | HistoryReplaced):
             kept = 0
             if isinstance(event, HistoryReplaced):
@@ -118,25 +123,26 @@ def view_changes(batch: WriteBatch) -> ViewChanges:
                 for i, (m, body) in enumerate(zip(event.messages[kept:], bodies, strict=True))
             )
             changes.append(InsertMessages(v, ACTIVE, rows))
+            added, ends = sum(r.tokens for r in rows), isinstance(event, HistoryReplaced)
         elif isinstance(event, HistoryCleared):
             changes.append(CloseHistory(v, (ACTIVE, ARCHIVED)))
         elif isinstance(event, MessageRemoved):
             changes.append(CloseMessage(v, event.message_id))
         elif isinstance(event, MessagesArchived):
+            ends = bool(event.count)
             if event.count:
                 changes.append(ArchiveOldest(v, event.count))
         else:
             raise TypeError(f"no projection for {type(event).__name__}")
-        timeline.append(_timeline_row(event, count, next_id))
-    first, last = batch.events[0], batch.events[-1]
-    session = SessionRow(
-        batch.tenant, batch.key, last.originator_version, batch.message_count,
-        batch.archived_count, first.timestamp, last.timestamp,
-    )  # fmt: skip
+        timeline.append(_timeline_row(event, count, next_id, archived, added, ends))
+    session = SessionRow(batch.tenant, batch.key, batch.events[0].timestamp)
     return ViewChanges(batch.session_id, started, session, tuple(changes), tuple(timeline))
 
 
-def _timeline_row(event: Any, message_count: int, next_message_id: int) -> TimelineRow:
+def _timeline_row(
+    event: Any, message_count: int, next_message_id: int, archived_count: int,
+    tokens_added: int, ends_rows: bool,
+) -> TimelineRow:  # fmt: skip
     # The first write of a session stores SessionStarted and its command together; the
     # idempotency key identifies that write once, on the command's row.
     first = isinstance(event, SessionStarted)
@@ -150,4 +156,7 @@ def _timeline_row(event: Any, message_count: int, next_message_id: int) -> Timel
         request_digest=None if first else event.request_digest,
         message_count=message_count,
         next_message_id=next_message_id,
+        archived_count=archived_count,
+        tokens_added=tokens_added,
+        ends_rows=ends_rows,
     )

@@ -32,7 +32,7 @@ from session_ledger.domain.integrity import chain_hashes, record_bytes
 from session_ledger.domain.ports import ACTIVE
 
 from .changes import InsertMessages, MessageRow, ViewChanges, view_changes
-from .views import SESSION_UPSERT, TIMELINE_COLUMNS, Reader, SQLViews
+from .views import PREVIOUS_TOKENS, SESSION_INSERT, TIMELINE_COLUMNS, Reader, SQLViews
 
 VIEW_TABLES = [
     "CREATE TABLE IF NOT EXISTS ledger_messages ("
@@ -47,18 +47,31 @@ VIEW_TABLES = [
     " (session_id, valid_to) WHERE valid_to IS NOT NULL",
     "CREATE TABLE IF NOT EXISTS ledger_sessions ("
     ' session_id uuid PRIMARY KEY, tenant text NOT NULL, session_key text COLLATE "C" NOT NULL,'
-    " version bigint NOT NULL, message_count bigint NOT NULL, archived_count bigint NOT NULL,"
-    " token_total bigint NOT NULL, created_at timestamptz NOT NULL,"
-    " updated_at timestamptz NOT NULL)",
+    " created_at timestamptz NOT NULL)",
     "CREATE UNIQUE INDEX IF NOT EXISTS ledger_sessions_key"
     " ON ledger_sessions (tenant, session_key)",
     "CREATE TABLE IF NOT EXISTS ledger_timeline ("
     " session_id uuid NOT NULL, version bigint NOT NULL, recorded_at timestamptz NOT NULL,"
     " event_type text NOT NULL, actor text NOT NULL, reason text, idempotency_key text,"
     " request_digest text, message_count bigint NOT NULL, next_message_id bigint NOT NULL,"
-    " chain bytea, PRIMARY KEY (session_id, version))",
+    " chain bytea, archived_count bigint NOT NULL, token_total bigint NOT NULL,"
+    " PRIMARY KEY (session_id, version))",
     # stores made before the timeline kept the hash chain (`rebuild` fills it in)
     "ALTER TABLE ledger_timeline ADD COLUMN IF NOT EXISTS chain bytea",
+    # Stores made when the session row held the head (updated by every write): its counts
+    # move onto each session's newest timeline row; older rows' totals stay NULL until
+    # `rebuild` derives them.
+    "DO $$ BEGIN IF EXISTS (SELECT 1 FROM information_schema.columns"
+    " WHERE table_schema = current_schema() AND table_name = 'ledger_sessions'"
+    " AND column_name = 'version') THEN"
+    " ALTER TABLE ledger_timeline ADD COLUMN archived_count bigint,"
+    " ADD COLUMN token_total bigint;"
+    " UPDATE ledger_timeline t SET archived_count = s.archived_count,"
+    " token_total = s.token_total FROM ledger_sessions s"
+    " WHERE t.session_id = s.session_id AND t.version = s.version;"
+    " ALTER TABLE ledger_sessions DROP COLUMN version, DROP COLUMN message_count,"
+    " DROP COLUMN archived_count, DROP COLUMN token_total, DROP COLUMN updated_at;"
+    " END IF; END $$",
     "CREATE UNIQUE INDEX IF NOT EXISTS ledger_timeline_idempotency ON ledger_timeline"
     " (session_id, idempotency_key) WHERE idempotency_key IS NOT NULL",
     # Dropped: time lookups binary-search the primary key (views.VERSION_AT).
@@ -96,11 +109,15 @@ def _events_insert(n: int) -> str:
 
 @functools.lru_cache(maxsize=512)
 def _append_sql(n_events: int, messages: int | None, n_timeline: int, chained: bool) -> str:
-    """Events, session row, message rows (`messages` VALUES rows, or arrays when None)
-    and timeline rows as one statement of data-modifying CTEs. `chained`: one timeline
-    row whose hash extends the stored h_{v-1} in the statement itself (sha256 of it and
-    the record's encoding, domain/integrity.py), so an append stays one round trip."""
-    parts = [f"e AS ({_events_insert(n_events)})", f"s AS ({_sql(SESSION_UPSERT)})"]
+    """Events, message rows (`messages` VALUES rows, or arrays when None) and timeline
+    rows as one statement of data-modifying CTEs, with the session row when the write
+    starts the session (not `chained`). A `chained` write has one timeline row whose hash
+    extends the stored h_{v-1} and whose token total extends the stored one, both in the
+    statement itself (sha256 of h_{v-1} and the record's encoding, domain/integrity.py),
+    so an append stays one round trip."""
+    parts = [f"e AS ({_events_insert(n_events)})"]
+    if not chained:
+        parts.append(f"s AS ({_sql(SESSION_INSERT)})")
     if messages is None:
         parts.append(f"m AS ({MESSAGES_INSERT})")
     elif messages:
@@ -109,12 +126,14 @@ def _append_sql(n_events: int, messages: int | None, n_timeline: int, chained: b
             f"m AS (INSERT INTO ledger_messages ({MESSAGE_COLUMNS}) "
             f"VALUES {_values(messages, row)})"
         )
-    timeline_row = "(" + ", ".join(["%s"] * 11) + ")"
+    timeline_row = "(" + ", ".join(["%s"] * 13) + ")"
     if chained:
         assert n_timeline == 1
         timeline_row = (
             "(" + ", ".join(["%s"] * 10) + ", sha256((SELECT chain FROM ledger_timeline"
-            " WHERE session_id = %s AND version = %s) || %s::bytea))"
+            " WHERE session_id = %s AND version = %s) || %s::bytea), %s, "
+            + _sql(PREVIOUS_TOKENS)
+            + " + %s)"
         )
     parts.append(
         f"t AS (INSERT INTO ledger_timeline ({TIMELINE_COLUMNS}) "
@@ -169,11 +188,15 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder, SQLViews):
         self, stored: Sequence[StoredEvent], events: list[Any], changes: ViewChanges
     ) -> tuple[str, list[Any]]:
         """The one statement of an append, and its parameters."""
-        sid, version = changes.session_id, changes.session.version
+        sid, version = changes.session_id, stored[-1].originator_version
         rows = [r for c in changes.changes if isinstance(c, InsertMessages) for r in c.rows]
         times = self._times(changes)
         timeline = self._timeline_params(changes, times)
-        params = [*events, *self._session_params(changes, times)]
+        params = [*events]
+        first = stored[0].originator_version
+        chained = first > 1  # else h_0 is known: every hash is computed here
+        if not chained:
+            params += self._session_params(changes, times)
         if len(rows) <= MAX_VALUES_ROWS:  # scalar parameters: cheapest to send
             messages: int | None = len(rows)
             for r in rows:
@@ -182,22 +205,24 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder, SQLViews):
         else:  # many rows: a handful of arrays (a statement takes at most 65,535 values)
             messages = None
             params += self._message_arrays(sid, version, ACTIVE, rows)
-        first = stored[0].originator_version
-        chained = first > 1  # else h_0 is known: every hash is computed here
         if chained:
-            (row,) = timeline
-            s = stored[0]
+            (row,), (t,), s = timeline, changes.timeline, stored[0]
             params += (
                 *row,
                 sid,
                 first - 1,
                 record_bytes(changes.session_id, first, s.topic, s.state),
+                t.archived_count,
+                sid,
+                first - 1,
+                t.tokens_added,
             )
         else:
             hashes = chain_hashes(changes.session_id, ((s.originator_version, s.topic, s.state)
                                                        for s in stored))  # fmt: skip
-            for t, h in zip(timeline, hashes, strict=True):
-                params += (*t, h)
+            totals = self._started_totals(changes)
+            for row, h, t, total in zip(timeline, hashes, changes.timeline, totals, strict=True):
+                params += (*row, h, t.archived_count, total)
         return _append_sql(len(stored), messages, len(timeline), chained), params
 
     @contextmanager

@@ -55,17 +55,15 @@ VIEW_TABLES = [
     " (session_id, valid_to) WHERE valid_to IS NOT NULL",
     "CREATE TABLE IF NOT EXISTS ledger_sessions ("
     " session_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, session_key TEXT NOT NULL,"
-    " version INTEGER NOT NULL, message_count INTEGER NOT NULL,"
-    " archived_count INTEGER NOT NULL, token_total INTEGER NOT NULL,"
-    " created_at TEXT NOT NULL, updated_at TEXT NOT NULL) WITHOUT ROWID",
+    " created_at TEXT NOT NULL) WITHOUT ROWID",
     "CREATE UNIQUE INDEX IF NOT EXISTS ledger_sessions_key"
     " ON ledger_sessions (tenant, session_key)",
     "CREATE TABLE IF NOT EXISTS ledger_timeline ("
     " session_id TEXT NOT NULL, version INTEGER NOT NULL, recorded_at TEXT NOT NULL,"
     " event_type TEXT NOT NULL, actor TEXT NOT NULL, reason TEXT, idempotency_key TEXT,"
     " request_digest TEXT, message_count INTEGER NOT NULL, next_message_id INTEGER NOT NULL,"
-    " chain BLOB, PRIMARY KEY (session_id, version))"
-    " WITHOUT ROWID",
+    " chain BLOB, archived_count INTEGER NOT NULL, token_total INTEGER NOT NULL,"
+    " PRIMARY KEY (session_id, version)) WITHOUT ROWID",
     "CREATE UNIQUE INDEX IF NOT EXISTS ledger_timeline_idempotency ON ledger_timeline"
     " (session_id, idempotency_key) WHERE idempotency_key IS NOT NULL",
     # Dropped: time lookups binary-search the primary key (views.VERSION_AT).
@@ -100,9 +98,11 @@ class SQLiteLedgerRecorder(SQLiteApplicationRecorder, SQLViews):
         super()._create_table(c)
         # Stores made before the timeline kept the hash chain: add the column (`rebuild`
         # fills it in; until then `verify` reports those versions as unchained).
-        c.execute("PRAGMA table_info(ledger_timeline)")
-        if "chain" not in {row[1] for row in c.fetchall()}:
+        if "chain" not in _columns(c, "ledger_timeline"):
             c.execute("ALTER TABLE ledger_timeline ADD COLUMN chain BLOB")
+        if "version" in _columns(c, "ledger_sessions"):
+            for statement in _HEAD_TO_TIMELINE:
+                c.execute(statement)
 
     def insert_events(
         self, stored_events: Sequence[StoredEvent], **kwargs: Any
@@ -203,6 +203,28 @@ class SQLiteLedgerRecorder(SQLiteApplicationRecorder, SQLViews):
 
     def _datetime(self, value: Any) -> datetime:
         return datetime.strptime(value, TIME_FORMAT).replace(tzinfo=UTC)
+
+
+# Stores made when the session row held the head (and was updated by every write): the
+# head's counts move onto each session's newest timeline row, and the row keeps what never
+# changes. Older timeline rows get NULL totals until `rebuild` derives them.
+_HEAD_TO_TIMELINE = (
+    "ALTER TABLE ledger_timeline ADD COLUMN archived_count INTEGER",
+    "ALTER TABLE ledger_timeline ADD COLUMN token_total INTEGER",
+    "UPDATE ledger_timeline SET (archived_count, token_total) = (SELECT s.archived_count,"
+    " s.token_total FROM ledger_sessions s WHERE s.session_id = ledger_timeline.session_id)"
+    " WHERE version = (SELECT s.version FROM ledger_sessions s"
+    " WHERE s.session_id = ledger_timeline.session_id)",
+    *(
+        f"ALTER TABLE ledger_sessions DROP COLUMN {column}"
+        for column in ("version", "message_count", "archived_count", "token_total", "updated_at")
+    ),
+)
+
+
+def _columns(c: Any, table: str) -> set[str]:
+    c.execute(f"PRAGMA table_info({table})")
+    return {row[1] for row in c.fetchall()}
 
 
 class _Reader:

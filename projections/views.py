@@ -4,8 +4,10 @@ Tables (all derived from events, rebuilt by `rebuild`):
 - `ledger_messages`: the temporal transcript. One row per message per status, live
   from version `valid_from` until `valid_to` (NULL while live). A covering partial index
   over the live rows is the context-window source: role and token counts of the tail.
-- `ledger_sessions`: one row per session: tenant, key, version, counts, token total.
-- `ledger_timeline`: one row per event: version, time, type, actor, reason, idempotency.
+- `ledger_sessions`: one row per session, written when it starts: tenant, key, created.
+- `ledger_timeline`: one row per event: version, time, type, actor, reason, idempotency,
+  hash chain, and the head the event left (counts, token total). A session's newest row
+  is its head, so a write appends rows and updates none of the head's.
 Statements are written with `?` placeholders; a dialect converts them.
 """
 
@@ -40,24 +42,30 @@ TAIL_BATCH = 64  # rows per tail read (with bodies); doubles as the window grows
 MAX_TAIL_BATCH = 4096
 MAX_CHAR = "\U0010ffff"
 
-SESSION_UPSERT = (
-    "INSERT INTO ledger_sessions (session_id, tenant, session_key, version, message_count, "
-    "archived_count, token_total, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
-    "ON CONFLICT (session_id) DO UPDATE SET version = excluded.version, "
-    "message_count = excluded.message_count, archived_count = excluded.archived_count, "
-    "token_total = ledger_sessions.token_total + excluded.token_total, "
-    "updated_at = excluded.updated_at"
+SESSION_INSERT = (
+    "INSERT INTO ledger_sessions (session_id, tenant, session_key, created_at) VALUES (?, ?, ?, ?)"
 )
 TIMELINE_COLUMNS = (
     "session_id, version, recorded_at, event_type, actor, reason, idempotency_key, "
-    "request_digest, message_count, next_message_id, chain"
+    "request_digest, message_count, next_message_id, chain, archived_count, token_total"
 )
-TIMELINE_INSERT = (
-    f"INSERT INTO ledger_timeline ({TIMELINE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+# The session's head is its newest timeline row: its version, counts and token total.
+HEAD_VERSION = (
+    "(SELECT h.version FROM ledger_timeline h WHERE h.session_id = ? ORDER BY h.version DESC"
+    " LIMIT 1)"
+)
+# An event's token total: the one before it, plus what it added (then, where the event
+# ends rows, minus theirs: `ENDED_TOKENS`).
+PREVIOUS_TOKENS = (
+    "(SELECT p.token_total FROM ledger_timeline p WHERE p.session_id = ? AND p.version = ?)"
+)
+ENDED_TOKENS = (
+    "(SELECT COALESCE(SUM(tokens), 0) FROM {ended} WHERE session_id = ? AND status = ?"
+    " AND valid_to = ?)"
 )
 NOT_CLEARED = (  # the session's last event (its head's) is not a reset
-    " AND NOT EXISTS (SELECT 1 FROM ledger_timeline t WHERE t.session_id = s.session_id"
-    " AND t.version = s.version AND t.event_type = 'HistoryCleared')"
+    " AND (SELECT t.event_type FROM ledger_timeline t WHERE t.session_id = s.session_id"
+    " ORDER BY t.version DESC LIMIT 1) <> 'HistoryCleared'"
 )
 CHAIN_AT = "SELECT chain AS value FROM ledger_timeline WHERE session_id = ? AND version = ?"
 LIVE = "session_id = ? AND status = ? AND valid_to IS NULL"
@@ -65,7 +73,7 @@ LIVE = "session_id = ? AND status = ? AND valid_to IS NULL"
 # lo = 0 means "before the first event". No rows when the session does not exist.
 VERSION_AT = (
     "WITH RECURSIVE search(lo, hi) AS ("
-    " SELECT CAST(0 AS BIGINT), (SELECT version FROM ledger_sessions WHERE session_id = ?)"
+    f" SELECT CAST(0 AS BIGINT), {HEAD_VERSION}"
     " UNION ALL SELECT"
     " CASE WHEN t.recorded_at <= ? THEN (lo + hi + 1) / 2 ELSE lo END,"
     " CASE WHEN t.recorded_at <= ? THEN hi ELSE (lo + hi + 1) / 2 - 1 END"
@@ -188,12 +196,12 @@ class SQLViews(ABC):
         sid = self._sid(vc.session_id)
         run = self._execute
         times = self._times(vc)
-        run(cursor, SESSION_UPSERT, self._session_params(vc, times))
+        if vc.started:
+            run(cursor, SESSION_INSERT, self._session_params(vc, times))
         for c in vc.changes:
             if isinstance(c, InsertMessages):
                 self._insert_rows(cursor, sid, c.version, c.status, c.rows)
-                continue
-            if isinstance(c, CloseHistory):
+            elif isinstance(c, CloseHistory):
                 self._close_history(cursor, sid, c)
             elif isinstance(c, CloseMessage):
                 run(
@@ -203,18 +211,36 @@ class SQLViews(ABC):
                 )
             elif isinstance(c, ArchiveOldest):
                 self._archive_oldest(cursor, sid, c)
-            # Whatever left the active history at this version takes its tokens along.
-            run(
-                cursor,
-                "UPDATE ledger_sessions SET token_total = token_total - (SELECT "
-                f"COALESCE(SUM(tokens), 0) FROM {self.ended_rows} WHERE session_id = ? "
-                "AND status = ? AND valid_to = ?) WHERE session_id = ?",
-                (sid, ACTIVE, c.version, sid),
-            )
         chains = self._chains(cursor, vc.session_id, records, chain_before)
-        for row, chain in zip(self._timeline_params(vc, times), chains, strict=True):
-            run(cursor, TIMELINE_INSERT, (*row, chain))
+        timeline = self._timeline_params(vc, times)
+        # A write that starts its session knows every total; the others add to the last.
+        totals = self._started_totals(vc) if vc.started else [None] * len(timeline)
+        for t, row, chain, total in zip(vc.timeline, timeline, chains, totals, strict=True):
+            if total is not None:
+                run(cursor, self._timeline_insert("?"), (*row, chain, t.archived_count, total))
+                continue
+            tokens = f"{PREVIOUS_TOKENS} + ?"
+            params = (*row, chain, t.archived_count, sid, t.version - 1, t.tokens_added)
+            if t.ends_rows:  # what left the active history at this version takes its tokens
+                tokens += " - " + ENDED_TOKENS.format(ended=self.ended_rows)
+                params += (sid, ACTIVE, t.version)
+            run(cursor, self._timeline_insert(tokens), params)
         return chains[-1]
+
+    @staticmethod
+    def _timeline_insert(tokens: str) -> str:
+        """The timeline INSERT whose token total is the SQL expression `tokens`."""
+        return f"INSERT INTO ledger_timeline ({TIMELINE_COLUMNS}) VALUES ({'?, ' * 12}{tokens})"
+
+    @staticmethod
+    def _started_totals(vc: ViewChanges) -> list[int]:
+        """The token totals of a write that starts its session: nothing came before, and
+        a new session has no rows to end."""
+        total, totals = 0, []
+        for t in vc.timeline:
+            total += t.tokens_added
+            totals.append(total)
+        return totals
 
     def _chains(
         self,
@@ -237,31 +263,17 @@ class SQLViews(ABC):
         return list(chain_hashes(session_id, _records(records), previous))
 
     def _times(self, vc: ViewChanges) -> dict[datetime, Any]:
-        """Each distinct time of a write in the store's form: one event's time is also the
-        session's update time (and its creation time when the write starts it)."""
+        """Each distinct time of a write in the store's form (the session's creation time
+        is its first event's)."""
         times: dict[datetime, Any] = {}
-        session = vc.session
-        for moment in (
-            session.created_at,
-            session.updated_at,
-            *(r.recorded_at for r in vc.timeline),
-        ):
+        for moment in (r.recorded_at for r in vc.timeline):
             if moment not in times:
                 times[moment] = self._time(moment)
         return times
 
     def _session_params(self, vc: ViewChanges, times: dict[datetime, Any]) -> tuple[Any, ...]:
-        # New active messages add their tokens here; what leaves the history is
-        # subtracted by the statement that follows each closing change.
         s = vc.session
-        added = sum(
-            r.tokens for c in vc.changes if isinstance(c, InsertMessages) and c.status == ACTIVE
-            for r in c.rows
-        )  # fmt: skip
-        return (
-            self._sid(vc.session_id), s.tenant, s.key, s.version, s.message_count,
-            s.archived_count, added, times[s.created_at], times[s.updated_at],
-        )  # fmt: skip
+        return (self._sid(vc.session_id), s.tenant, s.key, times[s.created_at])
 
     def _timeline_params(
         self, vc: ViewChanges, times: dict[datetime, Any]
@@ -367,7 +379,7 @@ class SQLViews(ABC):
         # Rows are tuples that start like a TailEntry: (role, alone, joined, message, id, seen).
         columns = "role, tokens, tokens_joined, message, message_id"
         where, params = _rows_at(sid, ACTIVE, version)
-        seen = "(SELECT version FROM ledger_sessions WHERE session_id = ?) AS seen"
+        seen = f"{HEAD_VERSION} AS seen"
         bound = ""
         bound_params: tuple[Any, ...] = ()
         if version is not None:  # ids from the next one on were written after `version`
@@ -421,9 +433,7 @@ class SQLViews(ABC):
                 (sid, *params, before, batch),
             )
             if not rows:  # an empty batch says no version: ask for it
-                rows = self._tuples(
-                    read, "SELECT version FROM ledger_sessions WHERE session_id = ?", (sid,)
-                )
+                rows = self._tuples(read, HEAD_VERSION[1:-1], (sid,))
                 versions.update(r[0] for r in rows)
                 return
             versions.add(rows[0][5])
@@ -489,8 +499,10 @@ class SQLViews(ABC):
         with self._reading() as read:
             rows = self._fetch(
                 read,
-                "SELECT s.*, t.event_type FROM ledger_sessions s JOIN ledger_timeline t "
-                "ON t.session_id = s.session_id AND t.version = s.version WHERE s.session_id = ?",
+                "SELECT s.tenant, s.session_key, s.created_at, t.version, t.message_count, "
+                "t.archived_count, t.token_total, t.recorded_at, t.event_type "
+                "FROM ledger_sessions s JOIN ledger_timeline t ON t.session_id = s.session_id "
+                "WHERE s.session_id = ? ORDER BY t.version DESC LIMIT 1",
                 (self._sid(session_id),),
             )
         if not rows:
@@ -498,7 +510,7 @@ class SQLViews(ABC):
         r = rows[0]
         return SessionHead(
             r["tenant"], r["session_key"], r["version"], r["message_count"], r["archived_count"],
-            r["token_total"], self._datetime(r["created_at"]), self._datetime(r["updated_at"]),
+            r["token_total"], self._datetime(r["created_at"]), self._datetime(r["recorded_at"]),
             r["event_type"],
         )  # fmt: skip
 

@@ -197,3 +197,28 @@ def test_removals_and_their_audit_visit_few_rows(
     }
     assert audits["large"] <= audits["small"] * 1.5 + 20, audits
     ledger.close()
+
+
+def test_an_append_only_appends(tmp_path: Path) -> None:
+    """A put to a session that exists inserts its event, message row and timeline row, and
+    updates nothing: the session's head is its newest timeline row, not a row rewritten
+    (a page written to the WAL and fsynced) by every write."""
+    ledger = make_ledger(make_settings("sqlite", tmp_path))
+    ledger.put("s", message(0))
+    pool = ledger.recorder.datastore.pool
+    assert isinstance(pool, _DurablePool) and pool._writer is not None
+    statements: list[str] = []
+    pool._writer.sqlite.set_trace_callback(statements.append)
+    try:
+        ledger.put("s", message(1))
+    finally:
+        pool._writer.sqlite.set_trace_callback(None)
+    writes = [" ".join(s.split()[:3]) for s in statements if not s.startswith(("BEGIN", "COMMIT"))]
+    assert writes == [
+        "INSERT INTO ledger_events",
+        "INSERT INTO ledger_messages",
+        "INSERT INTO ledger_timeline",
+    ]
+    head = ledger.head("s")
+    assert (head.version, head.message_count, head.token_total) == (3, 2, 80)
+    ledger.close()

@@ -17,12 +17,12 @@ def test_each_layout_stores_its_records_per_put(tmp_path: Path) -> None:
         "raw": {"messages": 3},
         "ledger": {"ledger_events": 3, "ledger_messages": 3, "ledger_sessions": 1,
                    "ledger_timeline": 3},
+        "session row updated by every put": {"ledger_events": 3, "ledger_messages": 3,
+                                             "ledger_sessions": 1, "ledger_timeline": 3},
         "no timeline": {"ledger_events": 3, "ledger_messages": 3, "ledger_sessions": 1,
                         "ledger_timeline": 0},
         "timeline in event row": {"ledger_events": 3, "ledger_messages": 3,
                                   "ledger_sessions": 1, "ledger_timeline": 0},
-        "timeline in event row, no session row": {"ledger_events": 3, "ledger_messages": 3,
-                                                  "ledger_sessions": 0, "ledger_timeline": 0},
     }  # fmt: skip
     assert set(by_name) == set(expected)
     for i, (name, rows) in enumerate(expected.items()):
@@ -30,6 +30,14 @@ def test_each_layout_stores_its_records_per_put(tmp_path: Path) -> None:
         assert runner.block(2) > 0
         assert runner.frames_per_put(1) >= 1  # the put committed pages to the WAL
         assert {table: runner.rows(table) for table in rows} == rows, name
+        if name == "ledger":  # the head is the newest timeline row: 3 puts of 90 tokens
+            total = runner.conn.execute(
+                "SELECT token_total FROM ledger_timeline ORDER BY version DESC LIMIT 1"
+            ).fetchone()
+            assert total == (270,)
+        if name == "session row updated by every put":
+            head = runner.conn.execute("SELECT version, token_total FROM ledger_sessions")
+            assert head.fetchone() == (3, 270)
         if name.startswith("timeline in event row"):
             chained = runner.conn.execute("SELECT count(chain) FROM ledger_events").fetchone()
             assert chained == (3,)
