@@ -32,7 +32,7 @@ from session_ledger.domain.integrity import chain_hashes, record_bytes
 from session_ledger.domain.ports import ACTIVE
 
 from .changes import InsertMessages, MessageRow, ViewChanges, view_changes
-from .views import PREVIOUS_TOKENS, SESSION_INSERT, TIMELINE_COLUMNS, Reader, SQLViews
+from .views import SESSION_INSERT, TIMELINE_COLUMNS, Reader, SQLViews
 
 VIEW_TABLES = [
     "CREATE TABLE IF NOT EXISTS ledger_messages ("
@@ -107,14 +107,22 @@ def _events_insert(n: int) -> str:
     )
 
 
+# h_v from the stored h_{v-1} and the record's encoding (domain/integrity.py).
+CHAIN_EXTENDED = (
+    "sha256((SELECT chain FROM ledger_timeline WHERE session_id = %s AND version = %s)"
+    " || %s::bytea)"
+)
+
+
 @functools.lru_cache(maxsize=512)
-def _append_sql(n_events: int, messages: int | None, n_timeline: int, chained: bool) -> str:
-    """Events, message rows (`messages` VALUES rows, or arrays when None) and timeline
-    rows as one statement of data-modifying CTEs, with the session row when the write
-    starts the session (not `chained`). A `chained` write has one timeline row whose hash
-    extends the stored h_{v-1} and whose token total extends the stored one, both in the
-    statement itself (sha256 of h_{v-1} and the record's encoding, domain/integrity.py),
-    so an append stays one round trip."""
+def _append_sql(
+    n_events: int, messages: int | None, chained: bool, token_totals: tuple[str, ...]
+) -> str:
+    """Events, message rows (`messages` VALUES rows, or arrays when None) and one timeline
+    row per SQL expression of its token total, as one statement of data-modifying CTEs,
+    with the session row when the write starts the session (not `chained`). A `chained`
+    write's one timeline row extends the stored hash chain in the statement itself, as
+    its token total extends the stored total, so an append stays one round trip."""
     parts = [f"e AS ({_events_insert(n_events)})"]
     if not chained:
         parts.append(f"s AS ({_sql(SESSION_INSERT)})")
@@ -126,19 +134,10 @@ def _append_sql(n_events: int, messages: int | None, n_timeline: int, chained: b
             f"m AS (INSERT INTO ledger_messages ({MESSAGE_COLUMNS}) "
             f"VALUES {_values(messages, row)})"
         )
-    timeline_row = "(" + ", ".join(["%s"] * 13) + ")"
-    if chained:
-        assert n_timeline == 1
-        timeline_row = (
-            "(" + ", ".join(["%s"] * 10) + ", sha256((SELECT chain FROM ledger_timeline"
-            " WHERE session_id = %s AND version = %s) || %s::bytea), %s, "
-            + _sql(PREVIOUS_TOKENS)
-            + " + %s)"
-        )
-    parts.append(
-        f"t AS (INSERT INTO ledger_timeline ({TIMELINE_COLUMNS}) "
-        f"VALUES {_values(n_timeline, timeline_row)})"
-    )
+    assert not chained or len(token_totals) == 1
+    chain = CHAIN_EXTENDED if chained else "%s"
+    timeline = ", ".join(f"({'%s, ' * 10}{chain}, %s, {_sql(tokens)})" for tokens in token_totals)
+    parts.append(f"t AS (INSERT INTO ledger_timeline ({TIMELINE_COLUMNS}) VALUES {timeline})")
     return "WITH " + ", ".join(parts) + " SELECT notification_id FROM e ORDER BY notification_id"
 
 
@@ -194,7 +193,7 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder, SQLViews):
         timeline = self._timeline_params(changes, times)
         params = [*events]
         first = stored[0].originator_version
-        chained = first > 1  # else h_0 is known: every hash is computed here
+        chained = not changes.started  # its one event extends the stored session
         if not chained:
             params += self._session_params(changes, times)
         if len(rows) <= MAX_VALUES_ROWS:  # scalar parameters: cheapest to send
@@ -205,25 +204,21 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder, SQLViews):
         else:  # many rows: a handful of arrays (a statement takes at most 65,535 values)
             messages = None
             params += self._message_arrays(sid, version, ACTIVE, rows)
-        if chained:
-            (row,), (t,), s = timeline, changes.timeline, stored[0]
-            params += (
-                *row,
-                sid,
-                first - 1,
-                record_bytes(changes.session_id, first, s.topic, s.state),
-                t.archived_count,
-                sid,
-                first - 1,
-                t.tokens_added,
-            )
+        if chained:  # h_0 is known when the write starts the session, else it is stored
+            s = stored[0]
+            chains: list[tuple[Any, ...]] = [
+                (sid, first - 1, record_bytes(changes.session_id, first, s.topic, s.state))
+            ]
         else:
-            hashes = chain_hashes(changes.session_id, ((s.originator_version, s.topic, s.state)
-                                                       for s in stored))  # fmt: skip
-            totals = self._started_totals(changes)
-            for row, h, t, total in zip(timeline, hashes, changes.timeline, totals, strict=True):
-                params += (*row, h, t.archived_count, total)
-        return _append_sql(len(stored), messages, len(timeline), chained), params
+            records = ((s.originator_version, s.topic, s.state) for s in stored)
+            chains = [(h,) for h in chain_hashes(changes.session_id, records)]
+        totals = self._token_totals(changes)
+        for row, chain, t, (_, token_params) in zip(
+            timeline, chains, changes.timeline, totals, strict=True
+        ):
+            params += (*row, *chain, t.archived_count, *token_params)
+        token_sql = tuple(tokens for tokens, _ in totals)
+        return _append_sql(len(stored), messages, chained, token_sql), params
 
     @contextmanager
     def _reading(self) -> Iterator[Reader]:

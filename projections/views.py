@@ -13,6 +13,7 @@ Statements are written with `?` placeholders; a dialect converts them.
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
@@ -50,10 +51,10 @@ TIMELINE_COLUMNS = (
     "request_digest, message_count, next_message_id, chain, archived_count, token_total"
 )
 # The session's head is its newest timeline row: its version, counts and token total.
-HEAD_VERSION = (
-    "(SELECT h.version FROM ledger_timeline h WHERE h.session_id = ? ORDER BY h.version DESC"
-    " LIMIT 1)"
+HEAD_VERSION_SELECT = (
+    "SELECT h.version FROM ledger_timeline h WHERE h.session_id = ? ORDER BY h.version DESC LIMIT 1"
 )
+HEAD_VERSION = f"({HEAD_VERSION_SELECT})"
 # An event's token total: the one before it, plus what it added (then, where the event
 # ends rows, minus theirs: `ENDED_TOKENS`).
 PREVIOUS_TOKENS = (
@@ -212,18 +213,15 @@ class SQLViews(ABC):
             elif isinstance(c, ArchiveOldest):
                 self._archive_oldest(cursor, sid, c)
         chains = self._chains(cursor, vc.session_id, records, chain_before)
-        timeline = self._timeline_params(vc, times)
-        # A write that starts its session knows every total; the others add to the last.
-        totals = self._started_totals(vc) if vc.started else [None] * len(timeline)
-        for t, row, chain, total in zip(vc.timeline, timeline, chains, totals, strict=True):
-            if total is not None:
-                run(cursor, self._timeline_insert("?"), (*row, chain, t.archived_count, total))
-                continue
-            tokens = f"{PREVIOUS_TOKENS} + ?"
-            params = (*row, chain, t.archived_count, sid, t.version - 1, t.tokens_added)
-            if t.ends_rows:  # what left the active history at this version takes its tokens
-                tokens += " - " + ENDED_TOKENS.format(ended=self.ended_rows)
-                params += (sid, ACTIVE, t.version)
+        rows = zip(
+            self._timeline_params(vc, times),
+            chains,
+            vc.timeline,
+            self._token_totals(vc),
+            strict=True,
+        )
+        for row, chain, t, (tokens, token_params) in rows:
+            params = (*row, chain, t.archived_count, *token_params)
             run(cursor, self._timeline_insert(tokens), params)
         return chains[-1]
 
@@ -232,15 +230,23 @@ class SQLViews(ABC):
         """The timeline INSERT whose token total is the SQL expression `tokens`."""
         return f"INSERT INTO ledger_timeline ({TIMELINE_COLUMNS}) VALUES ({'?, ' * 12}{tokens})"
 
-    @staticmethod
-    def _started_totals(vc: ViewChanges) -> list[int]:
-        """The token totals of a write that starts its session: nothing came before, and
-        a new session has no rows to end."""
-        total, totals = 0, []
+    def _token_totals(self, vc: ViewChanges) -> list[tuple[str, tuple[Any, ...]]]:
+        """Each timeline row's token total, as an SQL expression and its parameters. A
+        write that starts its session knows them (nothing came before, and a new session
+        has no rows to end); any other adds to the total before it, less the tokens of
+        the rows it ended (which its changes have closed by then)."""
+        if vc.started:
+            totals = itertools.accumulate(t.tokens_added for t in vc.timeline)
+            return [("?", (total,)) for total in totals]
+        sid, ended = self._sid(vc.session_id), ENDED_TOKENS.format(ended=self.ended_rows)
+        out: list[tuple[str, tuple[Any, ...]]] = []
         for t in vc.timeline:
-            total += t.tokens_added
-            totals.append(total)
-        return totals
+            tokens = f"{PREVIOUS_TOKENS} + ?"
+            params: tuple[Any, ...] = (sid, t.version - 1, t.tokens_added)
+            if t.ends_rows:
+                tokens, params = f"{tokens} - {ended}", (*params, sid, ACTIVE, t.version)
+            out.append((tokens, params))
+        return out
 
     def _chains(
         self,
@@ -433,7 +439,7 @@ class SQLViews(ABC):
                 (sid, *params, before, batch),
             )
             if not rows:  # an empty batch says no version: ask for it
-                rows = self._tuples(read, HEAD_VERSION[1:-1], (sid,))
+                rows = self._tuples(read, HEAD_VERSION_SELECT, (sid,))
                 versions.update(r[0] for r in rows)
                 return
             versions.add(rows[0][5])
