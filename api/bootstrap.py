@@ -67,8 +67,8 @@ def open_ledger(settings: Settings, *, create_tables: bool = False) -> Ledger:
     env = store_env(settings, create_tables=create_tables)
     if not create_tables and not _tables_exist(settings, env):
         raise StoreNotReady(
-            f"the store at {redact(settings.database_url)} has no ledger tables: run "
-            "`session-ledger migrate` first"
+            f"the store at {redact(settings.database_url)} has no ledger tables, or those of "
+            "an older layout: run `session-ledger migrate` first"
         )
     return Ledger(
         env,
@@ -124,7 +124,7 @@ def _tables_exist(settings: Settings, env: dict[str, str]) -> bool:
         with psycopg.connect(settings.database_url, connect_timeout=10) as conn:
             row = conn.execute(
                 "SELECT to_regclass('ledger_events') IS NOT NULL"
-                " AND to_regclass('ledger_messages') IS NOT NULL"
+                " AND to_regclass('ledger_ended_messages') IS NOT NULL"
             ).fetchone()
     except psycopg.OperationalError as e:
         raise StoreNotReady(f"cannot reach {redact(settings.database_url)}: {e}") from None

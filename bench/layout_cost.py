@@ -11,8 +11,11 @@ WAL frames per put are counted afterwards, in puts that read the WAL after each 
 - ledger: what a put stores today: the event (the library's table), the message row
   and the timeline row (which carries the session's head), with the tables `migrate`
   makes; the session row is written once, by the session's first put.
-- session row updated by every put: the layout before 2026-12-02, whose session row
-  held the head (what that UPDATE cost).
+- one message table with a live-rows index: the ledger as it was until 2026-12-02, when
+  live and ended rows shared a table, and an index of the live rows (written by every
+  append) served their positions.
+- session row updated by every put: the ledger with the session row that held the head
+  before 2026-12-02 (what that UPDATE cost).
 - no timeline: the ledger without the timeline row (what the timeline costs).
 - timeline in event row: the timeline's columns on the event's own row.
 
@@ -55,6 +58,17 @@ HEAD_TABLE = (
     " token_total INTEGER NOT NULL, created_at TEXT NOT NULL, updated_at TEXT NOT NULL)"
     " WITHOUT ROWID"
 )
+# The message table (and its indexes) before 2026-12-02: live and ended rows together.
+ONE_MESSAGE_TABLE = [
+    "CREATE TABLE ledger_messages (session_id TEXT NOT NULL, message_id INTEGER NOT NULL,"
+    " valid_from INTEGER NOT NULL, valid_to INTEGER, status TEXT NOT NULL, role TEXT NOT NULL,"
+    " tokens INTEGER NOT NULL, tokens_joined INTEGER NOT NULL, message TEXT NOT NULL,"
+    " PRIMARY KEY (session_id, message_id, valid_from)) WITHOUT ROWID",
+    "CREATE INDEX ledger_messages_live ON ledger_messages"
+    " (session_id, status, message_id, role, tokens, tokens_joined) WHERE valid_to IS NULL",
+    "CREATE INDEX ledger_messages_ended ON ledger_messages"
+    " (session_id, valid_to) WHERE valid_to IS NOT NULL",
+]
 HEAD_UPSERT = (
     "INSERT INTO ledger_sessions (session_id, tenant, session_key, version, message_count,"
     " archived_count, token_total, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
@@ -92,7 +106,12 @@ def sample_put() -> tuple[str, str, bytes]:
 def layouts(body: str, topic: str, state: bytes) -> list[Layout]:
     """The layouts compared, each putting `body` (a message row) and its event record."""
     from session_ledger.projections.sqlite import VIEW_TABLES
-    from session_ledger.projections.views import PREVIOUS_TOKENS, SESSION_INSERT, SQLViews
+    from session_ledger.projections.views import (
+        LIVE_COLUMNS,
+        PREVIOUS_TOKENS,
+        SESSION_INSERT,
+        SQLViews,
+    )
 
     sid = uuid.uuid4().hex
     chain = hashlib.sha256(state).digest()
@@ -117,6 +136,12 @@ def layouts(body: str, topic: str, state: bytes) -> list[Layout]:
         )  # fmt: skip
 
     def message(c: sqlite3.Connection, v: int) -> None:
+        c.execute(
+            f"INSERT INTO ledger_messages ({LIVE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (sid, "active", v, v, "user", 90, 91, body),
+        )
+
+    def message_one_table(c: sqlite3.Connection, v: int) -> None:
         c.execute(
             "INSERT INTO ledger_messages (session_id, message_id, valid_from, valid_to, status,"
             " role, tokens, tokens_joined, message) VALUES (?, ?, ?, NULL, ?, ?, ?, ?, ?)",
@@ -152,9 +177,18 @@ def layouts(body: str, topic: str, state: bytes) -> list[Layout]:
         HEAD_TABLE if t.startswith("CREATE TABLE IF NOT EXISTS ledger_sessions") else t
         for t in VIEW_TABLES
     ]
+    one_table = [
+        *ONE_MESSAGE_TABLE,
+        *(t for t in VIEW_TABLES if "messages" not in t.split("(")[0]),
+    ]
     return [
         Layout("raw", raw_tables, [raw]),
         Layout("ledger", [event_table, *VIEW_TABLES], [event, message, session, timeline]),
+        Layout(
+            "one message table with a live-rows index",
+            [event_table, *one_table],
+            [event, message_one_table, session, timeline],
+        ),
         Layout(
             "session row updated by every put",
             [event_table, *head_tables],

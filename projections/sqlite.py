@@ -39,20 +39,23 @@ from eventsourcing.sqlite import (
 )
 
 from .changes import MessageRow, view_changes
-from .views import TIME_FORMAT, Reader, SQLViews, utc_text
+from .views import LIVE_COLUMNS, TIME_FORMAT, Reader, SQLViews, utc_text
 
 CHAIN_HEADS = 10_000  # sessions whose last hash a recorder keeps (then it starts over)
 
 VIEW_TABLES = [
     "CREATE TABLE IF NOT EXISTS ledger_messages ("
-    " session_id TEXT NOT NULL, message_id INTEGER NOT NULL, valid_from INTEGER NOT NULL,"
-    " valid_to INTEGER, status TEXT NOT NULL, role TEXT NOT NULL, tokens INTEGER NOT NULL,"
+    " session_id TEXT NOT NULL, status TEXT NOT NULL, message_id INTEGER NOT NULL,"
+    " valid_from INTEGER NOT NULL, role TEXT NOT NULL, tokens INTEGER NOT NULL,"
     " tokens_joined INTEGER NOT NULL, message TEXT NOT NULL,"
-    " PRIMARY KEY (session_id, message_id, valid_from)) WITHOUT ROWID",
-    "CREATE INDEX IF NOT EXISTS ledger_messages_live ON ledger_messages"
-    " (session_id, status, message_id, role, tokens, tokens_joined) WHERE valid_to IS NULL",
-    "CREATE INDEX IF NOT EXISTS ledger_messages_ended ON ledger_messages"
-    " (session_id, valid_to) WHERE valid_to IS NOT NULL",
+    " PRIMARY KEY (session_id, status, message_id)) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS ledger_ended_messages ("
+    " session_id TEXT NOT NULL, status TEXT NOT NULL, message_id INTEGER NOT NULL,"
+    " valid_from INTEGER NOT NULL, valid_to INTEGER NOT NULL, role TEXT NOT NULL,"
+    " tokens INTEGER NOT NULL, tokens_joined INTEGER NOT NULL, message TEXT NOT NULL,"
+    " PRIMARY KEY (session_id, status, message_id, valid_from)) WITHOUT ROWID",
+    "CREATE INDEX IF NOT EXISTS ledger_ended_messages_at ON ledger_ended_messages"
+    " (session_id, valid_to)",
     "CREATE TABLE IF NOT EXISTS ledger_sessions ("
     " session_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, session_key TEXT NOT NULL,"
     " created_at TEXT NOT NULL) WITHOUT ROWID",
@@ -74,13 +77,10 @@ VIEW_TABLES = [
 class SQLiteLedgerRecorder(SQLiteApplicationRecorder, SQLViews):
     """Stores events and their view rows atomically in one SQLite database."""
 
-    # Without ANALYZE statistics SQLite prefers the primary key (session_id = ?) to the
-    # partial indexes, and then read the whole session to find the few rows that ended
-    # at one version (15 ms for every removal from a 10,000-message session), or passed
-    # every archived and replaced row on its way to the oldest live ones. Long reads of
-    # the live rows (window, history) stay on the primary key: it holds the bodies.
-    ended_rows = "ledger_messages INDEXED BY ledger_messages_ended"
-    live_rows = "ledger_messages INDEXED BY ledger_messages_live"
+    # Without ANALYZE statistics SQLite may prefer the primary key (session_id = ?,
+    # status = ?) to the index of end versions, and then read every ended row of the
+    # session to find the few that ended at one version.
+    ended_rows = "ledger_ended_messages INDEXED BY ledger_ended_messages_at"
 
     def __init__(self, datastore: SQLiteDatastore, events_table_name: str = "ledger_events"):
         super().__init__(datastore, events_table_name)
@@ -102,6 +102,9 @@ class SQLiteLedgerRecorder(SQLiteApplicationRecorder, SQLViews):
             c.execute("ALTER TABLE ledger_timeline ADD COLUMN chain BLOB")
         if "version" in _columns(c, "ledger_sessions"):
             for statement in _HEAD_TO_TIMELINE:
+                c.execute(statement)
+        if "valid_to" in _columns(c, "ledger_messages"):
+            for statement in _ENDED_ROWS_APART:
                 c.execute(statement)
 
     def insert_events(
@@ -189,9 +192,8 @@ class SQLiteLedgerRecorder(SQLiteApplicationRecorder, SQLViews):
         self, cursor: Any, sid: Any, version: int, status: str, rows: Sequence[MessageRow]
     ) -> None:
         cursor.executemany(
-            "INSERT INTO ledger_messages (session_id, message_id, valid_from, valid_to, status,"
-            " role, tokens, tokens_joined, message) VALUES (?, ?, ?, NULL, ?, ?, ?, ?, ?)",
-            [(sid, r.message_id, version, status, r.role, r.tokens, r.tokens_joined, r.body)
+            f"INSERT INTO ledger_messages ({LIVE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [(sid, status, r.message_id, version, r.role, r.tokens, r.tokens_joined, r.body)
              for r in rows],
         )  # fmt: skip
 
@@ -219,6 +221,20 @@ _HEAD_TO_TIMELINE = (
         f"ALTER TABLE ledger_sessions DROP COLUMN {column}"
         for column in ("version", "message_count", "archived_count", "token_total", "updated_at")
     ),
+)
+
+# Stores made when one table held every row of the transcript, live or ended (`valid_to`
+# NULL while live), with an index of the live rows that every append also wrote: the
+# live rows go to a table keyed by (session, status, message id), the ended ones to
+# `ledger_ended_messages`. The old table goes, and its indexes with it.
+_ENDED_ROWS_APART = (
+    VIEW_TABLES[0].replace("IF NOT EXISTS ledger_messages", "ledger_messages_moved"),
+    f"INSERT INTO ledger_messages_moved ({LIVE_COLUMNS}) SELECT {LIVE_COLUMNS}"
+    " FROM ledger_messages WHERE valid_to IS NULL",
+    f"INSERT INTO ledger_ended_messages ({LIVE_COLUMNS}, valid_to) SELECT {LIVE_COLUMNS},"
+    " valid_to FROM ledger_messages WHERE valid_to IS NOT NULL",
+    "DROP TABLE ledger_messages",
+    "ALTER TABLE ledger_messages_moved RENAME TO ledger_messages",
 )
 
 
@@ -372,7 +388,8 @@ class SQLiteLedgerFactory(SQLiteFactory):
 
 
 def sqlite_tables_exist(db_name: str) -> bool:
-    """Whether `migrate` has run on this database."""
+    """Whether `migrate` has run on this database (since the transcript's ended rows
+    got a table of their own)."""
     with sqlite3.connect(db_name, uri=True) as conn:
         names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    return {"ledger_events", "ledger_snapshots", "ledger_messages"} <= names
+    return {"ledger_events", "ledger_snapshots", "ledger_ended_messages"} <= names

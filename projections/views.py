@@ -1,9 +1,12 @@
 """The session views in SQL, shared by the SQLite and PostgreSQL recorders.
 
 Tables (all derived from events, rebuilt by `rebuild`):
-- `ledger_messages`: the temporal transcript. One row per message per status, live
-  from version `valid_from` until `valid_to` (NULL while live). A covering partial index
-  over the live rows is the context-window source: role and token counts of the tail.
+- `ledger_messages`: the live transcript, one row per live message and status, keyed by
+  (session, status, message id), live since version `valid_from`. It holds nothing else,
+  so a window or a position reads only live rows, and an append writes one b-tree of it.
+- `ledger_ended_messages`: the rows that left it (removed, replaced, archived, cleared),
+  each with the version `valid_to` that ended it. With the live rows they give any past
+  version's transcript: the rows with valid_from <= v < valid_to, or still live.
 - `ledger_sessions`: one row per session, written when it starts: tenant, key, created.
 - `ledger_timeline`: one row per event: version, time, type, actor, reason, idempotency,
   hash chain, and the head the event left (counts, token total). A session's newest row
@@ -13,7 +16,9 @@ Statements are written with `?` placeholders; a dialect converts them.
 
 from __future__ import annotations
 
+import heapq
 import itertools
+import operator
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
@@ -69,7 +74,11 @@ NOT_CLEARED = (  # the session's last event (its head's) is not a reset
     " ORDER BY t.version DESC LIMIT 1) <> 'HistoryCleared'"
 )
 CHAIN_AT = "SELECT chain AS value FROM ledger_timeline WHERE session_id = ? AND version = ?"
-LIVE = "session_id = ? AND status = ? AND valid_to IS NULL"
+LIVE = "session_id = ? AND status = ?"  # in ledger_messages every row is live
+LIVE_COLUMNS = "session_id, status, message_id, valid_from, role, tokens, tokens_joined, message"
+# A version's rows: those live since it or before, and those that ended after it.
+LIVE_AT = f"{LIVE} AND valid_from <= ?"
+ENDED_AT = f"{LIVE} AND valid_from <= ? AND valid_to > ?"
 # Binary search for the last version recorded at or before a time: (lo, hi) brackets it,
 # lo = 0 means "before the first event". No rows when the session does not exist.
 VERSION_AT = (
@@ -81,9 +90,6 @@ VERSION_AT = (
     " FROM search JOIN ledger_timeline t ON t.session_id = ? AND t.version = (lo + hi + 1) / 2"
     " WHERE lo < hi)"
     " SELECT lo AS version FROM search WHERE lo >= hi"
-)
-AT_VERSION = (
-    "session_id = ? AND status = ? AND valid_from <= ? AND (valid_to IS NULL OR valid_to > ?)"
 )
 
 
@@ -106,13 +112,6 @@ def _records(stored: Iterable[StoredEvent]) -> Iterator[tuple[int, str, bytes]]:
     return ((s.originator_version, s.topic, s.state) for s in stored)
 
 
-def _rows_at(sid: Any, status: str, version: int | None) -> tuple[str, tuple[Any, ...]]:
-    """The rows of a status live now (version None) or at `version`."""
-    if version is None:
-        return LIVE, (sid, status)
-    return AT_VERSION, (sid, status, version, version)
-
-
 class Reader(Protocol):
     def __call__(self, sql: str, params: Sequence[Any]) -> list[Any]:
         """Rows whose columns are read by name."""
@@ -126,18 +125,17 @@ class Reader(Protocol):
 class SQLViews(ABC):
     """Reads and inline writes of the views; subclasses supply the SQL dialect."""
 
-    view_tables = ("ledger_sessions", "ledger_messages", "ledger_timeline")
+    view_tables = ("ledger_sessions", "ledger_messages", "ledger_ended_messages", "ledger_timeline")
     view_order = {
         "ledger_sessions": "session_id",
-        "ledger_messages": "session_id, message_id, valid_from",
+        "ledger_messages": "session_id, status, message_id",
+        "ledger_ended_messages": "session_id, status, message_id, valid_from",
         "ledger_timeline": "session_id, version",
     }
     event_position = "rowid"  # the column that orders the whole event log
     no_limit: Any = -1
-    # Where rows that ended at a version are looked up (session_id, valid_to = ?), and
-    # where a few live rows are found by their position from the start.
-    ended_rows = "ledger_messages"
-    live_rows = "ledger_messages"
+    # Where rows that ended at a version are looked up (session_id, valid_to = ?).
+    ended_rows = "ledger_ended_messages"
     rows_read = 0  # view rows this recorder fetched: the cost model the tests check
 
     # -- dialect ----------------------------------------------------------------------------
@@ -205,11 +203,8 @@ class SQLViews(ABC):
             elif isinstance(c, CloseHistory):
                 self._close_history(cursor, sid, c)
             elif isinstance(c, CloseMessage):
-                run(
-                    cursor,
-                    f"UPDATE ledger_messages SET valid_to = ? WHERE {LIVE} AND message_id = ?",
-                    (c.version, sid, ACTIVE, c.message_id),
-                )
+                self._end_rows(cursor, c.version, f"{LIVE} AND message_id = ?",
+                               (sid, ACTIVE, c.message_id))  # fmt: skip
             elif isinstance(c, ArchiveOldest):
                 self._archive_oldest(cursor, sid, c)
         chains = self._chains(cursor, vc.session_id, records, chain_before)
@@ -296,43 +291,44 @@ class SQLViews(ABC):
     # the bound in a subquery, PostgreSQL planned a nested loop over the whole session
     # when its statistics were behind (1.4 s for archive_oldest on 10,000 messages).
 
+    def _end_rows(self, cursor: Any, version: int, where: str, params: tuple[Any, ...]) -> None:
+        """Move the live rows that meet `where` to the ended rows, ended at `version`."""
+        self._execute(
+            cursor,
+            f"INSERT INTO ledger_ended_messages ({LIVE_COLUMNS}, valid_to) SELECT {LIVE_COLUMNS},"
+            f" ? FROM ledger_messages WHERE {where}",
+            (version, *params),
+        )
+        self._execute(cursor, f"DELETE FROM ledger_messages WHERE {where}", params)
+
     def _close_history(self, cursor: Any, sid: Any, c: CloseHistory) -> None:
         marks = ", ".join("?" for _ in c.statuses)
-        live = f"session_id = ? AND valid_to IS NULL AND status IN ({marks})"
+        live = f"session_id = ? AND status IN ({marks})"
         bound: tuple[Any, ...] = ()
         if c.kept:  # a replace keeps its unchanged prefix (one status: active)
-            first = self._id_at(cursor, f"SELECT message_id AS id FROM {self.live_rows} "
+            first = self._id_at(cursor, "SELECT message_id AS id FROM ledger_messages "
                                 f"WHERE {live} ORDER BY message_id LIMIT 1 OFFSET ?",
                                 (sid, *c.statuses, c.kept))  # fmt: skip
             if first is None:
                 return  # nothing after the prefix
             bound = (first,)
-        self._execute(
-            cursor,
-            f"UPDATE ledger_messages SET valid_to = ? WHERE {live}"
-            + (" AND message_id >= ?" if bound else ""),
-            (c.version, sid, *c.statuses, *bound),
-        )
+        where = live + (" AND message_id >= ?" if bound else "")
+        self._end_rows(cursor, c.version, where, (sid, *c.statuses, *bound))
 
     def _archive_oldest(self, cursor: Any, sid: Any, c: ArchiveOldest) -> None:
-        last = self._id_at(cursor, f"SELECT max(message_id) AS id FROM (SELECT message_id "
-                           f"FROM {self.live_rows} WHERE {LIVE} ORDER BY message_id LIMIT ?) "
+        last = self._id_at(cursor, "SELECT max(message_id) AS id FROM (SELECT message_id "
+                           f"FROM ledger_messages WHERE {LIVE} ORDER BY message_id LIMIT ?) "
                            "AS oldest", (sid, ACTIVE, c.messages))  # fmt: skip
         if last is None:
             return
         self._execute(
             cursor,
-            "INSERT INTO ledger_messages (session_id, message_id, valid_from, valid_to, status, "
-            "role, tokens, tokens_joined, message) SELECT session_id, message_id, ?, NULL, ?, "
-            f"role, tokens, tokens_joined, message FROM {self.live_rows} WHERE {LIVE} "
+            f"INSERT INTO ledger_messages ({LIVE_COLUMNS}) SELECT session_id, ?, message_id, ?, "
+            f"role, tokens, tokens_joined, message FROM ledger_messages WHERE {LIVE} "
             "AND message_id <= ?",
-            (c.version, ARCHIVED, sid, ACTIVE, last),
+            (ARCHIVED, c.version, sid, ACTIVE, last),
         )
-        self._execute(
-            cursor,
-            f"UPDATE {self.live_rows} SET valid_to = ? WHERE {LIVE} AND message_id <= ?",
-            (c.version, sid, ACTIVE, last),
-        )
+        self._end_rows(cursor, c.version, f"{LIVE} AND message_id <= ?", (sid, ACTIVE, last))
 
     def _id_at(self, cursor: Any, sql: str, params: Sequence[Any]) -> Any:
         self._execute(cursor, sql, params)
@@ -355,7 +351,7 @@ class SQLViews(ABC):
                 window, _ = self._window(read, sid, version, token_limit, initial_token_count,
                                          tokenizer)  # fmt: skip
             return window
-        # The live rows, through the partial index of live rows (a plan no statistics can
+        # The live rows, in the key order of their own table (a plan no statistics can
         # spoil). Each statement also reads the session's version; versions only grow, so
         # equal versions at the first and the last statement mean no write came between,
         # without holding a transaction open. Otherwise read again.
@@ -383,26 +379,18 @@ class SQLViews(ABC):
         version of the session."""
         # Bodies come with the tail: one statement for a window within the first batch.
         # Rows are tuples that start like a TailEntry: (role, alone, joined, message, id, seen).
-        columns = "role, tokens, tokens_joined, message, message_id"
-        where, params = _rows_at(sid, ACTIVE, version)
-        seen = f"{HEAD_VERSION} AS seen"
         bound = ""
         bound_params: tuple[Any, ...] = ()
         if version is not None:  # ids from the next one on were written after `version`
             bound = (" AND message_id < (SELECT next_message_id FROM ledger_timeline "
                      "WHERE session_id = ? AND version = ?)")  # fmt: skip
             bound_params = (sid, version)
-        first = self._tuples(
-            read,
-            f"SELECT {columns}, {seen} FROM ledger_messages WHERE {where}{bound} "
-            "ORDER BY message_id DESC LIMIT ?",
-            (sid, *params, *bound_params, TAIL_BATCH),
-        )
+        first = self._tail_rows(read, sid, version, bound, bound_params, TAIL_BATCH)
         versions = {first[0][5]} if first else set()
         read_rows: list[tuple[Any, ...]] = []
 
         def tail() -> Iterator[Sequence[Any]]:
-            for row in self._tail(read, where, params, first, versions, seen, sid, columns):
+            for row in self._tail(read, sid, version, first, versions):
                 read_rows.append(row)
                 if tokenizer is None:
                     yield row
@@ -413,16 +401,89 @@ class SQLViews(ABC):
         k = window_length(tail(), token_limit, initial_token_count)
         return [r[3] for r in reversed(read_rows[:k])], len(versions) <= 1
 
+    def _tail_rows(
+        self,
+        read: Reader,
+        sid: Any,
+        version: int | None,
+        where: str,
+        params: tuple[Any, ...],
+        limit: int,
+    ) -> list[tuple[Any, ...]]:
+        """Up to `limit` active rows newest first, that meet `where`, as tuples (role,
+        alone, joined, message, id, seen): `seen` is the session's version as read (a past
+        version's rows never change: there it is NULL)."""
+        columns = "role, tokens, tokens_joined, message, message_id"
+        select: tuple[str, tuple[Any, ...]]
+        if version is None:
+            select = (f"{columns}, {HEAD_VERSION} AS seen", (sid,))
+        else:
+            select = (f"{columns}, NULL AS seen", ())
+        return self._rows(read, select, 4, sid, ACTIVE, version, where, params,
+                          newest_first=True, limit=limit)  # fmt: skip
+
+    def _rows(
+        self,
+        read: Reader,
+        select: tuple[str, tuple[Any, ...]],
+        id_index: int,
+        sid: Any,
+        status: str,
+        version: int | None,
+        where: str = "",
+        params: tuple[Any, ...] = (),
+        *,
+        newest_first: bool = False,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> list[tuple[Any, ...]]:
+        """Rows of `status` live now (version None) or at `version` that meet `where` (an
+        `AND ...` with `params`), in message id order, as tuples of `select` (its columns,
+        with the message id at `id_index`, and their parameters).
+
+        A past version's rows are those live since it or before, and those that ended
+        after it: each table is read in its key order and the two are merged here (a
+        UNION ALL of them was sorted whole by PostgreSQL). The live rows are read first,
+        so a row that a write moves to the ended rows meanwhile is read twice, not missed;
+        it is kept once."""
+        columns, column_params = select
+        order = "DESC" if newest_first else "ASC"
+        if version is None:
+            return self._tuples(
+                read,
+                f"SELECT {columns} FROM ledger_messages WHERE {LIVE}{where} "
+                f"ORDER BY message_id {order} LIMIT ? OFFSET ?",
+                (*column_params, sid, status, *params, self._limit(limit), offset),
+            )
+        wanted = self._limit(None if limit is None else offset + limit)
+        arms = (("ledger_messages", LIVE_AT, (version,)),
+                ("ledger_ended_messages", ENDED_AT, (version, version)))  # fmt: skip
+        found = [
+            self._tuples(
+                read,
+                f"SELECT {columns} FROM {table} WHERE {at}{where} "
+                f"ORDER BY message_id {order} LIMIT ?",
+                (*column_params, sid, status, *at_params, *params, wanted),
+            )
+            for table, at, at_params in arms
+        ]
+        key = operator.itemgetter(id_index)
+        rows: list[tuple[Any, ...]] = []
+        for row in heapq.merge(*found, key=key, reverse=newest_first):
+            if not rows or key(rows[-1]) != key(row):
+                rows.append(row)
+        return rows[offset:] if limit is None else rows[offset : offset + limit]
+
+    def _limit(self, limit: int | None) -> Any:
+        return self.no_limit if limit is None else limit
+
     def _tail(
         self,
         read: Reader,
-        where: str,
-        params: tuple[Any, ...],
+        sid: Any,
+        version: int | None,
         first: list[tuple[Any, ...]],
         versions: set[Any],
-        seen: str,
-        sid: Any,
-        columns: str,
     ) -> Iterator[tuple[Any, ...]]:
         """The messages newest first: the first batch, then growing batches read as they
         are consumed (each notes the session version it saw in `versions`)."""
@@ -432,12 +493,7 @@ class SQLViews(ABC):
             if len(rows) < batch:
                 return
             before, batch = rows[-1][4], min(batch * 2, MAX_TAIL_BATCH)
-            rows = self._tuples(
-                read,
-                f"SELECT {columns}, {seen} FROM ledger_messages WHERE {where} "
-                "AND message_id < ? ORDER BY message_id DESC LIMIT ?",
-                (sid, *params, before, batch),
-            )
+            rows = self._tail_rows(read, sid, version, " AND message_id < ?", (before,), batch)
             if not rows:  # an empty batch says no version: ask for it
                 rows = self._tuples(read, HEAD_VERSION_SELECT, (sid,))
                 versions.update(r[0] for r in rows)
@@ -452,14 +508,11 @@ class SQLViews(ABC):
         limit: int | None,
         version: int | None = None,
     ) -> list[str]:
-        where, params = _rows_at(self._sid(session_id), status, version)
+        select = ("message, message_id", ())
         with self._reading() as read, gc_paused():  # one row object per message
-            return self._first_column(
-                read,
-                f"SELECT message FROM ledger_messages WHERE {where} ORDER BY message_id "
-                "LIMIT ? OFFSET ?",
-                (*params, self.no_limit if limit is None else limit, offset),
-            )
+            rows = self._rows(read, select, 1, self._sid(session_id), status, version,
+                              limit=limit, offset=offset)  # fmt: skip
+            return [row[0] for row in rows]
 
     def version_at(self, session_id: uuid.UUID, when: datetime) -> int | None:
         """The session's version at time `when`: its last event at or before then.
@@ -493,7 +546,7 @@ class SQLViews(ABC):
         with self._reading() as read:
             rows = self._fetch(
                 read,
-                f"SELECT message_id, message FROM {self.live_rows} WHERE {LIVE} "
+                f"SELECT message_id, message FROM ledger_messages WHERE {LIVE} "
                 f"ORDER BY message_id {'DESC' if from_end else 'ASC'} LIMIT 1 OFFSET ?",
                 (self._sid(session_id), ACTIVE, count - 1 - position if from_end else position),
             )
@@ -606,10 +659,6 @@ class SQLViews(ABC):
             for row in rows:
                 # sqlite3.Row iterates its values, psycopg's dict rows their keys
                 yield tuple(_portable(row[k]) for k in row.keys())  # noqa: SIM118
-
-    def _first_column(self, read: Reader, sql: str, params: Sequence[Any]) -> list[Any]:
-        """The first column of each row: long single-column reads."""
-        return [row[0] for row in self._tuples(read, sql, params)]
 
     def _tuples(self, read: Reader, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         rows = read.tuples(sql, params)

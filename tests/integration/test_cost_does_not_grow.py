@@ -199,6 +199,35 @@ def test_removals_and_their_audit_visit_few_rows(
     ledger.close()
 
 
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+def test_get_passes_no_ended_rows(
+    backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session whose newest message was replaced 1,000 times answers `get` and
+    `get_all` visiting about the rows a session of its live messages alone does: the
+    ended rows are in a table of their own, not between the live ones. (A read at a past
+    version still passes the ended rows whose ids lie in its range.)"""
+    steps = SQLiteSteps(monkeypatch)
+    ledger = make_ledger(make_settings(backend, tmp_path))
+    for key in ("plain", "churned"):
+        ledger.put_messages(key, [message(i) for i in range(50)])
+    for i in range(1_000):
+        ledger.delete_last_message("churned")
+        ledger.put("churned", message(i))
+    assert len(ledger.get_all("churned")) == 50
+    reads: dict[str, Callable[[str], object]] = {
+        "get": lambda key: ledger.get(key, token_limit=3_000),
+        "get_all": ledger.get_all,
+    }
+    for name, read in reads.items():
+        read("plain")
+        read("churned")  # warm: the statements are compiled
+        plain = steps.during(lambda r=read: r("plain"))
+        churned = steps.during(lambda r=read: r("churned"))
+        assert churned <= plain * 1.5 + 20, (name, plain, churned)
+    ledger.close()
+
+
 def test_an_append_only_appends(tmp_path: Path) -> None:
     """A put to a session that exists inserts its event, message row and timeline row, and
     updates nothing: the session's head is its newest timeline row, not a row rewritten

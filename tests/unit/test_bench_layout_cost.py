@@ -15,8 +15,10 @@ def test_each_layout_stores_its_records_per_put(tmp_path: Path) -> None:
     by_name = {lay.name: lay for lay in layouts(BODY, "a:Topic", b"{}")}
     expected = {  # rows after 3 puts to one session
         "raw": {"messages": 3},
-        "ledger": {"ledger_events": 3, "ledger_messages": 3, "ledger_sessions": 1,
-                   "ledger_timeline": 3},
+        "ledger": {"ledger_events": 3, "ledger_messages": 3, "ledger_ended_messages": 0,
+                   "ledger_sessions": 1, "ledger_timeline": 3},
+        "one message table with a live-rows index": {
+            "ledger_events": 3, "ledger_messages": 3, "ledger_sessions": 1, "ledger_timeline": 3},
         "session row updated by every put": {"ledger_events": 3, "ledger_messages": 3,
                                              "ledger_sessions": 1, "ledger_timeline": 3},
         "no timeline": {"ledger_events": 3, "ledger_messages": 3, "ledger_sessions": 1,
@@ -35,6 +37,14 @@ def test_each_layout_stores_its_records_per_put(tmp_path: Path) -> None:
                 "SELECT token_total FROM ledger_timeline ORDER BY version DESC LIMIT 1"
             ).fetchone()
             assert total == (270,)
+        if name == "one message table with a live-rows index":
+            live = runner.conn.execute(
+                "SELECT count(*) FROM ledger_messages INDEXED BY"
+                " ledger_messages_live WHERE valid_to IS NULL"
+            )
+            assert live.fetchone() == (3,)
+            ended = "SELECT name FROM sqlite_master WHERE name = 'ledger_ended_messages'"
+            assert runner.conn.execute(ended).fetchone() is None
         if name == "session row updated by every put":
             head = runner.conn.execute("SELECT version, token_total FROM ledger_sessions")
             assert head.fetchone() == (3, 270)

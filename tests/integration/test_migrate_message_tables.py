@@ -1,0 +1,150 @@
+"""`migrate` moves a store whose transcript was one table of live and ended rows (the
+layout before 2026-12-02, with an index of the live rows that every append wrote) to
+the live rows' own table and `ledger_ended_messages`: every read, now and at past
+versions, gives what it gave before, the views equal a rebuild, and writes go on."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from session_ledger.api.bootstrap import migrate, open_ledger
+from session_ledger.domain.errors import StoreNotReady
+from session_ledger.domain.ledger import Ledger
+from session_ledger.projections.rebuild import check
+from session_ledger.projections.views import LIVE_COLUMNS, SQLViews
+from tests.conftest import make_ledger, make_settings
+from tests.integration.test_rebuild import write_a_bit_of_everything
+
+OLD_COLUMNS = (
+    "session_id, message_id, valid_from, valid_to, status, role, tokens, tokens_joined, message"
+)
+NEW_COLUMNS = LIVE_COLUMNS.split(", ")
+
+
+def old_layout(types: dict[str, str], suffix: str) -> tuple[str, ...]:
+    """The statements that put the store's message rows back into the old single table."""
+    t = types
+    return (
+        f"CREATE TABLE old_messages (session_id {t['id']} NOT NULL, message_id {t['int']}"
+        f" NOT NULL, valid_from {t['int']} NOT NULL, valid_to {t['int']}, status {t['text']}"
+        f" NOT NULL, role {t['text']} NOT NULL, tokens integer NOT NULL, tokens_joined integer"
+        f" NOT NULL, message {t['text']} NOT NULL, PRIMARY KEY (session_id, message_id,"
+        f" valid_from)){suffix}",
+        f"INSERT INTO old_messages ({OLD_COLUMNS}) SELECT session_id, message_id, valid_from,"
+        " NULL, status, role, tokens, tokens_joined, message FROM ledger_messages",
+        f"INSERT INTO old_messages ({OLD_COLUMNS}) SELECT {OLD_COLUMNS} FROM ledger_ended_messages",
+        "DROP TABLE ledger_messages",
+        "DROP TABLE ledger_ended_messages",
+        "ALTER TABLE old_messages RENAME TO ledger_messages",
+        "CREATE INDEX ledger_messages_live ON ledger_messages (session_id, status, message_id)"
+        " WHERE valid_to IS NULL",
+        "CREATE INDEX ledger_messages_ended ON ledger_messages (session_id, valid_to)"
+        " WHERE valid_to IS NOT NULL",
+    )
+
+
+SQLITE_TYPES = {"id": "TEXT", "int": "INTEGER", "text": "TEXT"}
+POSTGRES_TYPES = {"id": "uuid", "int": "bigint", "text": "text"}
+
+
+def downgrade(store: str, url: str) -> None:
+    if store == "sqlite":
+        with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
+            for statement in old_layout(SQLITE_TYPES, " WITHOUT ROWID"):
+                conn.execute(statement)
+        return
+    with psycopg.connect(url, autocommit=True) as conn:
+        for statement in old_layout(POSTGRES_TYPES, ""):
+            conn.execute(statement)
+        conn.execute(
+            "ALTER TABLE ledger_messages RENAME CONSTRAINT old_messages_pkey"
+            " TO ledger_messages_pkey"
+        )
+
+
+def layout(store: str, url: str) -> tuple[list[str], set[str]]:
+    """The live table's columns, and the names of the message tables and their indexes."""
+    if store == "sqlite":
+        with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
+            columns = [r[1] for r in conn.execute("PRAGMA table_info(ledger_messages)")]
+            names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+    else:
+        with psycopg.connect(url) as conn:
+            columns = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT column_name FROM information_schema.columns WHERE table_name ="
+                    " 'ledger_messages' AND table_schema = current_schema()"
+                    " ORDER BY ordinal_position"
+                )
+            ]
+            names = {r[0] for r in conn.execute("SELECT relname FROM pg_class")}
+    return columns, {n for n in names if "messages" in n and not n.startswith("sqlite_")}
+
+
+def reads(ledger: Ledger, keys: list[str]) -> list[object]:
+    """Everything a reader sees: heads, histories, windows and audit, now and at each
+    past version."""
+    seen: list[object] = []
+    for k in keys:
+        head = ledger.head(k)
+        seen.append((head, ledger.get_all_json(k), ledger.get_all_json(k, status="archived")))
+        seen.append((ledger.get(k, token_limit=5), list(ledger.audit(k))))
+        for v in range(1, head.version + 1):
+            seen.append(
+                (
+                    ledger.get_all(k, as_of_version=v),
+                    ledger.get_all(k, as_of_version=v, status="archived"),
+                    ledger.get(k, token_limit=3, as_of_version=v),
+                )
+            )
+    return seen
+
+
+@pytest.mark.parametrize("store", ["sqlite", "postgres"])
+def test_migrate_moves_ended_rows_to_their_own_table(
+    store: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    settings = make_settings(store, tmp_path)
+    if store == "postgres":  # the test alters the tables: a database of its own
+        settings.database_url = request.getfixturevalue("fresh_postgres_url")
+    url = settings.database_url
+    ledger = make_ledger(settings)
+    write_a_bit_of_everything(ledger, "a")  # ends with a reset: live rows started afresh
+    ledger.put_messages("b", [{"role": "user", "content": f"m {i}"} for i in range(6)])
+    ledger.delete_message("b", 2)
+    ledger.archive_oldest("b", 2)  # live: archived and active rows; ended: three
+    ledger.set("b", [*ledger.get_all("b")[:2], {"role": "user", "content": "replaced"}])
+    keys = ["a", "b"]
+    before = reads(ledger, keys)
+    ledger.close()
+
+    downgrade(store, url)
+    old_columns, old_names = layout(store, url)
+    assert "valid_to" in old_columns and "ledger_messages_live" in old_names
+    with pytest.raises(StoreNotReady, match="older layout: run `session-ledger migrate`"):
+        open_ledger(settings)  # refused, not opened to fail at its first write
+    migrate(settings)
+    columns, names = layout(store, url)
+    assert columns == NEW_COLUMNS
+    assert {"ledger_messages_live", "ledger_messages_ended", "ledger_messages_moved"}.isdisjoint(
+        names
+    )
+    assert {"ledger_messages", "ledger_ended_messages", "ledger_ended_messages_at"} <= names
+
+    ledger = make_ledger(settings)  # migrate again: a second run changes nothing
+    assert reads(ledger, keys) == before
+    views = ledger.recorder
+    assert isinstance(views, SQLViews)
+    assert check(views, ledger.mapper, ledger.tokenizer) == []
+
+    ledger.delete_message("b", 0)  # writes go on, into the new tables
+    ledger.put("b", {"role": "user", "content": "after the move"})
+    assert [m.content for m in ledger.get_all("b")] == ["m 4", "replaced", "after the move"]
+    assert [m.content for m in ledger.get_all("b", status="archived")] == ["m 0", "m 1"]
+    assert check(views, ledger.mapper, ledger.tokenizer) == []
+    ledger.close()
