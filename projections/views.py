@@ -439,7 +439,7 @@ class SQLViews(ABC):
     ) -> list[tuple[Any, ...]]:
         """Rows of `status` live now (version None) or at `version` that meet `where` (an
         `AND ...` with `params`), in message id order, as tuples of `select` (its columns,
-        with the message id at `id_index`, and their parameters).
+        with the message id at `id_index` for a past version, and their parameters).
 
         A past version's rows are those live since it or before, and those that ended
         after it: each table is read in its key order and the two are merged here (a
@@ -508,7 +508,8 @@ class SQLViews(ABC):
         limit: int | None,
         version: int | None = None,
     ) -> list[str]:
-        select = ("message, message_id", ())
+        # (The id orders the merge of a past version's two tables; now only the text.)
+        select = ("message", ()) if version is None else ("message, message_id", ())
         with self._reading() as read, gc_paused():  # one row object per message
             rows = self._rows(read, select, 1, self._sid(session_id), status, version,
                               limit=limit, offset=offset)  # fmt: skip
