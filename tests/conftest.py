@@ -92,6 +92,16 @@ def make_settings(store: str, tmp_path: Path, **overrides: object) -> Settings:
     return Settings(**values)  # type: ignore[arg-type]
 
 
+@pytest.fixture
+def own_store_settings(store: str, tmp_path: Path, request: pytest.FixtureRequest) -> Settings:
+    """Settings on a store of the test's own (on PostgreSQL a database of its own), for
+    tests that read the whole store or alter its tables."""
+    settings = make_settings(store, tmp_path)
+    if store == "postgres":
+        settings.database_url = request.getfixturevalue("fresh_postgres_url")
+    return settings
+
+
 def make_ledger(settings: Settings) -> Ledger:
     migrate(settings)
     return open_ledger(settings)

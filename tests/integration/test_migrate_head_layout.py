@@ -7,16 +7,16 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
-from pathlib import Path
 
 import psycopg
 import pytest
 
 from session_ledger.api.bootstrap import migrate
+from session_ledger.api.settings import Settings
 from session_ledger.domain.ledger import Ledger
 from session_ledger.projections.rebuild import check, rebuild
 from session_ledger.projections.views import SQLViews
-from tests.conftest import make_ledger, make_settings
+from tests.conftest import make_ledger
 from tests.integration.test_rebuild import write_a_bit_of_everything
 
 OLD_COLUMNS = ("version", "message_count", "archived_count", "token_total", "updated_at")
@@ -83,12 +83,8 @@ def reads(ledger: Ledger, keys: list[str]) -> list[object]:
 
 
 @pytest.mark.parametrize("store", ["sqlite", "postgres"])
-def test_migrate_moves_the_head_onto_the_timeline(
-    store: str, tmp_path: Path, request: pytest.FixtureRequest
-) -> None:
-    settings = make_settings(store, tmp_path)
-    if store == "postgres":  # the test alters the tables: a database of its own
-        settings.database_url = request.getfixturevalue("fresh_postgres_url")
+def test_migrate_moves_the_head_onto_the_timeline(store: str, own_store_settings: Settings) -> None:
+    settings = own_store_settings  # the test alters the tables
     keys = ["a", "b"]
     ledger = make_ledger(settings)
     for key in keys:

@@ -6,17 +6,17 @@ versions, gives what it gave before, the views equal a rebuild, and writes go on
 from __future__ import annotations
 
 import sqlite3
-from pathlib import Path
 
 import psycopg
 import pytest
 
 from session_ledger.api.bootstrap import migrate, open_ledger
+from session_ledger.api.settings import Settings
 from session_ledger.domain.errors import StoreNotReady
 from session_ledger.domain.ledger import Ledger
 from session_ledger.projections.rebuild import check
 from session_ledger.projections.views import LIVE_COLUMNS, SQLViews
-from tests.conftest import make_ledger, make_settings
+from tests.conftest import make_ledger
 from tests.integration.test_rebuild import write_a_bit_of_everything
 
 OLD_COLUMNS = (
@@ -107,11 +107,9 @@ def reads(ledger: Ledger, keys: list[str]) -> list[object]:
 
 @pytest.mark.parametrize("store", ["sqlite", "postgres"])
 def test_migrate_moves_ended_rows_to_their_own_table(
-    store: str, tmp_path: Path, request: pytest.FixtureRequest
+    store: str, own_store_settings: Settings
 ) -> None:
-    settings = make_settings(store, tmp_path)
-    if store == "postgres":  # the test alters the tables: a database of its own
-        settings.database_url = request.getfixturevalue("fresh_postgres_url")
+    settings = own_store_settings  # the test alters the tables
     url = settings.database_url
     ledger = make_ledger(settings)
     write_a_bit_of_everything(ledger, "a")  # ends with a reset: live rows started afresh

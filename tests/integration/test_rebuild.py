@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from session_ledger.api.settings import Settings
 from session_ledger.domain.ledger import Ledger
 from session_ledger.projections.rebuild import check, rebuild
 from session_ledger.projections.views import SQLViews
@@ -34,11 +35,8 @@ def write_a_bit_of_everything(ledger: Ledger, key: str) -> None:
 
 
 @pytest.fixture
-def busy_ledger(store: str, tmp_path: Path, request: pytest.FixtureRequest) -> Ledger:
-    settings = make_settings(store, tmp_path)
-    if store == "postgres":  # rebuild reads the whole store: give it one of its own
-        settings.database_url = request.getfixturevalue("fresh_postgres_url")
-    ledger = make_ledger(settings)
+def busy_ledger(own_store_settings: Settings) -> Ledger:
+    ledger = make_ledger(own_store_settings)  # rebuild reads the whole store
     for n in range(3):
         write_a_bit_of_everything(ledger, f"s{n}")
     return ledger
