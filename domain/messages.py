@@ -16,6 +16,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic_core import from_json as _decode
+
 from .errors import InvalidMessage
 
 ROLES = ("system", "developer", "user", "assistant", "function", "tool", "chatbot", "model")
@@ -24,7 +26,7 @@ BLOCK_TYPES = (
     "citable", "citation", "thinking", "tool_call",
 )  # fmt: skip
 MAX_NESTING = 64
-_DECODE_CHUNK = 1024  # messages per json.loads of many: bounds the joined text
+_DECODE_CHUNK = 1024  # messages per decode of many: bounds the joined text
 # One encoder for the canonical form: `json.dumps` with options builds a new one per call.
 _CANONICAL = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
@@ -79,17 +81,21 @@ class ChatMessage:
     @classmethod
     def from_json(cls, text: str) -> ChatMessage:
         """Rebuild a message from `to_json()` output (already validated when stored)."""
-        return cls._stored(json.loads(text))
+        return cls._stored(_decode(text))
 
     @classmethod
     def many_from_json(cls, texts: Sequence[str]) -> list[ChatMessage]:
         """`from_json` of each text, decoded as one JSON array per chunk: a history of
-        short messages decodes in about half the time of one `json.loads` per message."""
+        short messages decodes in about half the time of one `json.loads` per message.
+
+        Stored text is valid JSON (no lone surrogates, no NaN: `parse` refused them), so
+        pydantic-core's decoder reads it as `json.loads` would, in two thirds of the time
+        (it also makes each repeated key string once)."""
         out: list[ChatMessage] = []
         with gc_paused():
             for start in range(0, len(texts), _DECODE_CHUNK):
                 chunk = texts[start : start + _DECODE_CHUNK]
-                out.extend(map(cls._stored, json.loads("[" + ",".join(chunk) + "]")))
+                out.extend(map(cls._stored, _decode("[" + ",".join(chunk) + "]")))
         return out
 
     @classmethod
