@@ -121,13 +121,14 @@ def serve(
     )
     if settings.workers == 1:
         app = create_app(settings, key_store=store)
-        uvicorn.run(app, host=settings.host, port=settings.port)
+        uvicorn.run(app, host=settings.host, port=settings.port, access_log=settings.access_log)
         return
     store.close()
     for name in ("host", "port", "workers"):
         os.environ[f"LEDGER_{name.upper()}"] = str(getattr(settings, name))
     uvicorn.run("session_ledger.api.app:app_from_env", factory=True, host=settings.host,
-                port=settings.port, workers=settings.workers)  # fmt: skip
+                port=settings.port, workers=settings.workers,
+                access_log=settings.access_log)  # fmt: skip
 
 
 @keys_cli.command("create")

@@ -122,6 +122,19 @@ def test_health_readiness_and_metrics(deployment: Deployment) -> None:
     assert "metrics/probe" not in text  # label values are route templates, not keys
 
 
+@pytest.mark.parametrize("access_log", ["true", "false"])
+def test_the_access_log_follows_its_setting(tmp_path: Path, access_log: str) -> None:
+    env = server_env(f"sqlite:///{tmp_path / 'ledger.db'}", LEDGER_ACCESS_LOG=access_log)
+    server = Server(env).start()
+    try:
+        with httpx.Client(base_url=server.base_url) as http:
+            assert http.get("/v1/sessions").status_code == 401
+    finally:
+        printed = server.stop()
+    assert "Uvicorn running on" in printed  # the server's own lines stay either way
+    assert ('"GET /v1/sessions HTTP/1.1" 401' in printed) is (access_log == "true"), printed
+
+
 def test_serve_refuses_to_start_on_a_store_without_tables(tmp_path: Path) -> None:
     env = server_env(f"sqlite:///{tmp_path / 'ledger.db'}", LEDGER_MIGRATE_ON_START="false")
     with pytest.raises(RuntimeError, match="session-ledger migrate"):
