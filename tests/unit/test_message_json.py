@@ -11,9 +11,11 @@ import json
 import math
 import sys
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from session_ledger.domain.errors import InvalidMessage
 from session_ledger.domain.messages import MAX_NESTING, ChatMessage
 
 # What parse keeps: text without lone surrogates, finite floats, ints of any size.
@@ -69,8 +71,10 @@ def test_edges_of_numbers_text_and_nesting() -> None:
         "deep": [[[[[]]]]],
     }
     deep: object = "bottom"
-    for _ in range(MAX_NESTING - 3):  # within the nesting parse allows
+    for _ in range(MAX_NESTING - 1):  # the deepest value parse accepts
         deep = [deep]
+    with pytest.raises(InvalidMessage):
+        ChatMessage.text("user", "too deep", nested=[deep])
     message = ChatMessage.text("user", "\x00 NUL and \U0001f600", **kwargs, nested=deep)
     (decoded,) = ChatMessage.many_from_json([message.to_json()])
     assert same(decoded.additional_kwargs, message.additional_kwargs)
