@@ -119,16 +119,15 @@ def serve(
         "Authenticate with 'Authorization: Bearer <API key>': the admin key printed on first "
         "start (or LEDGER_BOOTSTRAP_KEY), or one made by `session-ledger keys create`."
     )
+    listen = {"host": settings.host, "port": settings.port, "access_log": settings.access_log}
     if settings.workers == 1:
-        app = create_app(settings, key_store=store)
-        uvicorn.run(app, host=settings.host, port=settings.port, access_log=settings.access_log)
+        uvicorn.run(create_app(settings, key_store=store), **listen)
         return
     store.close()
     for name in ("host", "port", "workers"):
         os.environ[f"LEDGER_{name.upper()}"] = str(getattr(settings, name))
-    uvicorn.run("session_ledger.api.app:app_from_env", factory=True, host=settings.host,
-                port=settings.port, workers=settings.workers,
-                access_log=settings.access_log)  # fmt: skip
+    uvicorn.run("session_ledger.api.app:app_from_env", factory=True, workers=settings.workers,
+                **listen)  # fmt: skip
 
 
 @keys_cli.command("create")
