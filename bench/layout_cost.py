@@ -18,6 +18,10 @@ WAL frames per put are counted afterwards, in puts that read the WAL after each 
   before 2026-12-02 (what that UPDATE cost).
 - no timeline: the ledger without the timeline row (what the timeline costs).
 - timeline in event row: the timeline's columns on the event's own row.
+- view rows in rowid tables: the message and timeline rows in tables keyed by one
+  integer (the session's number, shifted, plus the row's id or version) instead of WITHOUT
+  ROWID tables keyed by (session, ...). SQLite appends to a rowid table's last page
+  without rebalancing its neighbours, and its inner pages hold integers, not whole rows.
 
 `python -m bench.layout_cost [--rounds 60] [--block 50]` prints a Markdown table and
 writes bench/results/layout-cost-latest.json.
@@ -77,6 +81,24 @@ HEAD_UPSERT = (
     " token_total = ledger_sessions.token_total + excluded.token_total,"
     " updated_at = excluded.updated_at"
 )
+
+# Rowid tables keyed by SESSION_NUMBER << ROWID_SHIFT | id: a layout the views could use.
+SESSION_NUMBER, ROWID_SHIFT = 1, 40
+ROWID_VIEWS = {
+    "ledger_messages": (
+        "CREATE TABLE ledger_messages (k INTEGER PRIMARY KEY, session_id TEXT NOT NULL,"
+        " status TEXT NOT NULL, message_id INTEGER NOT NULL, valid_from INTEGER NOT NULL,"
+        " role TEXT NOT NULL, tokens INTEGER NOT NULL, tokens_joined INTEGER NOT NULL,"
+        " message TEXT NOT NULL)"
+    ),
+    "ledger_timeline": (
+        "CREATE TABLE ledger_timeline (k INTEGER PRIMARY KEY, session_id TEXT NOT NULL,"
+        " version INTEGER NOT NULL, recorded_at TEXT NOT NULL, event_type TEXT NOT NULL,"
+        " actor TEXT NOT NULL, reason TEXT, idempotency_key TEXT, request_digest TEXT,"
+        " message_count INTEGER NOT NULL, next_message_id INTEGER NOT NULL, chain BLOB,"
+        " archived_count INTEGER NOT NULL, token_total INTEGER NOT NULL)"
+    ),
+}
 
 Put = Callable[[sqlite3.Connection, int], None]
 
@@ -165,6 +187,25 @@ def layouts(body: str, topic: str, state: bytes) -> list[Layout]:
         else:
             c.execute(next_row, (*row, sid, v - 1, 90))
 
+    def row_key(v: int) -> int:
+        return SESSION_NUMBER << ROWID_SHIFT | v
+
+    def message_rowid(c: sqlite3.Connection, v: int) -> None:
+        c.execute(
+            f"INSERT INTO ledger_messages (k, {LIVE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (row_key(v), sid, "active", v, v, "user", 90, 91, body),
+        )
+
+    def timeline_rowid(c: sqlite3.Connection, v: int) -> None:
+        row = (row_key(v), sid, v, NOW, "MessagesAppended", "local", None, None, None, v, v,
+               chain, 0)  # fmt: skip
+        insert = f"INSERT INTO ledger_timeline VALUES ({'?, ' * 13}"
+        if v == 1:
+            c.execute(f"{insert}?)", (*row, 90))
+        else:
+            previous = "(SELECT token_total FROM ledger_timeline WHERE k = ?) + ?"
+            c.execute(f"{insert}{previous})", (*row, row_key(v - 1), 90))
+
     def raw(c: sqlite3.Connection, v: int) -> None:
         c.execute("INSERT INTO messages (session, data) VALUES (?, ?)", (sid, body))
 
@@ -180,6 +221,9 @@ def layouts(body: str, topic: str, state: bytes) -> list[Layout]:
     one_table = [
         *ONE_MESSAGE_TABLE,
         *(t for t in VIEW_TABLES if "messages" not in t.split("(")[0]),
+    ]
+    rowid_tables = [
+        next((ROWID_VIEWS[n] for n in ROWID_VIEWS if f"EXISTS {n} (" in t), t) for t in VIEW_TABLES
     ]
     return [
         Layout("raw", raw_tables, [raw]),
@@ -199,6 +243,11 @@ def layouts(body: str, topic: str, state: bytes) -> list[Layout]:
             "timeline in event row",
             [wide_event_table, *VIEW_TABLES],
             [wide_event, message, session],
+        ),
+        Layout(
+            "view rows in rowid tables",
+            [event_table, *rowid_tables],
+            [event, message_rowid, session, timeline_rowid],
         ),
     ]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench.layout_cost import Runner, layouts, measure, table
+from bench.layout_cost import ROWID_SHIFT, SESSION_NUMBER, Runner, layouts, measure, table
 
 BODY = json.dumps({"role": "user", "blocks": [], "additional_kwargs": {}})
 
@@ -25,6 +25,8 @@ def test_each_layout_stores_its_records_per_put(tmp_path: Path) -> None:
                         "ledger_timeline": 0},
         "timeline in event row": {"ledger_events": 3, "ledger_messages": 3,
                                   "ledger_sessions": 1, "ledger_timeline": 0},
+        "view rows in rowid tables": {"ledger_events": 3, "ledger_messages": 3,
+                                      "ledger_sessions": 1, "ledger_timeline": 3},
     }  # fmt: skip
     assert set(by_name) == set(expected)
     for i, (name, rows) in enumerate(expected.items()):
@@ -32,11 +34,21 @@ def test_each_layout_stores_its_records_per_put(tmp_path: Path) -> None:
         assert runner.block(2) > 0
         assert runner.frames_per_put(1) >= 1  # the put committed pages to the WAL
         assert {table: runner.rows(table) for table in rows} == rows, name
-        if name == "ledger":  # the head is the newest timeline row: 3 puts of 90 tokens
+        if name in ("ledger", "view rows in rowid tables"):
+            # the head is the newest timeline row: 3 puts of 90 tokens
             total = runner.conn.execute(
                 "SELECT token_total FROM ledger_timeline ORDER BY version DESC LIMIT 1"
             ).fetchone()
             assert total == (270,)
+        if name == "view rows in rowid tables":  # one integer key: the session's, then the id
+            base = SESSION_NUMBER << ROWID_SHIFT
+            for view, column in (("ledger_messages", "message_id"), ("ledger_timeline", "version")):
+                keys = runner.conn.execute(f"SELECT k - {column} FROM {view}").fetchall()
+                assert keys == [(base,)] * 3, view
+            plans = runner.conn.execute(
+                "EXPLAIN QUERY PLAN SELECT * FROM ledger_timeline WHERE k = 1"
+            ).fetchall()
+            assert "INTEGER PRIMARY KEY" in plans[0][-1]
         if name == "one message table with a live-rows index":
             live = runner.conn.execute(
                 "SELECT count(*) FROM ledger_messages INDEXED BY"
