@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import random
+import re
 import sqlite3
 import statistics
 import tempfile
@@ -84,21 +85,20 @@ HEAD_UPSERT = (
 
 # Rowid tables keyed by SESSION_NUMBER << ROWID_SHIFT | id: a layout the views could use.
 SESSION_NUMBER, ROWID_SHIFT = 1, 40
-ROWID_VIEWS = {
-    "ledger_messages": (
-        "CREATE TABLE ledger_messages (k INTEGER PRIMARY KEY, session_id TEXT NOT NULL,"
-        " status TEXT NOT NULL, message_id INTEGER NOT NULL, valid_from INTEGER NOT NULL,"
-        " role TEXT NOT NULL, tokens INTEGER NOT NULL, tokens_joined INTEGER NOT NULL,"
-        " message TEXT NOT NULL)"
-    ),
-    "ledger_timeline": (
-        "CREATE TABLE ledger_timeline (k INTEGER PRIMARY KEY, session_id TEXT NOT NULL,"
-        " version INTEGER NOT NULL, recorded_at TEXT NOT NULL, event_type TEXT NOT NULL,"
-        " actor TEXT NOT NULL, reason TEXT, idempotency_key TEXT, request_digest TEXT,"
-        " message_count INTEGER NOT NULL, next_message_id INTEGER NOT NULL, chain BLOB,"
-        " archived_count INTEGER NOT NULL, token_total INTEGER NOT NULL)"
-    ),
-}
+ROWID_VIEWS = ("ledger_messages", "ledger_timeline")
+
+
+def rowid_keyed(create: str) -> str:
+    """`migrate`'s WITHOUT ROWID view table, as a rowid table with the integer key `k` first
+    and the same columns (so the layout follows any change to the views' columns)."""
+    create = create.replace("IF NOT EXISTS ", "").replace(" (", " (k INTEGER PRIMARY KEY,", 1)
+    return re.sub(r", PRIMARY KEY \([^)]*\)\) WITHOUT ROWID$", ")", create)
+
+
+def keyed_insert(insert: str) -> str:
+    """An INSERT of a view row, with the key `k` as its first column and parameter."""
+    return insert.replace(" (", " (k, ", 1).replace("VALUES (", "VALUES (?, ", 1)
+
 
 Put = Callable[[sqlite3.Connection, int], None]
 
@@ -157,11 +157,10 @@ def layouts(body: str, topic: str, state: bytes) -> list[Layout]:
              chain),
         )  # fmt: skip
 
+    message_insert = f"INSERT INTO ledger_messages ({LIVE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+
     def message(c: sqlite3.Connection, v: int) -> None:
-        c.execute(
-            f"INSERT INTO ledger_messages ({LIVE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (sid, "active", v, v, "user", 90, 91, body),
-        )
+        c.execute(message_insert, (sid, "active", v, v, "user", 90, 91, body))
 
     def message_one_table(c: sqlite3.Connection, v: int) -> None:
         c.execute(
@@ -190,21 +189,23 @@ def layouts(body: str, topic: str, state: bytes) -> list[Layout]:
     def row_key(v: int) -> int:
         return SESSION_NUMBER << ROWID_SHIFT | v
 
+    keyed_message = keyed_insert(message_insert)
+    keyed_first_row = keyed_insert(first_row)
+    # No index of (session, version) here: the row before is found by its key.
+    keyed_next_row = keyed_insert(
+        SQLViews._timeline_insert("(SELECT token_total FROM ledger_timeline WHERE k = ?) + ?")
+    )
+
     def message_rowid(c: sqlite3.Connection, v: int) -> None:
-        c.execute(
-            f"INSERT INTO ledger_messages (k, {LIVE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (row_key(v), sid, "active", v, v, "user", 90, 91, body),
-        )
+        c.execute(keyed_message, (row_key(v), sid, "active", v, v, "user", 90, 91, body))
 
     def timeline_rowid(c: sqlite3.Connection, v: int) -> None:
         row = (row_key(v), sid, v, NOW, "MessagesAppended", "local", None, None, None, v, v,
                chain, 0)  # fmt: skip
-        insert = f"INSERT INTO ledger_timeline VALUES ({'?, ' * 13}"
         if v == 1:
-            c.execute(f"{insert}?)", (*row, 90))
+            c.execute(keyed_first_row, (*row, 90))
         else:
-            previous = "(SELECT token_total FROM ledger_timeline WHERE k = ?) + ?"
-            c.execute(f"{insert}{previous})", (*row, row_key(v - 1), 90))
+            c.execute(keyed_next_row, (*row, row_key(v - 1), 90))
 
     def raw(c: sqlite3.Connection, v: int) -> None:
         c.execute("INSERT INTO messages (session, data) VALUES (?, ?)", (sid, body))
@@ -223,7 +224,7 @@ def layouts(body: str, topic: str, state: bytes) -> list[Layout]:
         *(t for t in VIEW_TABLES if "messages" not in t.split("(")[0]),
     ]
     rowid_tables = [
-        next((ROWID_VIEWS[n] for n in ROWID_VIEWS if f"EXISTS {n} (" in t), t) for t in VIEW_TABLES
+        rowid_keyed(t) if any(f"EXISTS {n} (" in t for n in ROWID_VIEWS) else t for t in VIEW_TABLES
     ]
     return [
         Layout("raw", raw_tables, [raw]),
