@@ -11,7 +11,6 @@ refused. Reads go to the views only.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import hashlib
 import json
@@ -155,7 +154,7 @@ class Ledger(Application[uuid.UUID]):
         counts = tuple(self.tokenizer.count(m.content) for m in parsed)
         return self._write(
             key, "append", {"messages": dicts}, create=True, counts=counts, bodies=bodies,
-            command=lambda s, a: s.trigger_event(MessagesAppended, messages=dicts, **a), **kw,
+            command=lambda s, a: s.append(dicts, **a), **kw,
         )  # fmt: skip
 
     def set(
@@ -328,9 +327,15 @@ class Ledger(Application[uuid.UUID]):
     def _load(self, sid: uuid.UUID, *, fresh: bool) -> Session | None:
         """The session's write state: cached without a read (a stale copy fails to save and
         is then reloaded), or from the latest snapshot and the events after it."""
-        if fresh and self.repository.cache is not None:
-            with contextlib.suppress(KeyError):
-                self.repository.cache.get(sid, evict=True)
+        cache = self.repository.cache
+        if cache is not None:
+            try:
+                cached: Session = cache.get(sid, evict=fresh)
+            except KeyError:
+                pass
+            else:
+                if not fresh:
+                    return cached.copy()
         try:
             session: Session = self.repository.get(sid)
         except AggregateNotFoundError:

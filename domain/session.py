@@ -49,13 +49,17 @@ class Session(Aggregate):
             kwargs["timestamp"] = max(event_class.create_timestamp(), self.modified_on)
         super().trigger_event(event_class, **kwargs)
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> Session:
-        # Every attribute is immutable or empty (pending events are collected before a
-        # session is cached), so a copy of the attribute dict is a deep copy.
+    def copy(self) -> Session:
+        """A copy a command may change without changing this one. Every attribute is
+        immutable or empty (pending events are collected before a session is cached), so
+        a copy of the attribute dict is a deep copy."""
         clone = object.__new__(Session)
         clone.__dict__.update(self.__dict__)
         clone.__dict__["_pending_events"] = []
         return clone
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Session:
+        return self.copy()
 
     @staticmethod
     def create_id(tenant: str, key: str, **_: Any) -> uuid.UUID:
@@ -77,73 +81,102 @@ class Session(Aggregate):
         self.archived_count = 0
         self.next_message_id = 0
 
-    @event("MessagesAppended")
-    def append(
-        self,
-        messages: list[dict[str, Any]],
-        actor: str,
-        reason: str | None,
-        idempotency_key: str | None,
-        request_digest: str | None,
-    ) -> None:
-        self.message_count += len(messages)
-        self.next_message_id += len(messages)
+    # The command events are declared with their own `apply` rather than made by the
+    # @event decorator: a put triggers one, and the decorator's event maps its fields
+    # onto the method's parameters again on every write (and every replayed event).
+    # Their fields, in this order, are what the decorator made, so stored events are
+    # the same bytes either way.
 
-    @event("HistoryReplaced")
-    def replace(
-        self,
-        messages: list[dict[str, Any]],
-        kept: int,
-        actor: str,
-        reason: str | None,
-        idempotency_key: str | None,
-        request_digest: str | None,
-    ) -> None:
-        # The first `kept` messages equal the current ones and keep their ids: an agent
-        # that sets its whole history every turn stores each message once in the views.
-        self.message_count = len(messages)
-        self.next_message_id += len(messages) - kept
+    class MessagesAppended(Aggregate.Event):
+        messages: list[dict[str, Any]]
+        actor: str
+        reason: str | None
+        idempotency_key: str | None
+        request_digest: str | None
 
-    @event("HistoryCleared")
-    def clear(
-        self,
-        actor: str,
-        reason: str | None,
-        idempotency_key: str | None,
-        request_digest: str | None,
-    ) -> None:
-        self.message_count = 0
-        self.archived_count = 0
+        def apply(self, aggregate: Any) -> None:
+            added = len(self.messages)
+            aggregate.message_count += added
+            aggregate.next_message_id += added
 
-    @event("MessageRemoved")
+    class HistoryReplaced(Aggregate.Event):
+        messages: list[dict[str, Any]]
+        kept: int
+        actor: str
+        reason: str | None
+        idempotency_key: str | None
+        request_digest: str | None
+
+        def apply(self, aggregate: Any) -> None:
+            # The first `kept` messages equal the current ones and keep their ids: an
+            # agent that sets its whole history every turn stores each message once in
+            # the views.
+            aggregate.message_count = len(self.messages)
+            aggregate.next_message_id += len(self.messages) - self.kept
+
+    class HistoryCleared(Aggregate.Event):
+        actor: str
+        reason: str | None
+        idempotency_key: str | None
+        request_digest: str | None
+
+        def apply(self, aggregate: Any) -> None:
+            aggregate.message_count = 0
+            aggregate.archived_count = 0
+
+    class MessageRemoved(Aggregate.Event):
+        position: int
+        message_id: int
+        message: dict[str, Any]
+        actor: str
+        reason: str | None
+        idempotency_key: str | None
+        request_digest: str | None
+
+        def apply(self, aggregate: Any) -> None:
+            aggregate.message_count -= 1
+
+    class MessagesArchived(Aggregate.Event):
+        count: int
+        actor: str
+        reason: str | None
+        idempotency_key: str | None
+        request_digest: str | None
+
+        def apply(self, aggregate: Any) -> None:
+            aggregate.message_count -= self.count
+            aggregate.archived_count += self.count
+
+    def append(self, messages: list[dict[str, Any]], **audit: Any) -> None:
+        """Append messages (the audit fields: actor, reason, idempotency_key,
+        request_digest)."""
+        self.trigger_event(self.MessagesAppended, messages=messages, **audit)
+
+    def replace(self, messages: list[dict[str, Any]], kept: int, **audit: Any) -> None:
+        """Replace the active history; the first `kept` messages are unchanged."""
+        self.trigger_event(self.HistoryReplaced, messages=messages, kept=kept, **audit)
+
+    def clear(self, **audit: Any) -> None:
+        """Clear the active and the archived history."""
+        self.trigger_event(self.HistoryCleared, **audit)
+
     def remove(
-        self,
-        position: int,
-        message_id: int,
-        message: dict[str, Any],
-        actor: str,
-        reason: str | None,
-        idempotency_key: str | None,
-        request_digest: str | None,
+        self, position: int, message_id: int, message: dict[str, Any], **audit: Any
     ) -> None:
-        self.message_count -= 1
+        """Remove the active message at `position`."""
+        self.trigger_event(
+            self.MessageRemoved, position=position, message_id=message_id, message=message,
+            **audit,
+        )  # fmt: skip
 
-    @event("MessagesArchived")
-    def archive(
-        self,
-        count: int,
-        actor: str,
-        reason: str | None,
-        idempotency_key: str | None,
-        request_digest: str | None,
-    ) -> None:
-        self.message_count -= count
-        self.archived_count += count
+    def archive(self, count: int, **audit: Any) -> None:
+        """Move the `count` oldest active messages to the archive."""
+        self.trigger_event(self.MessagesArchived, count=count, **audit)
 
 
-MessagesAppended = Session.MessagesAppended  # type: ignore[attr-defined]
-HistoryReplaced = Session.HistoryReplaced  # type: ignore[attr-defined]
-HistoryCleared = Session.HistoryCleared  # type: ignore[attr-defined]
-MessageRemoved = Session.MessageRemoved  # type: ignore[attr-defined]
-MessagesArchived = Session.MessagesArchived  # type: ignore[attr-defined]
+MessagesAppended = Session.MessagesAppended
+HistoryReplaced = Session.HistoryReplaced
+HistoryCleared = Session.HistoryCleared
+MessageRemoved = Session.MessageRemoved
+MessagesArchived = Session.MessagesArchived
 SessionStarted = Session.SessionStarted

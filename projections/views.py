@@ -16,6 +16,7 @@ Statements are written with `?` placeholders; a dialect converts them.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import operator
@@ -65,6 +66,7 @@ HEAD_VERSION = f"({HEAD_VERSION_SELECT})"
 PREVIOUS_TOKENS = (
     "(SELECT p.token_total FROM ledger_timeline p WHERE p.session_id = ? AND p.version = ?)"
 )
+ADDED_TOKENS = f"{PREVIOUS_TOKENS} + ?"
 ENDED_TOKENS = (
     "(SELECT COALESCE(SUM(tokens), 0) FROM {ended} WHERE session_id = ? AND status = ?"
     " AND valid_to = ?)"
@@ -209,23 +211,27 @@ class SQLViews(ABC):
                 self._archive_oldest(cursor, sid, c)
         chains = self._chains(cursor, vc.session_id, records, chain_before)
         rows = zip(
-            self._timeline_params(vc, times),
+            self._timeline_params(vc, times, sid),
             chains,
             vc.timeline,
-            self._token_totals(vc),
+            self._token_totals(vc, sid),
             strict=True,
         )
         for row, chain, t, (tokens, token_params) in rows:
-            params = (*row, chain, t.archived_count, *token_params)
-            run(cursor, self._timeline_insert(tokens), params)
+            run(cursor, self._timeline_insert(tokens),
+                (*row, chain, t.archived_count, *token_params))  # fmt: skip
         return chains[-1]
 
     @staticmethod
+    @functools.cache
     def _timeline_insert(tokens: str) -> str:
-        """The timeline INSERT whose token total is the SQL expression `tokens`."""
+        """The timeline INSERT whose token total is the SQL expression `tokens` (one
+        string per expression: a write builds none)."""
         return f"INSERT INTO ledger_timeline ({TIMELINE_COLUMNS}) VALUES ({'?, ' * 12}{tokens})"
 
-    def _token_totals(self, vc: ViewChanges) -> list[tuple[str, tuple[Any, ...]]]:
+    def _token_totals(
+        self, vc: ViewChanges, sid: Any = None
+    ) -> list[tuple[str, tuple[Any, ...]]]:
         """Each timeline row's token total, as an SQL expression and its parameters. A
         write that starts its session knows them (nothing came before, and a new session
         has no rows to end); any other adds to the total before it, less the tokens of
@@ -233,15 +239,19 @@ class SQLViews(ABC):
         if vc.started:
             totals = itertools.accumulate(t.tokens_added for t in vc.timeline)
             return [("?", (total,)) for total in totals]
-        sid, ended = self._sid(vc.session_id), ENDED_TOKENS.format(ended=self.ended_rows)
+        sid = self._sid(vc.session_id) if sid is None else sid
         out: list[tuple[str, tuple[Any, ...]]] = []
         for t in vc.timeline:
-            tokens = f"{PREVIOUS_TOKENS} + ?"
-            params: tuple[Any, ...] = (sid, t.version - 1, t.tokens_added)
             if t.ends_rows:
-                tokens, params = f"{tokens} - {ended}", (*params, sid, ACTIVE, t.version)
-            out.append((tokens, params))
+                out.append((self._less_ended, (sid, t.version - 1, t.tokens_added, sid, ACTIVE,
+                                               t.version)))  # fmt: skip
+            else:
+                out.append((ADDED_TOKENS, (sid, t.version - 1, t.tokens_added)))
         return out
+
+    @functools.cached_property
+    def _less_ended(self) -> str:
+        return f"{ADDED_TOKENS} - {ENDED_TOKENS.format(ended=self.ended_rows)}"
 
     def _chains(
         self,
@@ -277,9 +287,9 @@ class SQLViews(ABC):
         return (self._sid(vc.session_id), s.tenant, s.key, times[s.created_at])
 
     def _timeline_params(
-        self, vc: ViewChanges, times: dict[datetime, Any]
+        self, vc: ViewChanges, times: dict[datetime, Any], sid: Any = None
     ) -> list[tuple[Any, ...]]:
-        sid = self._sid(vc.session_id)
+        sid = self._sid(vc.session_id) if sid is None else sid
         return [
             (sid, t.version, times[t.recorded_at], t.event_type, t.actor, t.reason,
              t.idempotency_key, t.request_digest, t.message_count, t.next_message_id)
