@@ -15,6 +15,7 @@ import functools
 import hashlib
 import json
 import random
+import re
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -74,6 +75,7 @@ MAX_IDEMPOTENCY_KEY_CHARS = 256
 MAX_ACTOR_CHARS = 256
 MAX_REASON_CHARS = 4096
 VERIFY_PAGE = 1000  # events (and hashes) read per step of `verify`
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 
 @dataclass(frozen=True)
@@ -661,7 +663,7 @@ def _check_text(
         raise error(f"{what} must be a {'' if allow_empty else 'non-empty '}string")
     if len(value) > max_chars:
         raise error(f"{what} is {len(value)} characters; the limit is {max_chars}")
-    if not allow_controls and any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in value):
+    if not allow_controls and _CONTROLS.search(value):
         raise error(f"{what} must not contain control characters")
     if "\x00" in value:  # PostgreSQL's text columns refuse it: refused on every store
         raise error(f"{what} must not contain NUL (U+0000)")

@@ -26,6 +26,7 @@ BLOCK_TYPES = (
     "citable", "citation", "thinking", "tool_call",
 )  # fmt: skip
 MAX_NESTING = 64
+_FIELDS = frozenset({"role", "content", "blocks", "additional_kwargs"})
 _DECODE_CHUNK = 1024  # messages per decode of many: bounds the joined text
 # One encoder for the canonical form: `json.dumps` with options builds a new one per call.
 _CANONICAL = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
@@ -55,10 +56,12 @@ class ChatMessage:
         """Validate a message in LlamaIndex's JSON shape or the plain `{role, content}` one."""
         if isinstance(obj, ChatMessage):
             return obj
-        if not isinstance(obj, Mapping):
+        # (`type(x) is dict` first: a check against an abstract class costs more, and a
+        # put parses every message.)
+        if not (type(obj) is dict or isinstance(obj, Mapping)):
             raise InvalidMessage(f"a message must be an object, not {type(obj).__name__}")
-        unknown = set(obj) - {"role", "content", "blocks", "additional_kwargs"}
-        if unknown:
+        if not _FIELDS.issuperset(obj):
+            unknown = set(obj) - _FIELDS
             raise InvalidMessage(f"unknown message fields: {', '.join(sorted(map(str, unknown)))}")
         role = obj.get("role")
         if role not in ROLES:
@@ -66,16 +69,20 @@ class ChatMessage:
         if "content" in obj and "blocks" in obj:
             raise InvalidMessage("give either 'content' or 'blocks', not both")
         blocks = _parse_content(obj["content"]) if "content" in obj else obj.get("blocks", [])
-        if not isinstance(blocks, Sequence) or isinstance(blocks, str | bytes):
+        if type(blocks) is not list and (
+            not isinstance(blocks, Sequence) or isinstance(blocks, str | bytes)
+        ):
             raise InvalidMessage("'blocks' must be a list of content blocks")
         kwargs = obj.get("additional_kwargs")
         kwargs = {} if kwargs is None else kwargs
-        if not isinstance(kwargs, Mapping):
+        if not (type(kwargs) is dict or isinstance(kwargs, Mapping)):
             raise InvalidMessage("'additional_kwargs' must be an object")
-        return cls(
-            role=str(role),
-            blocks=tuple(_parse_block(b, i) for i, b in enumerate(blocks)),
-            additional_kwargs=_json_value(kwargs, "additional_kwargs", 0),
+        return cls._stored(
+            {
+                "role": str(role),
+                "blocks": [_parse_block(b, i) for i, b in enumerate(blocks)],
+                "additional_kwargs": _json_value(kwargs, "additional_kwargs", 0),
+            }
         )
 
     @classmethod
@@ -100,9 +107,10 @@ class ChatMessage:
 
     @classmethod
     def _stored(cls, d: dict[str, Any]) -> ChatMessage:
-        # Stored messages were validated on the way in, and their JSON has exactly the
-        # three fields in field order: the decoded dict becomes the instance's, without
-        # the frozen dataclass's per-field setattr calls or a copy.
+        # Stored messages were validated on the way in (and `parse` has just validated
+        # its dict), and their JSON has exactly the three fields in field order: the dict
+        # becomes the instance's, without the frozen dataclass's per-field setattr calls
+        # or a copy.
         message = object.__new__(cls)
         d["blocks"] = tuple(d["blocks"])
         object.__setattr__(message, "__dict__", d)
@@ -152,50 +160,74 @@ def _parse_content(content: object) -> object:
 
 
 def _parse_block(block: object, index: int) -> dict[str, Any]:
-    where = f"blocks[{index}]"
-    if not isinstance(block, Mapping):
-        raise InvalidMessage(f"{where} must be an object")
+    if not (type(block) is dict or isinstance(block, Mapping)):
+        raise InvalidMessage(f"blocks[{index}] must be an object")
     block_type = block.get("block_type")
     if block_type not in BLOCK_TYPES:
         raise InvalidMessage(
-            f"{where}.block_type must be one of {', '.join(BLOCK_TYPES)}; got {block_type!r}"
+            f"blocks[{index}].block_type must be one of {', '.join(BLOCK_TYPES)}; "
+            f"got {block_type!r}"
         )
     if block_type == "text" and not isinstance(block.get("text"), str):
-        raise InvalidMessage(f"{where}.text must be a string")
-    return _json_value(block, where, 0)  # type: ignore[no-any-return]
+        raise InvalidMessage(f"blocks[{index}].text must be a string")
+    return _json_value(block, ("blocks", index), 0)  # type: ignore[no-any-return]
 
 
-def _json_value(value: Any, where: str, depth: int) -> Any:
+# Where a value sits in a message: a name, or (where its container sits, key or index).
+# Spelled out ("blocks[0].text") only in an error: a valid message builds no names.
+Place = str | tuple[Any, str | int]
+
+
+def _place(where: Place) -> str:
+    if isinstance(where, str):
+        return where
+    parent, key = where
+    return f"{_place(parent)}[{key}]" if isinstance(key, int) else f"{_place(parent)}.{key}"
+
+
+def _json_value(value: Any, where: Place, depth: int) -> Any:
     """A deep copy of `value` if it is plain JSON; InvalidMessage naming the place if not."""
     if depth > MAX_NESTING:
-        raise InvalidMessage(f"{where} is nested deeper than {MAX_NESTING} levels")
-    if isinstance(value, str):
+        raise InvalidMessage(f"{_place(where)} is nested deeper than {MAX_NESTING} levels")
+    kind = type(value)
+    if kind is str:
         _check_text(value, where)
         return value
-    if value is None or isinstance(value, bool | int):
+    if value is None or kind is bool or kind is int:
         return value
-    if isinstance(value, float):
+    if kind is float:
         if not math.isfinite(value):
-            raise InvalidMessage(f"{where} is {value}, which JSON cannot hold")
+            raise InvalidMessage(f"{_place(where)} is {value}, which JSON cannot hold")
         return value
-    if isinstance(value, Mapping):
+    if kind is dict or (kind is not list and isinstance(value, Mapping)):
         out: dict[str, Any] = {}
         for k, v in value.items():
             if not isinstance(k, str):
-                raise InvalidMessage(f"{where} has a non-string key {k!r}")
+                raise InvalidMessage(f"{_place(where)} has a non-string key {k!r}")
             _check_text(k, where)
-            out[k] = _json_value(v, f"{where}.{k}", depth + 1)
+            out[k] = _json_value(v, (where, k), depth + 1)
         return out
-    if isinstance(value, list | tuple):
-        return [_json_value(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(value)]
-    raise InvalidMessage(f"{where} holds a {type(value).__name__}, which is not JSON")
+    if kind is list or isinstance(value, list | tuple):
+        return [_json_value(v, (where, i), depth + 1) for i, v in enumerate(value)]
+    if isinstance(value, str):
+        _check_text(value, where)
+        return value
+    if isinstance(value, bool | int):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidMessage(f"{_place(where)} is {value}, which JSON cannot hold")
+        return value
+    raise InvalidMessage(f"{_place(where)} holds a {kind.__name__}, which is not JSON")
 
 
-def _check_text(text: str, where: str) -> None:
+def _check_text(text: str, where: Place) -> None:
+    if text.isascii():  # (a flag of the string: no scan) ASCII has no surrogates
+        return
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as e:
         raise InvalidMessage(
-            f"{where} contains a lone surrogate (U+{ord(text[e.start]):04X}) at offset "
+            f"{_place(where)} contains a lone surrogate (U+{ord(text[e.start]):04X}) at offset "
             f"{e.start}; text must be valid Unicode"
         ) from None

@@ -160,9 +160,7 @@ class Session(Aggregate):
         """Clear the active and the archived history."""
         self.trigger_event(self.HistoryCleared, **audit)
 
-    def remove(
-        self, position: int, message_id: int, message: dict[str, Any], **audit: Any
-    ) -> None:
+    def remove(self, position: int, message_id: int, message: dict[str, Any], **audit: Any) -> None:
         """Remove the active message at `position`."""
         self.trigger_event(
             self.MessageRemoved, position=position, message_id=message_id, message=message,

@@ -229,9 +229,7 @@ class SQLViews(ABC):
         string per expression: a write builds none)."""
         return f"INSERT INTO ledger_timeline ({TIMELINE_COLUMNS}) VALUES ({'?, ' * 12}{tokens})"
 
-    def _token_totals(
-        self, vc: ViewChanges, sid: Any = None
-    ) -> list[tuple[str, tuple[Any, ...]]]:
+    def _token_totals(self, vc: ViewChanges, sid: Any = None) -> list[tuple[str, tuple[Any, ...]]]:
         """Each timeline row's token total, as an SQL expression and its parameters. A
         write that starts its session knows them (nothing came before, and a new session
         has no rows to end); any other adds to the total before it, less the tokens of
