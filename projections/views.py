@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 from eventsourcing.persistence import StoredEvent
 
-from session_ledger.domain.integrity import GENESIS, chain_hashes
+from session_ledger.domain.integrity import GENESIS, chain_hashes, chain_step
 from session_ledger.domain.messages import ChatMessage, gc_paused
 from session_ledger.domain.ports import ACTIVE, ARCHIVED, PriorWrite, SessionHead
 from session_ledger.domain.tokens import NamedTokenizer, TailEntry, window_length
@@ -99,7 +99,7 @@ def utc_text(value: datetime) -> str:
     """`value` in UTC as TIME_FORMAT text (four-digit years, so text order is time order)."""
     if value.tzinfo is not UTC:  # event times are UTC already: no conversion on a write
         value = value.astimezone(UTC)
-    return value.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+    return value.isoformat(timespec="microseconds")[:-6] + "Z"  # less its "+00:00"
 
 
 def _portable(value: Any) -> Any:
@@ -269,6 +269,9 @@ class SQLViews(ABC):
             previous = bytes(row["value"]) if row is not None and row["value"] is not None else None
         if previous is None:
             return [None] * len(records)
+        if len(records) == 1:  # a put
+            r = records[0]
+            return [chain_step(previous, session_id, r.originator_version, r.topic, r.state)]
         return list(chain_hashes(session_id, _records(records), previous))
 
     def _times(self, vc: ViewChanges) -> dict[datetime, Any]:
