@@ -333,7 +333,7 @@ class Ledger(Application[uuid.UUID]):
         state = dict(vars(event))
         del state["originator_id"], state["originator_version"]
         state["messages"] = []
-        class_version = getattr(type(event), "class_version", 1)
+        topic, class_version = _record_class(type(event))
         if class_version > 1:  # as the mapper writes it
             state["class_version"] = class_version
         text = self._encode_state(state)
@@ -343,7 +343,7 @@ class Ledger(Application[uuid.UUID]):
         return StoredEvent(
             originator_id=event.originator_id,
             originator_version=event.originator_version,
-            topic=get_topic(type(event)),
+            topic=topic,
             state=spliced.encode(),
         )
 
@@ -671,6 +671,12 @@ class Ledger(Application[uuid.UUID]):
     aget_all = _async_twin(get_all)
     ahead = _async_twin(head)
     akeys = _async_twin(keys)
+
+
+@functools.cache
+def _record_class(event_class: type) -> tuple[str, int]:
+    """The topic and class version the mapper records for events of `event_class`."""
+    return get_topic(event_class), getattr(event_class, "class_version", 1)
 
 
 def _common_prefix(old: list[ChatMessage], new: list[ChatMessage]) -> int:
