@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar, cast
 
 from eventsourcing.application import AggregateNotFoundError, Application, ProcessingEvent
 from eventsourcing.persistence import IntegrityError, JSONTranscoder, StoredEvent
@@ -333,7 +333,7 @@ class Ledger(Application[uuid.UUID]):
         state = dict(vars(event))
         del state["originator_id"], state["originator_version"]
         state["messages"] = []
-        topic, class_version = _record_class(type(event))
+        topic, class_version = _record_class(event.__class__)
         if class_version > 1:  # as the mapper writes it
             state["class_version"] = class_version
         text = self._encode_state(state)
@@ -367,12 +367,12 @@ class Ledger(Application[uuid.UUID]):
         cache = self.repository.cache
         if cache is not None:
             try:
-                cached: Session = cache.get(sid, evict=fresh)
+                cached = cache.get(sid, evict=fresh)
             except KeyError:
                 pass
             else:
                 if not fresh:
-                    return cached.copy()
+                    return cast(Session, cached).copy()
         try:
             session: Session = self.repository.get(sid)
         except AggregateNotFoundError:
@@ -674,7 +674,7 @@ class Ledger(Application[uuid.UUID]):
 
 
 @functools.cache
-def _record_class(event_class: type) -> tuple[str, int]:
+def _record_class(event_class: Any) -> tuple[str, int]:
     """The topic and class version the mapper records for events of `event_class`."""
     return get_topic(event_class), getattr(event_class, "class_version", 1)
 
