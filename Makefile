@@ -39,7 +39,7 @@ clean:
 # Benchmarks against the stores users would pick instead (bench/README.md).
 BENCH_STAMP := $(VENV)/.bench-installed
 
-.PHONY: bench bench-quick bench-replay bench-writes bench-layouts bench-phases
+.PHONY: bench bench-quick bench-replay bench-writes bench-layouts bench-phases bench-floor
 
 $(BENCH_STAMP): $(STAMP) pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev,llamaindex,bench]'
@@ -62,3 +62,6 @@ bench-layouts: $(STAMP)
 
 bench-phases: $(STAMP)
 	$(BIN)/python -m bench.put_phases
+
+bench-floor: $(STAMP)
+	$(BIN)/python -m bench.put_floor

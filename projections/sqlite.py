@@ -74,7 +74,7 @@ VIEW_TABLES = [
 ]
 
 
-_MESSAGE_INSERT = f"INSERT INTO ledger_messages ({LIVE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+MESSAGE_INSERT = f"INSERT INTO ledger_messages ({LIVE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 
 
 class SQLiteLedgerRecorder(SQLiteApplicationRecorder, SQLViews):
@@ -196,11 +196,11 @@ class SQLiteLedgerRecorder(SQLiteApplicationRecorder, SQLViews):
     ) -> None:
         if len(rows) == 1:  # a put: execute costs less than executemany of one row
             r = rows[0]
-            cursor.execute(_MESSAGE_INSERT, (sid, status, r.message_id, version, r.role,
+            cursor.execute(MESSAGE_INSERT, (sid, status, r.message_id, version, r.role,
                                              r.tokens, r.tokens_joined, r.body))  # fmt: skip
             return
         cursor.executemany(
-            _MESSAGE_INSERT,
+            MESSAGE_INSERT,
             [(sid, status, r.message_id, version, r.role, r.tokens, r.tokens_joined, r.body)
              for r in rows],
         )  # fmt: skip
