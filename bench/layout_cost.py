@@ -29,13 +29,11 @@ writes bench/results/layout-cost-latest.json.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import random
 import re
 import sqlite3
 import statistics
-import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -43,8 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.blocks import in_turns, run_diagnostic
 from bench.corpus import conversation
-from bench.results import write_diagnostic
 from bench.write_cost import WalReader
 
 NOW = "2026-01-01T00:00:00.000000Z"
@@ -299,13 +297,12 @@ def measure(workdir: Path, rounds: int, block: int, seed: int = 0) -> list[dict[
     runners = [
         Runner(lay, workdir / f"layout-{i}.db") for i, lay in enumerate(layouts(*sample_put()))
     ]
-    rng = random.Random(seed)
     try:
         for r in runners:
             r.block(WARM_PUTS)  # the first pages of every tree
-        for _ in range(rounds):
-            for r in rng.sample(runners, len(runners)):  # a new order every round
-                r.block_us.append(r.block(block))
+        times = in_turns({r: r.put for r in runners}, rounds, block, random.Random(seed))
+        for r in runners:
+            r.block_us = times[r]
         frames = [r.frames_per_put(FRAME_PUTS) for r in runners]
         raw = statistics.median(runners[0].block_us)
         return [
@@ -332,18 +329,10 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=60)
-    parser.add_argument("--block", type=int, default=50, help="puts per layout per round")
-    parser.add_argument("--workdir", type=Path, default=None, help="default: a temporary dir")
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="layout-cost-", dir=args.workdir) as scratch:
-        rows = measure(Path(scratch), args.rounds, args.block)
-    print(f"{args.rounds} rounds of {args.block} single-message puts per layout; medians:\n")
-    print(table(rows))
-    write_diagnostic(
-        "layout-cost-latest.json", {"rounds": args.rounds, "block": args.block, "layouts": rows}
-    )
+    run_diagnostic(
+        __doc__, "layout-cost", (60, 50), measure, table,
+        lambda rows: {"layouts": rows},
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -21,12 +21,9 @@ table and writes bench/results/put-floor-latest.json.
 
 from __future__ import annotations
 
-import argparse
 import random
 import sqlite3
 import statistics
-import tempfile
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -35,8 +32,8 @@ from typing import Any
 from eventsourcing.utils import get_topic
 
 from bench.anchors.raw_sqlite import RawSQLite
+from bench.blocks import in_turns, run_diagnostic
 from bench.corpus import conversation
-from bench.results import write_diagnostic
 from bench.stores import Context
 from session_ledger.api.bootstrap import migrate, open_ledger
 from session_ledger.api.settings import Settings
@@ -116,22 +113,13 @@ def measure(workdir: Path, rounds: int, block: int, warm: int = WARM_PUTS) -> di
         for _ in range(warm):
             floor.put(next(feed))
             raw.append("raw", next(feed))
-        writers: dict[str, Callable[[dict[str, Any]], Any]] = {
-            "ledger": lambda m: ledger.put("ledger", m, actor=ACTOR),
-            "floor": floor.put,
-            "raw": lambda m: raw.append("raw", m),
+        floor_put = floor.put
+        writers: dict[str, Callable[[], Any]] = {
+            "ledger": lambda: ledger.put("ledger", next(feed), actor=ACTOR),
+            "floor": lambda: floor_put(next(feed)),
+            "raw": lambda: raw.append("raw", next(feed)),
         }
-        blocks: dict[str, list[float]] = {name: [] for name in writers}
-        order = list(writers)
-        for _ in range(rounds):
-            random.shuffle(order)
-            for name in order:
-                batch = [next(feed) for _ in range(block)]
-                put = writers[name]
-                t0 = time.perf_counter_ns()
-                for m in batch:
-                    put(m)
-                blocks[name].append((time.perf_counter_ns() - t0) / block / 1000)
+        blocks = in_turns(writers, rounds, block, random.Random())
     finally:
         if floor is not None:
             floor.close()
@@ -158,16 +146,7 @@ def table(result: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=20)
-    parser.add_argument("--block", type=int, default=100)
-    parser.add_argument("--dir", type=Path, default=None, help="default: a temporary dir")
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="put-floor-", dir=args.dir) as scratch:
-        result = measure(Path(scratch), args.rounds, args.block)
-    print(f"{args.rounds} rounds of {args.block} single-message puts per writer; medians:\n")
-    print(table(result))
-    write_diagnostic("put-floor-latest.json", result)
+    run_diagnostic(__doc__, "put-floor", (20, 100), measure, table, lambda result: result)
 
 
 if __name__ == "__main__":
