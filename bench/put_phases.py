@@ -35,7 +35,7 @@ PHASES = (
     ("library_recorder", "_insert_events", "the event INSERT"),
     ("changes", "view_changes", "view_changes"),
     ("tokenizer", "count", "tokenize"),
-    ("ledger", "_stored_event", "the stored record"),
+    ("mapper", "to_stored_event", "the stored record"),
     ("session", "trigger_event", "trigger_event"),
     ("ledger", "_parse_messages", "parse"),
     ("ledger", "_load", "load the session"),
@@ -94,6 +94,7 @@ def measure(store: str, puts: int, workdir: Path) -> dict[str, Any]:
         "library_recorder": SQLiteApplicationRecorder,
         "changes": sqlite_store,
         "tokenizer": NamedTokenizer,
+        "mapper": ledger.mapper,
         "session": Session,
     }
     spent: collections.Counter[str] = collections.Counter()

@@ -24,8 +24,8 @@ from datetime import UTC, datetime
 from typing import Any, ParamSpec, TypeVar, cast
 
 from eventsourcing.application import AggregateNotFoundError, Application, ProcessingEvent
-from eventsourcing.persistence import IntegrityError, JSONTranscoder, StoredEvent
-from eventsourcing.utils import Environment, get_topic
+from eventsourcing.persistence import IntegrityError, Mapper
+from eventsourcing.utils import Environment
 
 from .errors import (
     IdempotencyKeyReused,
@@ -50,6 +50,7 @@ from .ports import (
     WriteBatch,
     WriteResult,
 )
+from .records import LedgerMapper
 from .session import (
     HistoryCleared,
     HistoryReplaced,
@@ -75,7 +76,6 @@ MAX_IDEMPOTENCY_KEY_CHARS = 256
 MAX_ACTOR_CHARS = 256
 MAX_REASON_CHARS = 4096
 VERIFY_PAGE = 1000  # events (and hashes) read per step of `verify`
-_EMPTY_MESSAGES = '"messages":[]'
 _CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 
@@ -113,6 +113,7 @@ class Ledger(Application[uuid.UUID]):
     """Sessions of chat history, addressed by (tenant, key), kept as event streams."""
 
     name = "ledger"
+    mapper: LedgerMapper  # (made by construct_mapper)
 
     def __init__(
         self,
@@ -135,18 +136,15 @@ class Ledger(Application[uuid.UUID]):
         self.token_limit = token_limit
         self.write_retries = write_retries
         super().__init__({**env, "IS_SNAPSHOTTING_ENABLED": "y"})
-        # A write's messages are spliced into its stored record only where the record is
-        # the transcoder's JSON as it stands (not compressed, not encrypted).
-        transcoder = self.mapper.transcoder
-        self._splice = (
-            type(transcoder) is JSONTranscoder
-            and self.mapper.compressor is None
-            and self.mapper.cipher is None
-        )
-        self._encode_state: Callable[[Any], str] = getattr(transcoder, "encoder", json).encode
         if not isinstance(self.recorder, SessionViews):
             raise TypeError(f"{type(self.recorder).__name__} does not serve the session views")
         self.views: SessionViews = self.recorder
+
+    def construct_mapper(self) -> Mapper[uuid.UUID]:
+        # A write's messages are encoded once: their canonical JSON goes into the record.
+        return self.factory.mapper(
+            transcoder=self.construct_transcoder(), mapper_class=LedgerMapper
+        )
 
     def construct_env(self, name: str, env: Mapping[str, str] | None = None) -> Environment:
         # Only the composition root configures the store: no stray os.environ settings.
@@ -316,36 +314,11 @@ class Ledger(Application[uuid.UUID]):
         # time is mostly Python, and this path is taken by every write.
         events = session.collect_events()
         self.recorder.insert_events(
-            [self._stored_event(e, batch.bodies) for e in events], ledger_batch=batch
+            [self.mapper.to_stored_event(e, batch.bodies) for e in events], ledger_batch=batch
         )
         if self.repository.cache is not None:
             self.repository.cache.put(session.id, session)
         self._snapshot_if_due(session, len(events))
-
-    def _stored_event(self, event: Any, bodies: tuple[str, ...]) -> StoredEvent:
-        """The mapper's record of `event`, without encoding its messages a second time:
-        their canonical JSON (`bodies`, from `_parse_messages`) is the text the transcoder
-        writes for them, so it goes where an empty list was encoded. The bytes are the
-        mapper's (a test compares them)."""
-        messages = vars(event).get("messages")
-        if not self._splice or messages is None or len(messages) != len(bodies) or not bodies:
-            return self.mapper.to_stored_event(event)
-        state = dict(vars(event))
-        del state["originator_id"], state["originator_version"]
-        state["messages"] = []
-        topic, class_version = _record_class(event.__class__)
-        if class_version > 1:  # as the mapper writes it
-            state["class_version"] = class_version
-        text = self._encode_state(state)
-        # The first key after the timestamp's object: no text before it can hold this.
-        at = text.index(_EMPTY_MESSAGES) + len(_EMPTY_MESSAGES) - 2
-        spliced = f"{text[:at]}[{','.join(bodies)}]{text[at + 2 :]}"
-        return StoredEvent(
-            originator_id=event.originator_id,
-            originator_version=event.originator_version,
-            topic=topic,
-            state=spliced.encode(),
-        )
 
     def _take_snapshots(self, processing_event: ProcessingEvent[uuid.UUID]) -> None:
         for aggregate in processing_event.aggregates.values():
@@ -671,12 +644,6 @@ class Ledger(Application[uuid.UUID]):
     aget_all = _async_twin(get_all)
     ahead = _async_twin(head)
     akeys = _async_twin(keys)
-
-
-@functools.cache
-def _record_class(event_class: Any) -> tuple[str, int]:
-    """The topic and class version the mapper records for events of `event_class`."""
-    return get_topic(event_class), getattr(event_class, "class_version", 1)
 
 
 def _common_prefix(old: list[ChatMessage], new: list[ChatMessage]) -> int:

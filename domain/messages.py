@@ -190,16 +190,18 @@ def _json_value(value: Any, where: Place, depth: int) -> Any:
     if depth > MAX_NESTING:
         raise InvalidMessage(f"{_place(where)} is nested deeper than {MAX_NESTING} levels")
     kind = type(value)
+    if kind not in _JSON_KINDS:  # a subclass (or no JSON at all): its JSON kind, by isinstance
+        kind = next((k for k, abc in _JSON_BASES if isinstance(value, abc)), kind)
+    if value is None or kind is bool or kind is int:
+        return value
     if kind is str:
         _check_text(value, where)
-        return value
-    if value is None or kind is bool or kind is int:
         return value
     if kind is float:
         if not math.isfinite(value):
             raise InvalidMessage(f"{_place(where)} is {value}, which JSON cannot hold")
         return value
-    if kind is dict or (kind is not list and isinstance(value, Mapping)):
+    if kind is dict:
         out: dict[str, Any] = {}
         for k, v in value.items():
             if not isinstance(k, str):
@@ -207,18 +209,17 @@ def _json_value(value: Any, where: Place, depth: int) -> Any:
             _check_text(k, where)
             out[k] = _json_value(v, (where, k), depth + 1)
         return out
-    if kind is list or isinstance(value, list | tuple):
+    if kind is list:
         return [_json_value(v, (where, i), depth + 1) for i, v in enumerate(value)]
-    if isinstance(value, str):
-        _check_text(value, where)
-        return value
-    if isinstance(value, bool | int):
-        return value
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise InvalidMessage(f"{_place(where)} is {value}, which JSON cannot hold")
-        return value
     raise InvalidMessage(f"{_place(where)} holds a {kind.__name__}, which is not JSON")
+
+
+# The JSON kinds by exact type (a put's values), and what a value of another type counts
+# as: the first base it is an instance of (str before Mapping, int covers bool).
+_JSON_KINDS = frozenset({str, bool, int, float, dict, list})
+_JSON_BASES: tuple[tuple[type, Any], ...] = (
+    (str, str), (int, int), (float, float), (dict, Mapping), (list, list | tuple),
+)  # fmt: skip
 
 
 def _check_text(text: str, where: Place) -> None:

@@ -207,7 +207,7 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder, SQLViews):
         sid, version = changes.session_id, stored[-1].originator_version
         rows = [r for c in changes.changes if isinstance(c, InsertMessages) for r in c.rows]
         times = self._times(changes)
-        timeline = self._timeline_params(changes, times)
+        timeline = self._timeline_params(changes, times, sid)
         params = [*events]
         first = stored[0].originator_version
         chained = not changes.started  # its one event extends the stored session
@@ -229,7 +229,7 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder, SQLViews):
         else:
             records = ((s.originator_version, s.topic, s.state) for s in stored)
             chains = [(h,) for h in chain_hashes(changes.session_id, records)]
-        totals = self._token_totals(changes)
+        totals = self._token_totals(changes, sid)
         for row, chain, t, (_, token_params) in zip(
             timeline, chains, changes.timeline, totals, strict=True
         ):

@@ -194,11 +194,6 @@ class SQLiteLedgerRecorder(SQLiteApplicationRecorder, SQLViews):
     def _insert_rows(
         self, cursor: Any, sid: Any, version: int, status: str, rows: Sequence[MessageRow]
     ) -> None:
-        if len(rows) == 1:  # a put: execute costs less than executemany of one row
-            r = rows[0]
-            cursor.execute(MESSAGE_INSERT, (sid, status, r.message_id, version, r.role,
-                                             r.tokens, r.tokens_joined, r.body))  # fmt: skip
-            return
         cursor.executemany(
             MESSAGE_INSERT,
             [(sid, status, r.message_id, version, r.role, r.tokens, r.tokens_joined, r.body)

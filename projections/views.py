@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 from eventsourcing.persistence import StoredEvent
 
-from session_ledger.domain.integrity import GENESIS, chain_hashes, chain_step
+from session_ledger.domain.integrity import GENESIS, chain_hashes
 from session_ledger.domain.messages import ChatMessage, gc_paused
 from session_ledger.domain.ports import ACTIVE, ARCHIVED, PriorWrite, SessionHead
 from session_ledger.domain.tokens import NamedTokenizer, TailEntry, window_length
@@ -229,7 +229,7 @@ class SQLViews(ABC):
         string per expression: a write builds none)."""
         return f"INSERT INTO ledger_timeline ({TIMELINE_COLUMNS}) VALUES ({'?, ' * 12}{tokens})"
 
-    def _token_totals(self, vc: ViewChanges, sid: Any = None) -> list[tuple[str, tuple[Any, ...]]]:
+    def _token_totals(self, vc: ViewChanges, sid: Any) -> list[tuple[str, tuple[Any, ...]]]:
         """Each timeline row's token total, as an SQL expression and its parameters. A
         write that starts its session knows them (nothing came before, and a new session
         has no rows to end); any other adds to the total before it, less the tokens of
@@ -237,7 +237,6 @@ class SQLViews(ABC):
         if vc.started:
             totals = itertools.accumulate(t.tokens_added for t in vc.timeline)
             return [("?", (total,)) for total in totals]
-        sid = self._sid(vc.session_id) if sid is None else sid
         out: list[tuple[str, tuple[Any, ...]]] = []
         for t in vc.timeline:
             if t.ends_rows:
@@ -269,9 +268,6 @@ class SQLViews(ABC):
             previous = bytes(row["value"]) if row is not None and row["value"] is not None else None
         if previous is None:
             return [None] * len(records)
-        if len(records) == 1:  # a put
-            r = records[0]
-            return [chain_step(previous, session_id, r.originator_version, r.topic, r.state)]
         return list(chain_hashes(session_id, _records(records), previous))
 
     def _times(self, vc: ViewChanges) -> dict[datetime, Any]:
@@ -288,9 +284,8 @@ class SQLViews(ABC):
         return (self._sid(vc.session_id), s.tenant, s.key, times[s.created_at])
 
     def _timeline_params(
-        self, vc: ViewChanges, times: dict[datetime, Any], sid: Any = None
+        self, vc: ViewChanges, times: dict[datetime, Any], sid: Any
     ) -> list[tuple[Any, ...]]:
-        sid = self._sid(vc.session_id) if sid is None else sid
         return [
             (sid, t.version, times[t.recorded_at], t.event_type, t.actor, t.reason,
              t.idempotency_key, t.request_digest, t.message_count, t.next_message_id)
