@@ -27,7 +27,9 @@ BLOCK_TYPES = (
 )  # fmt: skip
 MAX_NESTING = 64
 _FIELDS = frozenset({"role", "content", "blocks", "additional_kwargs"})
-_DECODE_CHUNK = 1024  # messages per decode of many: bounds the joined text
+# Characters per decode of many: the joined text of a chunk stays in the CPU's caches
+# (chunks of 1,024 messages of 4 KB decoded 1.5x slower than chunks of 64 KB).
+_DECODE_CHUNK_CHARS = 65536
 # One encoder for the canonical form: `json.dumps` with options builds a new one per call.
 _CANONICAL = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
@@ -92,17 +94,26 @@ class ChatMessage:
 
     @classmethod
     def many_from_json(cls, texts: Sequence[str]) -> list[ChatMessage]:
-        """`from_json` of each text, decoded as one JSON array per chunk: a history of
-        short messages decodes in about half the time of one `json.loads` per message.
+        """`from_json` of each text, decoded as one JSON array per chunk of about 64 KB:
+        a history of short messages decodes in about half the time of one `json.loads`
+        per message, and one of long messages reads each text once more, in cache.
 
         Stored text is valid JSON (no lone surrogates, no NaN: `parse` refused them), so
         pydantic-core's decoder reads it as `json.loads` would, in two thirds of the time
         (it also makes each repeated key string once)."""
         out: list[ChatMessage] = []
+        stored, total, start = cls._stored, len(texts), 0
         with gc_paused():
-            for start in range(0, len(texts), _DECODE_CHUNK):
-                chunk = texts[start : start + _DECODE_CHUNK]
-                out.extend(map(cls._stored, _decode("[" + ",".join(chunk) + "]")))
+            while start < total:
+                end, chars = start, 0
+                while end < total and chars < _DECODE_CHUNK_CHARS:
+                    chars += len(texts[end])
+                    end += 1
+                if end - start == 1:  # a long text alone: no copy of it
+                    out.append(stored(_decode(texts[start])))
+                else:
+                    out.extend(map(stored, _decode("[" + ",".join(texts[start:end]) + "]")))
+                start = end
         return out
 
     @classmethod

@@ -80,3 +80,15 @@ def test_edges_of_numbers_text_and_nesting() -> None:
     assert same(decoded.additional_kwargs, message.additional_kwargs)
     assert decoded.to_json() == message.to_json()
     assert decoded.content == "\x00 NUL and \U0001f600"
+
+
+def test_many_decodes_in_order_across_chunk_boundaries() -> None:
+    # Chunks are cut at about 64 KB of text: short texts share one, a text longer than
+    # that is decoded alone, and the order and every message survive the cuts.
+    lengths = [10] * 3000 + [70_000] + [500] * 300 + [65_536, 1] + [4_000] * 40
+    stored = [ChatMessage.text("user", f"{i}:" + "x" * n) for i, n in enumerate(lengths)]
+    texts = [m.to_json() for m in stored]
+    decoded = ChatMessage.many_from_json(texts)
+    assert decoded == stored
+    assert [m.to_json() for m in decoded] == texts
+    assert ChatMessage.many_from_json([]) == []
