@@ -18,7 +18,7 @@ from session_ledger.domain import errors as domain
 
 from .auth import Forbidden, Unauthenticated
 from .keystore import KeyNotFound
-from .schemas import ErrorResponse
+from .schemas import BLOCKS_SHAPE, TEXT_SHAPE, ErrorResponse
 
 log = logging.getLogger("session_ledger.api")
 
@@ -106,11 +106,14 @@ async def handle_error(request: Request, exc: Exception) -> JSONResponse:
     return error_response(status, code, message, details, headers)
 
 
+MESSAGE_SHAPES = (BLOCKS_SHAPE, TEXT_SHAPE)
+
+
 def _validation_details(exc: RequestValidationError) -> list[dict[str, Any]]:
     # Echoing `input` back could repeat a 40 MB body or bytes JSON cannot hold.
     return [
-        {"loc": [str(part) for part in e.get("loc", ())], "type": e.get("type", ""),
-         "msg": e.get("msg", "")}
+        {"loc": [str(part) for part in e.get("loc", ()) if part not in MESSAGE_SHAPES],
+         "type": e.get("type", ""), "msg": e.get("msg", "")}
         for e in exc.errors()[:50]
     ]  # fmt: skip
 

@@ -7,9 +7,9 @@ is written down once.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
 from session_ledger.domain.messages import BLOCK_TYPES
 
@@ -64,8 +64,23 @@ class TextMessageIn(_MessageIn):
     )
 
 
+def _message_shape(value: Any) -> str:
+    # A message with `content` is the plain shape, any other the blocks shape: an error
+    # then names what is wrong with the shape the caller meant, not with both shapes.
+    if isinstance(value, dict):
+        return TEXT_SHAPE if "content" in value else BLOCKS_SHAPE
+    return TEXT_SHAPE if isinstance(value, TextMessageIn) else BLOCKS_SHAPE
+
+
+# The shapes' tags, which pydantic puts in an error's location (the API's error details
+# leave them out: `body.messages.0.role`).
+BLOCKS_SHAPE, TEXT_SHAPE = "blocks-shape", "content-shape"
+
 # Either shape, never both `blocks` and `content`.
-MessageIn = BlocksMessageIn | TextMessageIn
+MessageIn = Annotated[
+    Annotated[BlocksMessageIn, Tag(BLOCKS_SHAPE)] | Annotated[TextMessageIn, Tag(TEXT_SHAPE)],
+    Discriminator(_message_shape),
+]
 
 
 class Message(BaseModel):

@@ -135,6 +135,30 @@ def test_wrong_shapes_and_types_are_422(http: httpx.Client, session_key: str, bo
 
 
 @pytest.mark.parametrize(
+    ("message", "place", "says"),
+    [
+        ({"role": "wizard", "content": "hi"}, "body.messages.0.role", "'user'"),
+        ({"role": "wizard", "blocks": []}, "body.messages.0.role", "'user'"),
+        ({"role": "user", "content": "hi", "blocks": []}, "body.messages.0.blocks", "Extra"),
+        ({"role": "user", "text": "hi"}, "body.messages.0.text", "Extra"),
+        ({"role": "user", "content": 3}, "body.messages.0.content.str", "string"),
+    ],
+)
+def test_a_refused_message_is_named_in_the_shape_it_was_sent_in(
+    http: httpx.Client, session_key: str, message: dict[str, Any], place: str, says: str
+) -> None:
+    # A message with `content` is checked as the plain shape, any other as the blocks
+    # shape: the answer names what is wrong with that shape alone, at its place.
+    answer = http.post(session_path(session_key, "/messages"), json={"messages": [message]})
+    error = error_of(answer, 422)
+    assert error["code"] == "invalid_request"
+    assert error["message"].startswith(f"{place}: ") and says in error["message"]
+    if "content" not in message or message.get("role") == "wizard":
+        assert [".".join(e["loc"]) for e in error["details"]["errors"]] == [place]
+    assert_nothing_stored(http, session_key)
+
+
+@pytest.mark.parametrize(
     "content",
     [b"{bad json", b'{"messages": [', b"\xff\xfe{}", b'{"messages": [] ]', b"[" * 50_000],
 )
