@@ -123,7 +123,8 @@ class ArchiveIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    count: int = Field(ge=1, le=2**62)
+    # Strict: a JSON integer, not "3", true or 3.0 (which lax validation would take).
+    count: int = Field(ge=1, le=2**62, strict=True)
 
 
 class AuditEvent(BaseModel):

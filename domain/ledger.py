@@ -221,7 +221,8 @@ class Ledger(Application[uuid.UUID]):
             )
             if found is None:
                 raise MessageNotFound(
-                    f"no message at index {index} of session {s.key!r} ({s.message_count} messages)"
+                    f"no message at index {index} of session {s.key!r} "
+                    f"({_messages(s.message_count)})"
                 )
             message_id, message = found
             s.remove(position=position, message_id=message_id, message=message.to_dict(), **audit)
@@ -644,6 +645,10 @@ class Ledger(Application[uuid.UUID]):
     aget_all = _async_twin(get_all)
     ahead = _async_twin(head)
     akeys = _async_twin(keys)
+
+
+def _messages(count: int) -> str:
+    return "1 message" if count == 1 else f"{count} messages"
 
 
 def _common_prefix(old: list[ChatMessage], new: list[ChatMessage]) -> int:

@@ -80,9 +80,12 @@ def test_delete_message_by_index_and_negative_index(ledger: Ledger) -> None:
 @pytest.mark.parametrize("index", [1, -2, 99])
 def test_delete_message_with_a_bad_index_changes_nothing(ledger: Ledger, index: int) -> None:
     ledger.put("s", msg("user", "only"))
-    with pytest.raises(MessageNotFound, match="no message at index"):
+    with pytest.raises(MessageNotFound, match=rf"no message at index {index} .*\(1 message\)"):
         ledger.delete_message("s", index)
     assert ledger.head("s").version == 2
+    ledger.put("s", msg("user", "second"))
+    with pytest.raises(MessageNotFound, match=r"\(2 messages\)"):
+        ledger.delete_message("s", 99)
 
 
 def test_delete_last_message_of_an_empty_session(ledger: Ledger) -> None:

@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from session_ledger.api.client import LedgerAPIError
+from session_ledger.api.client import LedgerAPIError, session_path
 
 from .conftest import Deployment
 
@@ -134,3 +134,10 @@ def test_archive_moves_the_oldest_messages(deployment: Deployment, session_key: 
         path = f"/v1/sessions/{uuid.uuid4().hex}/archive"
         for body in ({"count": 0}, {"count": "x"}, {}):
             assert http.post(path, json=body).status_code == 422
+        # A count is a JSON integer: not a string of digits, a boolean or a float.
+        path = session_path(session_key, "/archive")
+        for body in ({"count": "1"}, {"count": True}, {"count": 1.0}, {"count": None}):
+            answer = http.post(path, json=body)
+            assert answer.status_code == 422, body
+            assert answer.json()["error"]["message"].startswith("body.count: ")
+        assert http.get(session_path(session_key)).json()["message_count"] == 1
