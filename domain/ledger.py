@@ -91,8 +91,7 @@ class Limits:
 def past_version(key: str, head: SessionHead, version: object) -> int:
     """`version`, checked to be one of the session's (1 to its head's): InvalidInput or
     StateNotFound otherwise."""
-    if not isinstance(version, int) or isinstance(version, bool):
-        raise InvalidInput(f"as_of_version must be an integer; got {version!r}")
+    version = _check_int("as_of_version", version)
     if not 1 <= version <= head.version:
         raise StateNotFound(
             f"session {key!r} has no version {version}; its versions are 1 to {head.version}"
@@ -195,8 +194,7 @@ class Ledger(Application[uuid.UUID]):
 
     def delete_message(self, key: str, index: int, **kw: Any) -> WriteResult:
         """Remove the message at `index` (negative counts from the end); `.removed` has it."""
-        if not isinstance(index, int) or isinstance(index, bool):
-            raise InvalidInput(f"index must be an integer; got {index!r}")
+        _check_int("index", index)
         return self._write(key, "remove", {"index": index}, command=self._remover(index), **kw)
 
     def delete_last_message(self, key: str, **kw: Any) -> WriteResult:
@@ -205,8 +203,7 @@ class Ledger(Application[uuid.UUID]):
 
     def archive_oldest(self, key: str, n: int, **kw: Any) -> WriteResult:
         """Move the `n` oldest active messages to the archive (status "archived")."""
-        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            raise InvalidInput(f"n must be a positive integer; got {n!r}")
+        _check_int("n", n, least=1)
 
         def command(s: Session, audit: dict[str, Any]) -> None:
             s.archive(count=min(n, s.message_count), **audit)
@@ -422,9 +419,8 @@ class Ledger(Application[uuid.UUID]):
         """`get`, each message as its stored canonical JSON (what `to_json()` gives): a
         server passes them on without decoding and encoding them again."""
         limit = self.token_limit if token_limit is None else token_limit
-        for name, value in (("token_limit", limit), ("initial_token_count", initial_token_count)):
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise InvalidInput(f"{name} must be an integer; got {value!r}")
+        _check_int("token_limit", limit)
+        _check_int("initial_token_count", initial_token_count)
         check_window_arguments(limit, initial_token_count)
         if tokenizer is not None and not isinstance(tokenizer, NamedTokenizer):
             tokenizer = NamedTokenizer("caller", tokenizer)
@@ -467,10 +463,9 @@ class Ledger(Application[uuid.UUID]):
         """`get_all`, each message as its stored canonical JSON (see `get_json`)."""
         if status not in STATUSES:
             raise InvalidInput(f"status must be one of {', '.join(STATUSES)}; got {status!r}")
-        if not isinstance(offset, int) or offset < 0:
-            raise InvalidInput(f"offset must be a non-negative integer; got {offset!r}")
-        if limit is not None and (not isinstance(limit, int) or limit < 0):
-            raise InvalidInput(f"limit must be a non-negative integer; got {limit!r}")
+        _check_int("offset", offset, least=0)
+        if limit is not None:
+            _check_int("limit", limit, least=0)
         sid = self._session_id(key, tenant)
         version = self._version(sid, key, tenant, as_of_version, as_of)
         return self.views.history_json(sid, status, offset, limit, version)
@@ -479,11 +474,8 @@ class Ledger(Application[uuid.UUID]):
         self, key: str, *, tenant: str | None = None, after_version: int = 0, limit: int = 100
     ) -> list[AuditEntry]:
         """The session's events after `after_version`, oldest first: who changed what, when."""
-        if not isinstance(after_version, int) or after_version < 0:
-            raise InvalidInput(
-                f"after_version must be a non-negative integer; got {after_version!r}"
-            )
-        if not isinstance(limit, int) or not 1 <= limit <= 1000:
+        _check_int("after_version", after_version, least=0)
+        if not 1 <= _check_int("limit", limit) <= 1000:
             raise InvalidInput(f"limit must be between 1 and 1000; got {limit!r}")
         sid = self._session_id(key, tenant)
         if self.views.session_head(sid) is None:
@@ -573,7 +565,7 @@ class Ledger(Application[uuid.UUID]):
         """Session keys of a tenant in order, from after `after`, starting with `prefix`;
         `exclude_cleared`: not those whose last change was a reset (what LlamaIndex's chat
         stores list as keys: a reset deletes the key there)."""
-        if not isinstance(limit, int) or not 1 <= limit <= 10_000:
+        if not 1 <= _check_int("limit", limit) <= 10_000:
             raise InvalidInput(f"limit must be between 1 and 10000; got {limit!r}")
         _check_text(prefix, "prefix", MAX_KEY_CHARS, allow_empty=True)
         if after is not None:
@@ -647,6 +639,20 @@ class Ledger(Application[uuid.UUID]):
     akeys = _async_twin(keys)
 
 
+def _check_int(name: str, value: object, *, least: int | None = None) -> int:
+    """`value`, if it is an int (not a bool, which Python counts as one) of at least
+    `least`; InvalidInput naming `name` otherwise."""
+    if (
+        not isinstance(value, int)
+        or isinstance(value, bool)
+        or (least is not None and value < least)
+    ):
+        kind = {None: "an integer", 0: "a non-negative integer", 1: "a positive integer"}
+        wanted = kind.get(least, f"an integer of at least {least}")
+        raise InvalidInput(f"{name} must be {wanted}; got {value!r}")
+    return value
+
+
 def _messages(count: int) -> str:
     return "1 message" if count == 1 else f"{count} messages"
 
@@ -702,13 +708,8 @@ def _check_write_options(
         _check_text(actor, "actor", MAX_ACTOR_CHARS)
     if reason is not None:
         _check_text(reason, "reason", MAX_REASON_CHARS, allow_controls=True)
-    if expected_version is not None and (
-        not isinstance(expected_version, int) or isinstance(expected_version, bool)
-        or expected_version < 0
-    ):  # fmt: skip
-        raise InvalidInput(
-            f"expected_version must be a non-negative integer; got {expected_version!r}"
-        )
+    if expected_version is not None:
+        _check_int("expected_version", expected_version, least=0)
     if idempotency_key is not None:
         _check_text(idempotency_key, "idempotency key", MAX_IDEMPOTENCY_KEY_CHARS)
 

@@ -293,7 +293,7 @@ class _Verifier:
         tenant, key, to_version = record.get("tenant"), record.get("key"), record.get("to_version")
         if not isinstance(tenant, str) or not isinstance(key, str):
             raise _Broken(n, "the header lacks the tenant or the key")
-        if not isinstance(to_version, int) or to_version < 1:
+        if not isinstance(to_version, int) or isinstance(to_version, bool) or to_version < 1:
             raise _Broken(n, f"to_version must be a positive integer; got {to_version!r}")
         self.session_id = derive_session_id(tenant, key)
         if record.get("session_id") != str(self.session_id):

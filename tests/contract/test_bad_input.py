@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 import pytest
 
 from session_ledger.domain.errors import (
@@ -165,3 +168,32 @@ def test_a_reason_may_span_lines(seeded: Ledger) -> None:
 def test_bad_key_prefixes(seeded: Ledger, prefix: str) -> None:
     with pytest.raises(InvalidInput):
         seeded.keys(prefix=prefix)
+
+
+@pytest.mark.parametrize("wrong", [True, False, 1.0, "1", None], ids=repr)
+@pytest.mark.parametrize(
+    ("name", "call"),
+    [
+        ("n", lambda ledger, v: ledger.archive_oldest("s", v)),
+        ("index", lambda ledger, v: ledger.delete_message("s", v)),
+        ("expected_version", lambda ledger, v: ledger.put("s", GOOD, expected_version=v)),
+        ("token_limit", lambda ledger, v: ledger.get("s", token_limit=v)),
+        ("initial_token_count", lambda ledger, v: ledger.get("s", initial_token_count=v)),
+        ("offset", lambda ledger, v: ledger.get_all("s", offset=v)),
+        ("limit", lambda ledger, v: ledger.get_all("s", limit=v)),
+        ("as_of_version", lambda ledger, v: ledger.get_all("s", as_of_version=v)),
+        ("after_version", lambda ledger, v: ledger.audit("s", after_version=v)),
+        ("limit", lambda ledger, v: ledger.audit("s", limit=v)),
+        ("limit", lambda ledger, v: ledger.keys(limit=v)),
+    ],
+)
+def test_integer_arguments_take_integers_only(
+    seeded: Ledger, name: str, call: Any, wrong: object
+) -> None:
+    # A bool is an int to Python, so `limit=True` read one message and `archive_oldest(k,
+    # True)` would archive one: every integer argument refuses it, as it does 1.0 and "1".
+    if wrong is None and name in ("expected_version", "token_limit", "limit", "as_of_version"):
+        return  # None means "not given" for these
+    with pytest.raises(InvalidInput, match=rf"{name} must be .*; got {re.escape(repr(wrong))}"):
+        call(seeded, wrong)
+    assert_untouched(seeded)

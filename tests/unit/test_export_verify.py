@@ -137,6 +137,11 @@ def test_an_edited_header_or_dropped_last_event_is_named(exported: Lines) -> Non
         {"events": 4, "chain_head": json.loads(exported[4])["chain"]}))  # fmt: skip
     line, problem = broken_at(shortened)
     assert line == 6 and "promised versions 1 to 5" in problem
+    # A header's to_version is a JSON integer: `true` is not version 1.
+    for wrong in (True, 5.0, "5"):
+        header = edited(exported, 1, lambda r, v=wrong: r.update({"to_version": v}))
+        line, problem = broken_at(header)
+        assert line == 1 and f"to_version must be a positive integer; got {wrong!r}" in problem
 
 
 def test_extra_lines_and_garbage_are_named(exported: Lines) -> None:
