@@ -18,7 +18,7 @@ from session_ledger.domain import errors as domain
 
 from .auth import Forbidden, Unauthenticated
 from .keystore import KeyNotFound
-from .schemas import BLOCKS_SHAPE, TEXT_SHAPE, ErrorResponse
+from .schemas import MESSAGE_SHAPES, ErrorResponse
 
 log = logging.getLogger("session_ledger.api")
 
@@ -104,9 +104,6 @@ async def handle_error(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error on %s %s", request.method, request.url.path)
         message = "internal error; the server log has the details"
     return error_response(status, code, message, details, headers)
-
-
-MESSAGE_SHAPES = (BLOCKS_SHAPE, TEXT_SHAPE)
 
 
 def _validation_details(exc: RequestValidationError) -> list[dict[str, Any]]:

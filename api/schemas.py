@@ -64,6 +64,12 @@ class TextMessageIn(_MessageIn):
     )
 
 
+# The shapes' tags, which pydantic puts in an error's location; the API's error details
+# leave them out (`body.messages.0.role`).
+BLOCKS_SHAPE, TEXT_SHAPE = "blocks-shape", "content-shape"
+MESSAGE_SHAPES = (BLOCKS_SHAPE, TEXT_SHAPE)
+
+
 def _message_shape(value: Any) -> str:
     # A message with `content` is the plain shape, any other the blocks shape: an error
     # then names what is wrong with the shape the caller meant, not with both shapes.
@@ -71,10 +77,6 @@ def _message_shape(value: Any) -> str:
         return TEXT_SHAPE if "content" in value else BLOCKS_SHAPE
     return TEXT_SHAPE if isinstance(value, TextMessageIn) else BLOCKS_SHAPE
 
-
-# The shapes' tags, which pydantic puts in an error's location (the API's error details
-# leave them out: `body.messages.0.role`).
-BLOCKS_SHAPE, TEXT_SHAPE = "blocks-shape", "content-shape"
 
 # Either shape, never both `blocks` and `content`.
 MessageIn = Annotated[
