@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import uuid
+import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -98,6 +99,13 @@ VIEW_TABLES = [
     # Dropped: time lookups binary-search the primary key (views.VERSION_AT).
     "DROP INDEX IF EXISTS ledger_timeline_time",
 ]
+# Every read walks a primary key in order and stops at its LIMIT. Where the planner's
+# statistics say a session holds a few rows (none gathered yet, or most sessions short
+# when they were), it priced a bitmap scan and a sort of the whole session below that,
+# and a window of a 3,000-message session read all 3,000 rows (5 ms; 12 ms at 10,000).
+# Without bitmap scans the key order is the cheapest plan at any estimate. (JIT off: a
+# plan priced past a disabled step would be JIT-compiled, 200 ms.)
+PLANNER_SETTINGS = "SET enable_bitmapscan = off; SET jit = off"
 MAX_VALUES_ROWS = 200
 # Any number of rows in one statement: a large `set` is one round trip, not thousands
 # of statements queued in psycopg's pipeline.
@@ -168,6 +176,7 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder, SQLViews):
         super().__init__(datastore, events_table_name=events_table_name)
         self.sql_create_statements.extend(SQL(s) for s in VIEW_TABLES)  # type: ignore[misc]
         self.rows_read = 0
+        self._planned: weakref.WeakSet[Any] = weakref.WeakSet()  # connections set up
 
     @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
     def insert_events(
@@ -184,7 +193,7 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder, SQLViews):
             v for e in stored_events
             for v in (e.originator_id, e.originator_version, e.topic, e.state)
         ]  # fmt: skip
-        with self.datastore.get_connection() as conn:
+        with self._connection() as conn:
             if changes is not None and all(isinstance(c, InsertMessages) for c in changes.changes):
                 # An append (the common write) is ONE statement: one round trip, one commit.
                 # Prepared, with binary parameters: the event's state and the record the
@@ -238,26 +247,30 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder, SQLViews):
         return _append_sql(len(stored), messages, chained, token_sql), params
 
     @contextmanager
+    def _connection(self) -> Iterator[Any]:
+        """A pooled connection, set once for the ledger's statements (PLANNER_SETTINGS)."""
+        with self.datastore.get_connection() as conn:
+            if conn not in self._planned:
+                conn.execute(PLANNER_SETTINGS)
+                self._planned.add(conn)
+            yield conn
+
+    @contextmanager
     def _reading(self) -> Iterator[Reader]:
-        with self.datastore.get_connection() as conn, conn.cursor() as curs:
+        with self._connection() as conn, conn.cursor() as curs:
             yield self._reader(curs)
 
     @contextmanager
     def _reading_past(self) -> Iterator[Reader]:
-        # Right after a session grows fast, the planner's statistics say a message id range
-        # holds a few rows and it picks a bitmap scan and a sort of the whole session (50 ms
-        # at 100,000 messages); the primary key read backwards is right at any size.
-        with self.datastore.get_connection() as conn, conn.transaction(), conn.cursor() as curs:
-            # (A plan priced past a disabled step would also be JIT-compiled: 200 ms.)
-            curs.execute(
-                "SET LOCAL enable_bitmapscan = off; SET LOCAL enable_sort = off;"
-                " SET LOCAL jit = off"
-            )
+        # A past version's rows are bounded by a message id range too, which the planner
+        # also thought cheaper to sort than to read in key order (50 ms at 100,000).
+        with self._connection() as conn, conn.transaction(), conn.cursor() as curs:
+            curs.execute("SET LOCAL enable_sort = off")
             yield self._reader(curs)
 
     @contextmanager
     def snapshot(self) -> Iterator[Reader]:
-        with self.datastore.get_connection() as conn, conn.transaction(), conn.cursor() as curs:
+        with self._connection() as conn, conn.transaction(), conn.cursor() as curs:
             curs.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             yield self._reader(curs)
 
@@ -266,14 +279,14 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder, SQLViews):
 
     @contextmanager
     def _write_transaction(self) -> Iterator[Any]:
-        with self.datastore.get_connection() as conn, conn.transaction(), conn.cursor() as curs:
+        with self._connection() as conn, conn.transaction(), conn.cursor() as curs:
             curs.execute("LOCK TABLE ledger_events IN EXCLUSIVE MODE")
             yield curs
 
     @contextmanager
     def _stream(self, sql: str) -> Iterator[Iterator[Any]]:
         with (
-            self.datastore.get_connection() as conn,
+            self._connection() as conn,
             conn.transaction(),
             conn.cursor(name="ledger_dump") as curs,
         ):

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
+from psycopg import sql as psql
 
 from session_ledger.domain.ledger import Ledger
+from session_ledger.projections.postgres import _Reader
 from session_ledger.projections.sqlite import _DurablePool
 from session_ledger.projections.views import TAIL_BATCH
 from tests.conftest import make_ledger, make_settings
@@ -250,4 +253,89 @@ def test_an_append_only_appends(tmp_path: Path) -> None:
     ]
     head = ledger.head("s")
     assert (head.version, head.message_count, head.token_total) == (3, 2, 80)
+    ledger.close()
+
+
+def _rows_scanned(plan: dict[str, Any], table: str) -> int:
+    """Rows that the plan's scans of `table` produced, over all their loops."""
+    own = 0
+    if plan.get("Relation Name") == table:
+        own = int(plan.get("Actual Rows", 0)) * int(plan.get("Actual Loops", 1))
+    return own + sum(_rows_scanned(p, table) for p in plan.get("Plans", []))
+
+
+class ServerScans:
+    """Runs EXPLAIN ANALYZE of every message read the ledger makes, on the reader's own
+    connection and transaction (so with the settings the read has), first as a custom
+    plan (its parameters known to the planner, as in the first reads of a prepared
+    statement) and then as a generic plan (what PostgreSQL may settle on after five), and
+    keeps the rows each plan's scans of the message tables produced."""
+
+    TABLES = ("ledger_messages", "ledger_ended_messages")
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.scans: list[tuple[str, str, int]] = []  # (plan, statement, rows)
+        real = _Reader.tuples
+
+        def tuples(reader: _Reader, sql: str, params: Sequence[Any]) -> Any:
+            self._explain(reader, sql, params)
+            return real(reader, sql, params)
+
+        monkeypatch.setattr(_Reader, "tuples", tuples)
+
+    def _explain(self, reader: _Reader, sql: str, params: Sequence[Any]) -> None:
+        statement = sql.replace("?", "%s")
+        table = next((t for t in self.TABLES if f"FROM {t} " in statement), None)
+        if table is None:
+            return
+        cursor = reader.cursor
+        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + statement, params)
+        self._keep("custom", statement, table, cursor.fetchone())
+        numbered = statement
+        for n in range(1, len(params) + 1):
+            numbered = numbered.replace("%s", f"${n}", 1)
+        cursor.execute("PREPARE ledger_probe AS " + numbered)  # parameter types inferred
+        cursor.execute("SET plan_cache_mode = force_generic_plan")
+        literals = psql.SQL(", ").join(psql.Literal(p) for p in params)
+        cursor.execute(
+            psql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE ledger_probe({})").format(literals)
+        )
+        self._keep("generic", statement, table, cursor.fetchone())
+        cursor.execute("RESET plan_cache_mode")
+        cursor.execute("DEALLOCATE ledger_probe")
+
+    def _keep(self, kind: str, statement: str, table: str, row: Any) -> None:
+        plan = (row[0] if isinstance(row, tuple) else next(iter(row.values())))[0]["Plan"]
+        self.scans.append((kind, statement, _rows_scanned(plan, table)))
+
+
+def test_postgres_reads_a_window_in_key_order_whatever_its_statistics(
+    fresh_postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The planner's estimates cannot make a window read its whole session. Statistics
+    gathered while the store held short sessions (as most are) said a session holds a
+    few rows, and a session that grew long afterwards was read whole for its window of
+    25 (a bitmap scan of its 10,000 rows, then a sort), once the prepared statement's
+    generic plan took over; the server must scan no more than one tail batch."""
+    settings = make_settings("postgres", tmp_path)
+    settings.database_url = fresh_postgres_url
+    ledger = make_ledger(settings)
+    for k in range(300):
+        ledger.put_messages(f"short-{k}", [message(0), message(1)])
+    with psycopg.connect(fresh_postgres_url, autocommit=True) as conn:
+        conn.execute("ANALYZE")
+    for start in range(0, 10_000, 2_000):
+        ledger.put_messages("long", [message(i) for i in range(start, start + 2_000)])
+    then = ledger.head("long").version - 1  # 8,000 messages then
+
+    scans = ServerScans(monkeypatch)
+    window = ledger.get("long", token_limit=1_000)
+    past = ledger.get("long", token_limit=1_000, as_of_version=then)
+    monkeypatch.undo()
+
+    assert 0 < len(window) < TAIL_BATCH and window[-1].content == message(9_999)["content"]
+    assert 0 < len(past) < TAIL_BATCH and past[-1].content == message(7_999)["content"]
+    assert {kind for kind, _, _ in scans.scans} == {"custom", "generic"}
+    wide = [(kind, rows, statement) for kind, statement, rows in scans.scans if rows > TAIL_BATCH]
+    assert not wide, f"reads that scanned more than one batch of {TAIL_BATCH} rows: {wide}"
     ledger.close()
