@@ -11,7 +11,7 @@ import pytest
 from psycopg import sql as psql
 
 from session_ledger.domain.ledger import Ledger
-from session_ledger.projections.postgres import _Reader
+from session_ledger.projections.postgres import _Reader, _sql
 from session_ledger.projections.sqlite import _DurablePool
 from session_ledger.projections.views import TAIL_BATCH
 from tests.conftest import make_ledger, make_settings
@@ -265,7 +265,8 @@ def _rows_scanned(plan: dict[str, Any], table: str) -> int:
 
 
 class ServerScans:
-    """Runs EXPLAIN ANALYZE of every message read the ledger makes, on the reader's own
+    """Runs EXPLAIN ANALYZE of every message read the ledger makes through
+    `_Reader.tuples` (the window's and the history's rows), on the reader's own
     connection and transaction (so with the settings the read has), first as a custom
     plan (its parameters known to the planner, as in the first reads of a prepared
     statement) and then as a generic plan (what PostgreSQL may settle on after five), and
@@ -284,7 +285,7 @@ class ServerScans:
         monkeypatch.setattr(_Reader, "tuples", tuples)
 
     def _explain(self, reader: _Reader, sql: str, params: Sequence[Any]) -> None:
-        statement = sql.replace("?", "%s")
+        statement = _sql(sql)
         table = next((t for t in self.TABLES if f"FROM {t} " in statement), None)
         if table is None:
             return
@@ -305,7 +306,7 @@ class ServerScans:
         cursor.execute("DEALLOCATE ledger_probe")
 
     def _keep(self, kind: str, statement: str, table: str, row: Any) -> None:
-        plan = (row[0] if isinstance(row, tuple) else next(iter(row.values())))[0]["Plan"]
+        plan = row["QUERY PLAN"][0]["Plan"]  # the reader's cursor makes dict rows
         self.scans.append((kind, statement, _rows_scanned(plan, table)))
 
 
