@@ -12,6 +12,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
+import pytest
 from llama_index.core.agent.workflow import FunctionAgent
 from llama_index.core.base.llms.types import ChatMessage, TextBlock, ToolCallBlock
 from llama_index.core.llms import MockFunctionCallingLLM
@@ -21,6 +22,12 @@ from llama_index.core.tools import FunctionTool
 
 from session_ledger.api.llamaindex import LedgerDBChatStore, LedgerMemory
 from tests.llamaindex.conftest import Where
+
+# llama-index's workflows find an agent's steps with inspect.getmembers on the agent, a
+# pydantic model, whose deprecated attributes warn on every read (1,728 warnings a run).
+pytestmark = pytest.mark.filterwarnings(
+    "ignore::pydantic.warnings.PydanticDeprecationWarning:inspect"
+)
 
 QUESTIONS = [("weather", "Zürich"), ("add", "2 3"), ("weather", "東京")]
 
