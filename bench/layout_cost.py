@@ -109,7 +109,7 @@ class Layout:
 
 
 def sample_put() -> tuple[str, str, bytes]:
-    """A message as a put stores it: its view row's JSON, its event's topic and state."""
+    """A message as a put stores it: its view row's body, its event's topic and state."""
     from session_ledger.api.bootstrap import open_ledger
     from session_ledger.api.settings import Settings
     from session_ledger.domain.session import session_id
@@ -117,8 +117,10 @@ def sample_put() -> tuple[str, str, bytes]:
     ledger = open_ledger(Settings(database_url="memory://"))
     try:
         ledger.put("k", conversation(1)[0])
-        (*_, record) = ledger.recorder.select_events(session_id(ledger.default_tenant, "k"))
-        return ledger.get_all_json("k")[0], record.topic, record.state
+        sid = session_id(ledger.default_tenant, "k")
+        (*_, record) = ledger.recorder.select_events(sid)
+        ((_, body),) = ledger.views.history_bodies(sid, "active", 0, None)
+        return body, record.topic, record.state
     finally:
         ledger.close()
 

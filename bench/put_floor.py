@@ -39,7 +39,7 @@ from session_ledger.api.bootstrap import migrate, open_ledger
 from session_ledger.api.settings import Settings
 from session_ledger.domain.integrity import chain_step
 from session_ledger.domain.ledger import Ledger
-from session_ledger.domain.messages import ChatMessage
+from session_ledger.domain.messages import ChatMessage, stored_body
 from session_ledger.domain.session import MessagesAppended, session_id
 from session_ledger.projections.sqlite import MESSAGE_INSERT
 from session_ledger.projections.views import ADDED_TOKENS, SQLViews, utc_text
@@ -70,13 +70,13 @@ class FloorWriter:
 
     def put(self, message: dict[str, Any]) -> None:
         m = ChatMessage.parse(message)
-        body = m.to_json()
+        d = {"role": m.role, "blocks": list(m.blocks), "additional_kwargs": m.additional_kwargs}
+        body = stored_body(d, m.to_json())
         tokens = self.tokenizer.count(m.content)
         now = datetime.now(UTC)
         version, sid = self.version + 1, self.sid.hex
         state = self.encode_state(
-            {"timestamp": now, "messages": [{"role": m.role, "blocks": list(m.blocks),
-             "additional_kwargs": m.additional_kwargs}], "actor": ACTOR, "reason": None,
+            {"timestamp": now, "messages": [d], "actor": ACTOR, "reason": None,
              "idempotency_key": None, "request_digest": None}
         )  # fmt: skip
         chain = chain_step(self.chain, self.sid, version, self.topic, state)

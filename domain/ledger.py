@@ -39,7 +39,7 @@ from .errors import (
     VersionConflict,
 )
 from .integrity import GENESIS, chain_step
-from .messages import ChatMessage
+from .messages import ChatMessage, body_json
 from .ports import (
     ACTIVE,
     STATUSES,
@@ -174,11 +174,10 @@ class Ledger(Application[uuid.UUID]):
         counts = LazyCounts(self.tokenizer, [m.content for m in parsed])  # the new ones only
 
         def command(s: Session, audit: dict[str, Any]) -> None:
-            current = (
-                ChatMessage.many_from_json(self.views.history_json(s.id, ACTIVE, 0, len(parsed)))
-                if s.message_count
-                else []
+            rows = (
+                self.views.history_bodies(s.id, ACTIVE, 0, len(parsed)) if s.message_count else []
             )
+            current = ChatMessage.many_from_bodies(rows)
             kept = _common_prefix(current, parsed)
             counts.count_from(kept)
             s.replace(messages=dicts, kept=kept, **audit)
@@ -399,11 +398,10 @@ class Ledger(Application[uuid.UUID]):
     ) -> list[ChatMessage]:
         """The context window: the newest messages that fit `token_limit` (ChatMemoryBuffer.get),
         now or as the agent would have been given it at `as_of_version` / `as_of`."""
-        texts = self.get_json(
-            key, tenant=tenant, token_limit=token_limit, initial_token_count=initial_token_count,
-            tokenizer=tokenizer, as_of_version=as_of_version, as_of=as_of,
-        )  # fmt: skip
-        return ChatMessage.many_from_json(texts)
+        window = self._window(
+            key, tenant, token_limit, initial_token_count, tokenizer, as_of_version, as_of
+        )
+        return ChatMessage.many_from_bodies(window)
 
     def get_json(
         self,
@@ -416,8 +414,23 @@ class Ledger(Application[uuid.UUID]):
         as_of_version: int | None = None,
         as_of: datetime | None = None,
     ) -> list[str]:
-        """`get`, each message as its stored canonical JSON (what `to_json()` gives): a
-        server passes them on without decoding and encoding them again."""
+        """`get`, each message as its canonical JSON (what `to_json()` gives), made from
+        what is stored without decoding it: a server passes them on as they are."""
+        window = self._window(
+            key, tenant, token_limit, initial_token_count, tokenizer, as_of_version, as_of
+        )
+        return [body_json(role, body) for role, body in window]
+
+    def _window(
+        self,
+        key: str,
+        tenant: str | None,
+        token_limit: int | None,
+        initial_token_count: int,
+        tokenizer: NamedTokenizer | Callable[[str], Any] | None,
+        as_of_version: int | None,
+        as_of: datetime | None,
+    ) -> list[tuple[str, str]]:
         limit = self.token_limit if token_limit is None else token_limit
         _check_int("token_limit", limit)
         _check_int("initial_token_count", initial_token_count)
@@ -428,7 +441,7 @@ class Ledger(Application[uuid.UUID]):
             tokenizer = None  # the stored counts are this tokenizer's
         sid = self._session_id(key, tenant)
         version = self._version(sid, key, tenant, as_of_version, as_of)
-        return self.views.context_window_json(sid, limit, initial_token_count, tokenizer, version)
+        return self.views.context_window_bodies(sid, limit, initial_token_count, tokenizer, version)
 
     def get_all(
         self,
@@ -443,11 +456,9 @@ class Ledger(Application[uuid.UUID]):
     ) -> list[ChatMessage]:
         """The whole history in order (or a page of it); `status="archived"` for the archive;
         as it stood at `as_of_version` or at time `as_of` when given."""
-        texts = self.get_all_json(
-            key, tenant=tenant, status=status, offset=offset, limit=limit,
-            as_of_version=as_of_version, as_of=as_of,
-        )  # fmt: skip
-        return ChatMessage.many_from_json(texts)
+        return ChatMessage.many_from_bodies(
+            self._history(key, tenant, status, offset, limit, as_of_version, as_of)
+        )
 
     def get_all_json(
         self,
@@ -460,7 +471,20 @@ class Ledger(Application[uuid.UUID]):
         as_of_version: int | None = None,
         as_of: datetime | None = None,
     ) -> list[str]:
-        """`get_all`, each message as its stored canonical JSON (see `get_json`)."""
+        """`get_all`, each message as its canonical JSON (see `get_json`)."""
+        rows = self._history(key, tenant, status, offset, limit, as_of_version, as_of)
+        return [body_json(row[0], row[1]) for row in rows]
+
+    def _history(
+        self,
+        key: str,
+        tenant: str | None,
+        status: str,
+        offset: int,
+        limit: int | None,
+        as_of_version: int | None,
+        as_of: datetime | None,
+    ) -> list[tuple[Any, ...]]:
         if status not in STATUSES:
             raise InvalidInput(f"status must be one of {', '.join(STATUSES)}; got {status!r}")
         _check_int("offset", offset, least=0)
@@ -468,7 +492,7 @@ class Ledger(Application[uuid.UUID]):
             _check_int("limit", limit, least=0)
         sid = self._session_id(key, tenant)
         version = self._version(sid, key, tenant, as_of_version, as_of)
-        return self.views.history_json(sid, status, offset, limit, version)
+        return self.views.history_bodies(sid, status, offset, limit, version)
 
     def audit(
         self, key: str, *, tenant: str | None = None, after_version: int = 0, limit: int = 100

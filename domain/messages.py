@@ -13,7 +13,7 @@ import json
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 from pydantic_core import from_json as _decode
@@ -40,13 +40,55 @@ def canonical_json(value: Any) -> str:
     return _CANONICAL.encode(value)
 
 
-@dataclass(frozen=True)
-class ChatMessage:
-    """One message of a conversation: a role, content blocks and extra keyword data."""
+# The stored body of a message of one text block and no additional_kwargs (most
+# messages): the JSON string of its text alone, the role being in its row. Its canonical
+# JSON is that string between these two (a role needs no escapes).
+_TEXT_HEAD = {role: f'{{"role":"{role}","blocks":[{{"block_type":"text","text":' for role in ROLES}
+_TEXT_TAIL = '}],"additional_kwargs":{}}'
 
-    role: str
-    blocks: tuple[dict[str, Any], ...] = ()
-    additional_kwargs: dict[str, Any] = field(default_factory=dict)
+
+class ChatMessage:
+    """One message of a conversation: a role, content blocks and extra keyword data.
+
+    A value like a frozen dataclass of those three fields (compared, copied and pickled
+    by them; the fields have no setters). A message read from a store as a role and a
+    text (see `stored_body`) makes its one text block and its empty additional_kwargs
+    when they are first asked for: a history read makes the message and its text, not
+    six objects a message."""
+
+    __slots__ = ("_blocks", "_kwargs", "_role", "_text")
+    __match_args__ = ("role", "blocks", "additional_kwargs")
+    __hash__ = None  # type: ignore[assignment]  # (unhashable: its dicts are mutable)
+
+    def __init__(
+        self,
+        role: str,
+        blocks: Sequence[dict[str, Any]] = (),
+        additional_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        """The fields as given (unchecked: `parse` validates)."""
+        self._role = role
+        self._text: str | None = None
+        self._blocks: tuple[dict[str, Any], ...] | None = tuple(blocks)
+        self._kwargs: dict[str, Any] | None = {} if additional_kwargs is None else additional_kwargs
+
+    role = property(attrgetter("_role"), doc="The speaker: one of `ROLES`.")
+
+    @property
+    def blocks(self) -> tuple[dict[str, Any], ...]:
+        """The content blocks, each a dict with its `block_type`."""
+        blocks = self._blocks
+        if blocks is None:
+            blocks = self._blocks = ({"block_type": "text", "text": self._text},)
+        return blocks
+
+    @property
+    def additional_kwargs(self) -> dict[str, Any]:
+        """Extra keyword data (tool call ids and the like)."""
+        kwargs = self._kwargs
+        if kwargs is None:
+            kwargs = self._kwargs = {}
+        return kwargs
 
     @classmethod
     def text(cls, role: str, text: str, **additional_kwargs: Any) -> ChatMessage:
@@ -93,38 +135,60 @@ class ChatMessage:
         return cls._stored(_decode(text))
 
     @classmethod
-    def many_from_json(cls, texts: Sequence[str]) -> list[ChatMessage]:
-        """`from_json` of each text, decoded as one JSON array per chunk of about 64 KB:
-        a history of short messages decodes in about half the time of one `json.loads`
-        per message, and one of long messages reads each text once more, in cache.
+    def from_body(cls, role: str, body: str) -> ChatMessage:
+        """Rebuild a message from its row in a store: its role and `stored_body`."""
+        value = _decode(body)
+        return cls._stored(value) if type(value) is dict else cls._of_text(role, value)
 
-        Stored text is valid JSON (no lone surrogates, no NaN: `parse` refused them), so
-        pydantic-core's decoder reads it as `json.loads` would, in two thirds of the time
-        (it also makes each repeated key string once)."""
+    @classmethod
+    def many_from_bodies(cls, rows: Sequence[Sequence[Any]]) -> list[ChatMessage]:
+        """`from_body` of each row's (role, body, ...), the bodies decoded as one JSON
+        array per chunk of about 64 KB: a history of short messages decodes in about half
+        the time of one decode per message, and one of long messages reads each body once
+        more, in cache.
+
+        Stored bodies are valid JSON (no lone surrogates, no NaN: `parse` refused them),
+        so pydantic-core's decoder reads them as `json.loads` would, and faster (it also
+        makes each repeated key string once)."""
         out: list[ChatMessage] = []
-        stored, total, start = cls._stored, len(texts), 0
+        append, stored, new = out.append, cls._stored, object.__new__
+        total, start = len(rows), 0
         with gc_paused():
             while start < total:
                 end, chars = start, 0
                 while end < total and chars < _DECODE_CHUNK_CHARS:
-                    chars += len(texts[end])
+                    chars += len(rows[end][1])
                     end += 1
-                if end - start == 1:  # a long text alone: no copy of it
-                    out.append(stored(_decode(texts[start])))
+                chunk = rows[start:end]
+                if end - start == 1:  # a long body alone: no copy of it
+                    values = [_decode(chunk[0][1])]
                 else:
-                    out.extend(map(stored, _decode("[" + ",".join(texts[start:end]) + "]")))
+                    values = _decode("[" + ",".join([row[1] for row in chunk]) + "]")
+                for row, value in zip(chunk, values, strict=True):
+                    if type(value) is str:  # (`_of_text`, inline: most messages)
+                        message = new(cls)
+                        message._role, message._text = row[0], value
+                        message._blocks = message._kwargs = None
+                        append(message)
+                    else:
+                        append(stored(value))
                 start = end
         return out
 
     @classmethod
+    def _of_text(cls, role: str, text: str) -> ChatMessage:
+        message = object.__new__(cls)
+        message._role, message._text = role, text
+        message._blocks = message._kwargs = None
+        return message
+
+    @classmethod
     def _stored(cls, d: dict[str, Any]) -> ChatMessage:
         # Stored messages were validated on the way in (and `parse` has just validated
-        # its dict), and their JSON has exactly the three fields in field order: the dict
-        # becomes the instance's, without the frozen dataclass's per-field setattr calls
-        # or a copy.
+        # its dict): the fields are taken as they are.
         message = object.__new__(cls)
-        d["blocks"] = tuple(d["blocks"])
-        object.__setattr__(message, "__dict__", d)
+        message._role, message._text = d["role"], None
+        message._blocks, message._kwargs = tuple(d["blocks"]), d["additional_kwargs"]
         return message
 
     def to_dict(self) -> dict[str, Any]:
@@ -133,18 +197,62 @@ class ChatMessage:
 
     def to_json(self) -> str:
         """The canonical encoding: compact, UTF-8 text, control characters escaped."""
+        if self._blocks is None and not self._kwargs:
+            return _TEXT_HEAD[self._role] + _CANONICAL.encode(self._text) + _TEXT_TAIL
         return _CANONICAL.encode(
-            {"role": self.role, "blocks": self.blocks, "additional_kwargs": self.additional_kwargs}
+            {"role": self._role, "blocks": self.blocks, "additional_kwargs": self.additional_kwargs}
         )
 
     @property
     def content(self) -> str | None:
         """Text blocks joined by newlines, as LlamaIndex's `ChatMessage.content`."""
-        texts = [b["text"] for b in self.blocks if b.get("block_type") == "text"]
+        if self._blocks is None:
+            return self._text
+        texts = [b["text"] for b in self._blocks if b.get("block_type") == "text"]
         joined = "\n".join(texts)
         if joined:
             return joined
         return "" if len(texts) == 1 else None
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        assert isinstance(other, ChatMessage)
+        if self._blocks is None and other._blocks is None:  # two texts as read
+            return (self._role, self._text, self._kwargs or {}) == (
+                other._role, other._text, other._kwargs or {}
+            )  # fmt: skip
+        return (self._role, self.blocks, self._kwargs or {}) == (
+            other._role, other.blocks, other._kwargs or {}
+        )  # fmt: skip
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__qualname__}(role={self._role!r}, blocks={self.blocks!r}, "
+            f"additional_kwargs={self.additional_kwargs!r})"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self._role, self.blocks, self.additional_kwargs)
+
+
+def stored_body(message: Mapping[str, Any], encoded: str) -> str:
+    """What a store keeps for `message` (a valid message's dict; `encoded` its canonical
+    JSON): the JSON string of its text if it is one text block and no additional_kwargs,
+    else `encoded`. A read makes such a message from its role and text alone."""
+    blocks = message["blocks"]
+    if len(blocks) == 1 and not message["additional_kwargs"]:
+        block, head = blocks[0], _TEXT_HEAD.get(message["role"])
+        # Two keys, `block_type` "text" first (the head matches) and a string `text`:
+        # between the head and the tail lies the text's JSON string.
+        if len(block) == 2 and type(block.get("text")) is str and head and encoded.startswith(head):
+            return encoded[len(head) : -len(_TEXT_TAIL)]
+    return encoded
+
+
+def body_json(role: str, body: str) -> str:
+    """The canonical JSON of the message stored as (`role`, `body`)."""
+    return _TEXT_HEAD[role] + body + _TEXT_TAIL if body[0] == '"' else body
 
 
 @contextmanager

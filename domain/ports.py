@@ -104,26 +104,26 @@ class WriteBatch(NamedTuple):
 class SessionViews(Protocol):
     """Reads the ledger serves from its projections."""
 
-    def context_window_json(
+    def context_window_bodies(
         self,
         session_id: uuid.UUID,
         token_limit: int,
         initial_token_count: int,
         tokenizer: NamedTokenizer | None,
         version: int | None = None,
-    ) -> list[str]:
-        """The window's messages as stored: each one's canonical JSON (`to_json()`)."""
+    ) -> list[tuple[str, str]]:
+        """The window's messages as stored: (role, `stored_body`) each."""
         ...
 
-    def history_json(
+    def history_bodies(
         self,
         session_id: uuid.UUID,
         status: str,
         offset: int,
         limit: int | None,
         version: int | None = None,
-    ) -> list[str]:
-        """The history's messages as stored: each one's canonical JSON."""
+    ) -> list[tuple[Any, ...]]:
+        """The history's messages as stored: rows that start (role, `stored_body`)."""
         ...
 
     def version_at(self, session_id: uuid.UUID, when: datetime) -> int | None: ...

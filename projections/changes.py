@@ -12,7 +12,7 @@ import uuid
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from session_ledger.domain.messages import canonical_json
+from session_ledger.domain.messages import canonical_json, stored_body
 from session_ledger.domain.ports import ACTIVE, ARCHIVED, WriteBatch
 from session_ledger.domain.session import (
     HistoryCleared,
@@ -29,7 +29,7 @@ class MessageRow(NamedTuple):
     role: str
     tokens: int
     tokens_joined: int
-    body: str  # canonical JSON of the message
+    body: str  # its `stored_body`: the JSON string of a plain text, else its canonical JSON
 
 
 class InsertMessages(NamedTuple):
@@ -118,7 +118,7 @@ def view_changes(batch: WriteBatch) -> ViewChanges:
                     m["role"],
                     batch.counts[kept + i].alone,
                     batch.counts[kept + i].joined,
-                    body,
+                    stored_body(m, body),
                 )
                 for i, (m, body) in enumerate(zip(event.messages[kept:], bodies, strict=True))
             )

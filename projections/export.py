@@ -182,8 +182,8 @@ def export_csv(ledger: Ledger, plan: ExportPlan, *, page: int = MESSAGES_PAGE) -
     yield taken()
     offset = 0
     while True:
-        messages = ChatMessage.many_from_json(
-            ledger.views.history_json(plan.session_id, ACTIVE, offset, page, plan.to_version)
+        messages = ChatMessage.many_from_bodies(
+            ledger.views.history_bodies(plan.session_id, ACTIVE, offset, page, plan.to_version)
         )
         for position, m in enumerate(messages, offset):
             writer.writerow((position, m.role, m.content or "", _json(list(m.blocks)),

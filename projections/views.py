@@ -4,6 +4,9 @@ Tables (all derived from events, rebuilt by `rebuild`):
 - `ledger_messages`: the live transcript, one row per live message and status, keyed by
   (session, status, message id), live since version `valid_from`. It holds nothing else,
   so a window or a position reads only live rows, and an append writes one b-tree of it.
+  Its `message` is the message's `stored_body`: for one text block and no
+  additional_kwargs (most messages) the JSON string of the text alone (`"..."`), else the
+  canonical JSON (`{...}`). Stores made before this hold only the latter; both read alike.
 - `ledger_ended_messages`: the rows that left it (removed, replaced, archived, cleared),
   each with the version `valid_to` that ended it. With the live rows they give any past
   version's transcript: the rows with valid_from <= v < valid_to, or still live.
@@ -30,7 +33,7 @@ from typing import Any, Protocol
 from eventsourcing.persistence import StoredEvent
 
 from session_ledger.domain.integrity import GENESIS, chain_hashes
-from session_ledger.domain.messages import ChatMessage, gc_paused
+from session_ledger.domain.messages import ChatMessage, body_json, gc_paused
 from session_ledger.domain.ports import ACTIVE, ARCHIVED, PriorWrite, SessionHead
 from session_ledger.domain.tokens import NamedTokenizer, TailEntry, window_length
 
@@ -343,14 +346,14 @@ class SQLViews(ABC):
 
     # -- reads (SessionViews) ---------------------------------------------------------------
 
-    def context_window_json(
+    def context_window_bodies(
         self,
         session_id: uuid.UUID,
         token_limit: int,
         initial_token_count: int,
         tokenizer: NamedTokenizer | None,
         version: int | None = None,
-    ) -> list[str]:
+    ) -> list[tuple[str, str]]:
         sid = self._sid(session_id)
         if version is not None:  # a past version's rows never change: any read is consistent
             with self._reading_past() as read:
@@ -380,9 +383,9 @@ class SQLViews(ABC):
         token_limit: int,
         initial_token_count: int,
         tokenizer: NamedTokenizer | None,
-    ) -> tuple[list[str], bool]:
-        """The window's stored JSON texts, and whether every statement read the same
-        version of the session."""
+    ) -> tuple[list[tuple[str, str]], bool]:
+        """The window's messages as stored, (role, body), and whether every statement
+        read the same version of the session."""
         # Bodies come with the tail: one statement for a window within the first batch.
         # Rows are tuples that start like a TailEntry: (role, alone, joined, message, id, seen).
         bound = ""
@@ -401,11 +404,11 @@ class SQLViews(ABC):
                 if tokenizer is None:
                     yield row
                 else:
-                    content = ChatMessage.from_json(row[3]).content
+                    content = ChatMessage.from_body(row[0], row[3]).content
                     yield TailEntry(row[0], *tokenizer.count(content))
 
         k = window_length(tail(), token_limit, initial_token_count)
-        return [r[3] for r in reversed(read_rows[:k])], len(versions) <= 1
+        return [(r[0], r[3]) for r in reversed(read_rows[:k])], len(versions) <= 1
 
     def _tail_rows(
         self,
@@ -506,20 +509,19 @@ class SQLViews(ABC):
                 return
             versions.add(rows[0][5])
 
-    def history_json(
+    def history_bodies(
         self,
         session_id: uuid.UUID,
         status: str,
         offset: int,
         limit: int | None,
         version: int | None = None,
-    ) -> list[str]:
-        # (The id orders the merge of a past version's two tables; now only the text.)
-        select = ("message", ()) if version is None else ("message, message_id", ())
+    ) -> list[tuple[Any, ...]]:
+        # (The id orders the merge of a past version's two tables; now only role and body.)
+        select = ("role, message", ()) if version is None else ("role, message, message_id", ())
         with self._reading() as read, gc_paused():  # one row object per message
-            rows = self._rows(read, select, 1, self._sid(session_id), status, version,
+            return self._rows(read, select, 2, self._sid(session_id), status, version,
                               limit=limit, offset=offset)  # fmt: skip
-            return [row[0] for row in rows]
 
     def version_at(self, session_id: uuid.UUID, when: datetime) -> int | None:
         """The session's version at time `when`: its last event at or before then.
@@ -537,11 +539,11 @@ class SQLViews(ABC):
         with self._reading() as read:
             rows = self._fetch(
                 read,
-                f"SELECT status, message FROM {self.ended_rows} WHERE session_id = ? "
+                f"SELECT status, role, message FROM {self.ended_rows} WHERE session_id = ? "
                 "AND valid_to = ? ORDER BY status, message_id",
                 (self._sid(session_id), version),
             )
-        return [(r["status"], ChatMessage.from_json(r["message"])) for r in rows]
+        return [(r["status"], ChatMessage.from_body(r["role"], r["message"])) for r in rows]
 
     def message_at(
         self, session_id: uuid.UUID, position: int, count: int
@@ -553,13 +555,14 @@ class SQLViews(ABC):
         with self._reading() as read:
             rows = self._fetch(
                 read,
-                f"SELECT message_id, message FROM ledger_messages WHERE {LIVE} "
+                f"SELECT message_id, role, message FROM ledger_messages WHERE {LIVE} "
                 f"ORDER BY message_id {'DESC' if from_end else 'ASC'} LIMIT 1 OFFSET ?",
                 (self._sid(session_id), ACTIVE, count - 1 - position if from_end else position),
             )
         if not rows:
             return None
-        return rows[0]["message_id"], ChatMessage.from_json(rows[0]["message"])
+        r = rows[0]
+        return r["message_id"], ChatMessage.from_body(r["role"], r["message"])
 
     def session_head(self, session_id: uuid.UUID) -> SessionHead | None:
         with self._reading() as read:
@@ -661,11 +664,15 @@ class SQLViews(ABC):
             after = rows[-1]["position"]
 
     def dump(self, table: str) -> Iterator[tuple[Any, ...]]:
-        """A view table's rows in key order, in a form equal across backends."""
+        """A view table's rows in key order, in a form equal across backends (and a
+        message body as its canonical JSON, whichever form a store keeps it in)."""
         with self._stream(f"SELECT * FROM {table} ORDER BY {self.view_order[table]}") as rows:
             for row in rows:
                 # sqlite3.Row iterates its values, psycopg's dict rows their keys
-                yield tuple(_portable(row[k]) for k in row.keys())  # noqa: SIM118
+                values = {k: _portable(row[k]) for k in row.keys()}  # noqa: SIM118
+                if "message" in values:
+                    values["message"] = body_json(values["role"], values["message"])
+                yield tuple(values.values())
 
     def _tuples(self, read: Reader, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         rows = read.tuples(sql, params)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -340,3 +341,17 @@ def test_postgres_reads_a_window_in_key_order_whatever_its_statistics(
     wide = [(kind, rows, statement) for kind, statement, rows in scans.scans if rows > TAIL_BATCH]
     assert not wide, f"reads that scanned more than one batch of {TAIL_BATCH} rows: {wide}"
     ledger.close()
+
+
+def test_a_history_read_makes_three_objects_a_text_message(grown: Ledger) -> None:
+    # The message, its role and its text: its one text block and empty
+    # additional_kwargs are made only when asked for (objects counted, not timed).
+    del grown.get_all("large")[:]  # statements prepared, caches warm
+    before = sys.getallocatedblocks()
+    history = grown.get_all("large")
+    made = sys.getallocatedblocks() - before
+    assert len(history) == 10_000
+    assert made <= 3 * len(history) + 100, made / len(history)
+    assert history[1].blocks == ({"block_type": "text", "text": message(1)["content"]},)
+    assert history[1].additional_kwargs == {} and history[1].content == message(1)["content"]
+    grown.close()

@@ -80,3 +80,52 @@ def test_rebuild_then_reads_and_writes_carry_on(tmp_path: Path) -> None:
     assert ledger.put("s", {"role": "user", "content": "x"}).version == 11
     assert ledger.head("s").message_count == 2
     ledger.close()
+
+
+# Each message row's body as stores kept it before plain texts were stored as a JSON
+# string: its canonical JSON.
+AS_BEFORE = (
+    'UPDATE {table} SET message = \'{{"role":"\' || role || \'","blocks":'
+    '[{{"block_type":"text","text":\' || message || \'}}],"additional_kwargs":{{}}}}\''
+    " WHERE message LIKE '\"%'"
+)
+
+
+def plain_bodies(ledger: Ledger) -> int:
+    with views(ledger).datastore.transaction(commit=False) as c:  # type: ignore[attr-defined]
+        c.execute("SELECT count(*) AS n FROM ledger_ended_messages WHERE message LIKE '\"%'")
+        ended = c.fetchone()
+        c.execute("SELECT count(*) AS n FROM ledger_messages WHERE message LIKE '\"%'")
+        live = c.fetchone()
+    return int(ended["n"]) + int(live["n"])
+
+
+def test_a_store_of_canonical_bodies_reads_alike_and_rebuild_makes_them_plain(
+    store: str, own_store_settings: Settings
+) -> None:
+    ledger = make_ledger(own_store_settings)
+    write_a_bit_of_everything(ledger, "s")
+    ledger.put_messages("s", [{"role": "tool", "content": "t", "additional_kwargs": {"id": 1}}])
+    ledger.put("s", {"role": "assistant", "content": '"quoted" {"json": "text"}'})
+    rows, plain = all_rows(ledger), plain_bodies(ledger)
+    assert plain > 10  # every message but the one with additional_kwargs, live and ended
+
+    def reads() -> list[object]:
+        past = [ledger.get_all("s", as_of_version=v) for v in range(1, 13)]
+        past += [ledger.get("s", as_of_version=v, token_limit=3) for v in range(1, 13)]
+        past += [ledger.get_all("s", status="archived", as_of_version=v) for v in (7, 9)]
+        now = [ledger.get_all("s"), ledger.get("s", token_limit=3), ledger.get_json("s")]
+        return [*past, *now, ledger.get_all_json("s"), ledger.get_all_json("s", as_of_version=7)]
+
+    before = reads()
+    with views(ledger).datastore.transaction(commit=True) as c:  # type: ignore[attr-defined]
+        for table in ("ledger_messages", "ledger_ended_messages"):
+            c.execute(AS_BEFORE.format(table=table))
+    assert plain_bodies(ledger) == 0
+    assert reads() == before
+    assert all_rows(ledger) == rows  # bodies compared as their canonical JSON
+    assert check(views(ledger), ledger.mapper, ledger.tokenizer) == []
+    rebuild(views(ledger), ledger.mapper, ledger.tokenizer)
+    assert plain_bodies(ledger) == plain
+    assert reads() == before
+    ledger.close()

@@ -1,22 +1,33 @@
-"""Stored message text decodes to the message that was stored.
+"""A stored message body decodes to the message that was stored.
 
 Reads decode with pydantic-core's JSON parser, writes encode with the standard library's:
 the two must agree on everything `ChatMessage.parse` accepts (any Unicode scalar value,
-escapes, integers of any size, floats to the last bit, nesting to the limit).
+escapes, integers of any size, floats to the last bit, nesting to the limit). A message
+of one text block and no additional_kwargs is stored as its text's JSON string alone;
+every other message as its canonical JSON. Both must give back the message, and its
+canonical JSON without a decode.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import math
+import pickle
 import sys
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from session_ledger.domain.errors import InvalidMessage
-from session_ledger.domain.messages import MAX_NESTING, ChatMessage
+from session_ledger.domain.messages import (
+    MAX_NESTING,
+    ChatMessage,
+    body_json,
+    stored_body,
+)
 
 # What parse keeps: text without lone surrogates, finite floats, ints of any size.
 texts = st.text(st.characters(exclude_categories=("Cs",)), max_size=40)
@@ -32,12 +43,40 @@ values = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(texts, inner, max_size=4),
     max_leaves=20,
 )
-messages = st.builds(
-    lambda role, text, kwargs: ChatMessage.text(role, text, **kwargs),
-    st.sampled_from(["system", "user", "assistant", "tool"]),
-    texts,
-    st.dictionaries(st.from_regex(r"[a-z_]{1,8}", fullmatch=True), values, max_size=3),
+roles = st.sampled_from(["system", "user", "assistant", "tool"])
+kwargs = st.dictionaries(st.from_regex(r"[a-z_]{1,8}", fullmatch=True), values, max_size=3)
+text_blocks = st.builds(lambda t: {"block_type": "text", "text": t}, texts)
+# Shapes near the plain one: the text first, an extra key, a second block, other blocks.
+other_blocks = (
+    st.builds(lambda t: {"text": t, "block_type": "text"}, texts)
+    | st.builds(lambda t, v: {"block_type": "text", "text": t, "extra": v}, texts, values)
+    | st.builds(lambda u: {"block_type": "image", "url": u}, texts)
 )
+messages = st.builds(
+    lambda role, text, kw: ChatMessage.text(role, text, **kw), roles, texts, kwargs
+) | st.builds(
+    lambda role, blocks, kw: ChatMessage.parse(
+        {"role": role, "blocks": blocks, "additional_kwargs": kw}
+    ),
+    roles,
+    st.lists(text_blocks | other_blocks, max_size=3),
+    kwargs,
+)
+
+
+def row(m: ChatMessage) -> tuple[str, str]:
+    """The message as a store keeps it: (role, stored body)."""
+    d = {"role": m.role, "blocks": list(m.blocks), "additional_kwargs": m.additional_kwargs}
+    return m.role, stored_body(d, m.to_json())
+
+
+def is_plain(m: ChatMessage) -> bool:
+    return (
+        not m.additional_kwargs
+        and len(m.blocks) == 1
+        and list(m.blocks[0]) == ["block_type", "text"]
+        and m.blocks[0]["block_type"] == "text"
+    )
 
 
 def same(a: object, b: object) -> bool:
@@ -53,14 +92,21 @@ def same(a: object, b: object) -> bool:
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(messages, max_size=6))
-def test_stored_text_decodes_to_the_stored_message(stored: list[ChatMessage]) -> None:
+def test_a_stored_body_decodes_to_the_stored_message(stored: list[ChatMessage]) -> None:
     texts = [m.to_json() for m in stored]
-    decoded = ChatMessage.many_from_json(texts)
+    rows = [row(m) for m in stored]
+    decoded = ChatMessage.many_from_bodies(rows)
     assert [m.to_json() for m in decoded] == texts
-    for original, again, text in zip(stored, decoded, texts, strict=True):
+    assert [body_json(role, body) for role, body in rows] == texts
+    for original, again, text, (role, body) in zip(stored, decoded, texts, rows, strict=True):
+        # The plain shape, and only it, is kept as the text's JSON string.
+        assert (body == json.dumps(original.content, ensure_ascii=False)) == is_plain(original)
+        assert body.startswith('"') == is_plain(original)
         assert same(again.additional_kwargs, json.loads(text)["additional_kwargs"])
         assert same(again.additional_kwargs, original.additional_kwargs)
-        assert again == original == ChatMessage.from_json(text)
+        assert same(list(again.blocks), list(original.blocks))
+        assert again.content == original.content
+        assert again == original == ChatMessage.from_json(text) == ChatMessage.from_body(role, body)
 
 
 def test_edges_of_numbers_text_and_nesting() -> None:
@@ -76,7 +122,7 @@ def test_edges_of_numbers_text_and_nesting() -> None:
     with pytest.raises(InvalidMessage):
         ChatMessage.text("user", "too deep", nested=[deep])
     message = ChatMessage.text("user", "\x00 NUL and \U0001f600", **kwargs, nested=deep)
-    (decoded,) = ChatMessage.many_from_json([message.to_json()])
+    (decoded,) = ChatMessage.many_from_bodies([row(message)])
     assert same(decoded.additional_kwargs, message.additional_kwargs)
     assert decoded.to_json() == message.to_json()
     assert decoded.content == "\x00 NUL and \U0001f600"
@@ -88,7 +134,74 @@ def test_many_decodes_in_order_across_chunk_boundaries() -> None:
     lengths = [10] * 3000 + [70_000] + [500] * 300 + [65_536, 1] + [4_000] * 40
     stored = [ChatMessage.text("user", f"{i}:" + "x" * n) for i, n in enumerate(lengths)]
     texts = [m.to_json() for m in stored]
-    decoded = ChatMessage.many_from_json(texts)
+    # Plain bodies and canonical JSON mixed in one chunk, and one long one alone.
+    stored[5] = ChatMessage.text("user", "kw", tool_call_id="c1")
+    stored[3000] = ChatMessage.text("tool", "x" * 70_000, tool_call_id="c2")
+    texts = [m.to_json() for m in stored]
+    decoded = ChatMessage.many_from_bodies([row(m) for m in stored])
     assert decoded == stored
     assert [m.to_json() for m in decoded] == texts
-    assert ChatMessage.many_from_json([]) == []
+    assert ChatMessage.many_from_bodies([]) == []
+
+
+def test_a_message_read_as_text_is_the_same_value() -> None:
+    made = ChatMessage.text("user", "héllo\x00")
+    (read,) = ChatMessage.many_from_bodies([row(made)])
+    assert read == made and made == read and read != ChatMessage.text("user", "other")
+    assert read != ChatMessage.text("assistant", "héllo\x00")
+    assert (
+        repr(read)
+        == repr(made)
+        == (
+            "ChatMessage(role='user', blocks=({'block_type': 'text', 'text': 'héllo\\x00'},), "
+            "additional_kwargs={})"
+        )
+    )
+    for again in (pickle.loads(pickle.dumps(read)), copy.deepcopy(read), copy.copy(read)):
+        assert again == read and again.to_json() == made.to_json()
+    match read:
+        case ChatMessage("user", ({"text": text},), {}):
+            assert text == "héllo\x00"
+        case _:
+            pytest.fail("the message does not match its fields")
+
+
+def test_a_message_is_immutable_and_unhashable() -> None:
+    (read,) = ChatMessage.many_from_bodies([row(ChatMessage.text("user", "hi"))])
+    for field, value in (("role", "tool"), ("blocks", ()), ("additional_kwargs", {})):
+        with pytest.raises(AttributeError):
+            setattr(read, field, value)
+    with pytest.raises(AttributeError):
+        read.extra = 1  # type: ignore[attr-defined]
+    with pytest.raises(TypeError):
+        hash(read)
+    assert read.to_json() == ChatMessage.text("user", "hi").to_json()
+
+
+def test_changing_a_read_message_s_dicts_changes_that_message_alone() -> None:
+    # As with any message: its blocks and additional_kwargs are its own dicts.
+    rows = [row(ChatMessage.text("user", "hi"))] * 2
+    first, second = ChatMessage.many_from_bodies(rows)
+    first.additional_kwargs["note"] = 1
+    first.blocks[0]["text"] = "changed"
+    assert first.to_json() == ChatMessage.text("user", "changed", note=1).to_json()
+    assert first.content == "changed"
+    assert second == ChatMessage.text("user", "hi") and second.to_json() == body_json(*rows[0])
+
+
+def test_bodies_of_every_role_and_of_old_stores_read_alike() -> None:
+    # Stores written before plain bodies hold canonical JSON for every message.
+    for role in ("system", "developer", "user", "assistant", "function", "tool", "chatbot",
+                 "model"):  # fmt: skip
+        m = ChatMessage.text(role, '{"not": "json"} "quoted"')
+        r, body = row(m)
+        assert body == '"{\\"not\\": \\"json\\"} \\"quoted\\""'
+        assert ChatMessage.from_body(r, body) == ChatMessage.from_body(r, m.to_json()) == m
+        assert body_json(r, m.to_json()) == body_json(r, body) == m.to_json()
+
+
+def test_a_message_built_directly_takes_its_fields() -> None:
+    blocks: Any = [{"block_type": "text", "text": "a"}]
+    m = ChatMessage("user", blocks)
+    assert m.blocks == ({"block_type": "text", "text": "a"},) and m.additional_kwargs == {}
+    assert m == ChatMessage.text("user", "a") and m.content == "a"
