@@ -8,6 +8,7 @@ all the behaviour once. Every call has an async twin named with an `a` prefix.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import threading
 import weakref
@@ -71,17 +72,17 @@ class LocalBackend:
         return _head(h)
 
     def get(self, key: str, token_limit: int | None, initial_token_count: int) -> list[dict]:
-        found = self.ledger.get(
+        found = self.ledger.get_json(
             key, tenant=self.tenant, token_limit=token_limit,
             initial_token_count=initial_token_count, tokenizer=self.tokenizer,
         )  # fmt: skip
-        return [m.to_dict() for m in found]
+        return [json.loads(text) for text in found]  # (no message objects made and encoded)
 
     def get_all(self, key: str, status: str, offset: int, limit: int | None) -> list[dict]:
-        found = self.ledger.get_all(
+        found = self.ledger.get_all_json(
             key, tenant=self.tenant, status=status, offset=offset, limit=limit
         )
-        return [m.to_dict() for m in found]
+        return [json.loads(text) for text in found]
 
     def keys(self, after: str | None) -> tuple[list[str], str | None]:
         page = self.ledger.keys(
