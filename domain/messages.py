@@ -137,8 +137,8 @@ class ChatMessage:
     @classmethod
     def from_body(cls, role: str, body: str) -> ChatMessage:
         """Rebuild a message from its row in a store: its role and `stored_body`."""
-        value = _decode(body)
-        return cls._stored(value) if type(value) is dict else cls._of_text(role, value)
+        (message,) = cls.many_from_bodies(((role, body),))
+        return message
 
     @classmethod
     def many_from_bodies(cls, rows: Sequence[Sequence[Any]]) -> list[ChatMessage]:
@@ -151,7 +151,7 @@ class ChatMessage:
         so pydantic-core's decoder reads them as `json.loads` would, and faster (it also
         makes each repeated key string once)."""
         out: list[ChatMessage] = []
-        append, stored, new = out.append, cls._stored, object.__new__
+        append, stored, of_text = out.append, cls._stored, cls._of_text
         total, start = len(rows), 0
         with gc_paused():
             while start < total:
@@ -165,18 +165,13 @@ class ChatMessage:
                 else:
                     values = _decode("[" + ",".join([row[1] for row in chunk]) + "]")
                 for row, value in zip(chunk, values, strict=True):
-                    if type(value) is str:  # (`_of_text`, inline: most messages)
-                        message = new(cls)
-                        message._role, message._text = row[0], value
-                        message._blocks = message._kwargs = None
-                        append(message)
-                    else:
-                        append(stored(value))
+                    append(of_text(row[0], value) if type(value) is str else stored(value))
                 start = end
         return out
 
     @classmethod
     def _of_text(cls, role: str, text: str) -> ChatMessage:
+        # Its block and empty additional_kwargs are made when first asked for.
         message = object.__new__(cls)
         message._role, message._text = role, text
         message._blocks = message._kwargs = None
@@ -198,7 +193,7 @@ class ChatMessage:
     def to_json(self) -> str:
         """The canonical encoding: compact, UTF-8 text, control characters escaped."""
         if self._blocks is None and not self._kwargs:
-            return _TEXT_HEAD[self._role] + _CANONICAL.encode(self._text) + _TEXT_TAIL
+            return body_json(self._role, _CANONICAL.encode(self._text))
         return _CANONICAL.encode(
             {"role": self._role, "blocks": self.blocks, "additional_kwargs": self.additional_kwargs}
         )
