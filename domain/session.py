@@ -11,6 +11,7 @@ and in the projections.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import uuid
 from typing import Any
@@ -24,6 +25,16 @@ TENANT_NAMESPACE = uuid.UUID("6f0f9d3c-3b49-5c2e-9a57-2f5b8c1d7e40")
 def session_id(tenant: str, key: str) -> uuid.UUID:
     """The stream id of (tenant, key): stable, and distinct across tenants."""
     return uuid.uuid5(_tenant_namespace(tenant), key)
+
+
+@functools.cache
+def _command_fields(event_class: type) -> tuple[str, ...]:
+    """An event's own fields, in its constructor's order (after id, version, timestamp)."""
+    return tuple(
+        f.name
+        for f in dataclasses.fields(event_class)
+        if f.name not in ("originator_id", "originator_version", "timestamp")
+    )
 
 
 @functools.lru_cache(maxsize=1024)
@@ -43,11 +54,30 @@ class Session(Aggregate):
         request_digest: str | None
 
     def trigger_event(self, event_class: Any, **kwargs: Any) -> None:
+        """The library's `trigger_event`: the next event of this session, applied to it and
+        kept pending. Its fields are set without the frozen dataclass's constructor (a
+        call of `object.__setattr__` for each field), in the constructor's order; a
+        missing or unknown field raises TypeError, as the constructor would."""
         # Time never runs backwards within a session, even across hosts with skewed
         # clocks, so "the state at time t" is always one version.
-        if kwargs.get("timestamp") is None:
-            kwargs["timestamp"] = max(event_class.create_timestamp(), self.modified_on)
-        super().trigger_event(event_class, **kwargs)
+        timestamp = kwargs.pop("timestamp", None)
+        if timestamp is None:
+            timestamp = max(event_class.create_timestamp(), self.modified_on)
+        fields = _command_fields(event_class)
+        if tuple(kwargs) != fields:  # in another order, or not the event's fields
+            if kwargs.keys() != set(fields):
+                raise TypeError(
+                    f"Can't construct event {event_class.__qualname__}: fields "
+                    f"{sorted(kwargs)}, expected {sorted(fields)}"
+                )
+            kwargs = {name: kwargs[name] for name in fields}
+        new_event = object.__new__(event_class)
+        new_event.__dict__.update(
+            originator_id=self.id, originator_version=self.version + 1, timestamp=timestamp,
+            **kwargs,
+        )  # fmt: skip
+        new_event.mutate(self)
+        self._pending_events.append(new_event)
 
     def copy(self) -> Session:
         """A copy a command may change without changing this one. Every attribute is

@@ -1,18 +1,26 @@
-"""A write's stored record is the library mapper's, byte for byte.
+"""A write's stored record is the library mapper's, byte for byte, and its events the
+library's.
 
 The ledger's mapper encodes a write's messages once: their canonical JSON goes into the
-stored record where the library's mapper would encode them again. The records (and so
-the hash chains over them) must not change by a single byte, for any message `parse`
-accepts and any audit text, compressed or not.
+stored record where the library's mapper would encode them again, and the other fields
+are written one by one. The records (and so the hash chains over them) must not change
+by a single byte, for any message `parse` accepts and any audit text, compressed or not,
+whatever datetime transcoding the transcoder has. The session makes its events without
+the frozen dataclass's constructor: they must equal the constructor's, field for field
+and in its order.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
 
 import pytest
 from eventsourcing.compressor import ZlibCompressor
-from eventsourcing.persistence import Mapper
+from eventsourcing.domain import Aggregate
+from eventsourcing.persistence import JSONTranscoder, Mapper, Transcoding
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -36,12 +44,15 @@ def ledger() -> Iterator[Ledger]:
 
 
 def recorded(ledger: Ledger, batch: list[object], actor: str, reason: str) -> list[tuple]:
-    """(spliced record, mapper's record) of a session started, appended to and replaced."""
+    """(ledger's record, library mapper's record) of a session started, appended to,
+    replaced, with a message removed, archived and cleared."""
     _, dicts, bodies = ledger._parse_messages(batch, allow_empty=True)
     audit = {"actor": actor, "reason": reason, "idempotency_key": None, "request_digest": None}
     session = Session(tenant="t", key="k", **audit)
     session.append(dicts, **audit)
     session.replace(dicts, kept=0, **audit)
+    session.remove(position=0, message_id=1, message=dicts[0], **audit)  # a dict field
+    session.archive(count=len(dicts) - 1, **audit)
     session.clear(**audit)
     events = session.collect_events()
     mapper = ledger.mapper
@@ -94,3 +105,94 @@ def test_a_compressed_record_is_spliced_then_compressed() -> None:
         assert mapper.to_stored_event(appended, bodies) == Mapper.to_stored_event(mapper, appended)
     finally:
         ledger.close()
+
+
+class DatetimeAsParts(Transcoding):
+    """Another transcoding of datetimes than the library's ISO text (not a string)."""
+
+    type = datetime
+    name = "datetime_parts"
+
+    def encode(self, obj: datetime) -> Any:
+        return [obj.isoformat(), '"quoted"']
+
+    def decode(self, data: Any) -> datetime:
+        return datetime.fromisoformat(data[0])
+
+
+class DatetimeAsText(DatetimeAsParts):
+    name = 'datetime "text"'
+
+    def encode(self, obj: datetime) -> Any:
+        return f"at {obj.isoformat()} \\ é"
+
+
+@pytest.mark.parametrize("transcoding", [DatetimeAsParts, DatetimeAsText])
+def test_records_follow_the_transcoders_own_datetime_transcoding(
+    ledger: Ledger, transcoding: type[Transcoding], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    transcoder = JSONTranscoder()
+    transcoder.register(transcoding())
+    monkeypatch.setattr(ledger.mapper, "transcoder", transcoder)
+    for ours, theirs in recorded(ledger, [{"role": "user", "content": "hi"}], "a", "r"):
+        assert ours == theirs
+        assert transcoding.name.encode().replace(b'"', b'\\"') in ours.state
+
+
+def test_an_event_with_another_type_of_field_takes_the_library_path(ledger: Ledger) -> None:
+    @dataclasses.dataclass(frozen=True)
+    class Flagged(Aggregate.Event):
+        flag: bool
+        ratio: float
+
+    event = Flagged(
+        originator_id=Session.create_id("t", "k"), originator_version=2,
+        timestamp=Flagged.create_timestamp(), flag=True, ratio=0.5,
+    )  # fmt: skip
+    assert ledger.mapper._state_json(event, ()) is None
+    assert ledger.mapper.to_stored_event(event) == Mapper.to_stored_event(ledger.mapper, event)
+
+
+def library_event(session: Session, event_class: Any, **fields: Any) -> Any:
+    """The event the library's constructor makes for `session`'s next version."""
+    return event_class(originator_id=session.id, originator_version=session.version + 1, **fields)
+
+
+def test_events_equal_the_constructors_field_for_field_and_in_order() -> None:
+    audit = {"actor": "a", "reason": None, "idempotency_key": "i", "request_digest": "d"}
+    session = Session(tenant="t", key="k", **audit)
+    session.collect_events()
+    calls: list[tuple[Any, dict[str, Any]]] = [
+        (Session.MessagesAppended, {"messages": [{"role": "user"}], **audit}),
+        (Session.HistoryReplaced, {"messages": [], "kept": 0, **audit}),
+        (Session.MessageRemoved, {"position": 0, "message_id": 3, "message": {}, **audit}),
+        (Session.MessagesArchived, {"count": 0, **audit}),
+        (Session.HistoryCleared, dict(reversed(audit.items()))),  # another order
+    ]
+    for event_class, fields in calls:
+        before = session.version
+        session.trigger_event(event_class, **fields)
+        (made,) = session.collect_events()
+        expected = library_event(session, event_class, timestamp=made.timestamp, **fields)
+        expected = dataclasses.replace(expected, originator_version=before + 1)
+        assert made == expected
+        assert list(vars(made).items()) == list(vars(expected).items())
+        assert session.version == before + 1 and session.modified_on == made.timestamp
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"actor": "a", "reason": None, "idempotency_key": None},  # one missing
+        {"actor": "a", "reason": None, "idempotency_key": None, "request_digest": None,
+         "extra": 1},  # one unknown
+    ],
+)  # fmt: skip
+def test_an_event_with_missing_or_unknown_fields_is_refused(fields: dict[str, Any]) -> None:
+    audit = {"actor": "a", "reason": None, "idempotency_key": None, "request_digest": None}
+    session = Session(tenant="t", key="k", **audit)
+    session.collect_events()
+    state = dict(vars(session))
+    with pytest.raises(TypeError, match="Can't construct event"):
+        session.trigger_event(Session.HistoryCleared, **fields)
+    assert vars(session) == state and session.pending_events == []
