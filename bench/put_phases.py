@@ -6,8 +6,12 @@ caches. This wraps the phases of the real write path with a nanosecond clock, ma
 single-message puts to one session, and reports each phase's time per put (phases
 nest: `insert_events` holds the statements, `apply_changes` and the COMMIT).
 
-`python -m bench.put_phases [--store sqlite|memory] [--puts 3000]` prints a Markdown
-table and writes bench/results/put-phases-<store>-latest.json.
+On SQLite, raw sqlite3 (`make bench`'s anchor: one row and its commit) takes turns with
+the ledger in blocks of puts, and the COMMIT of both is timed (mean and median): what a
+put's commit costs beside raw's, and what the rest of a put costs around it.
+
+`python -m bench.put_phases [--store sqlite|memory] [--puts 3000] [--workdir DIR]` prints
+a Markdown table and writes bench/results/put-phases-<store>-latest.json.
 """
 
 from __future__ import annotations
@@ -15,16 +19,24 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import random
+import statistics
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from bench.anchors.raw_sqlite import RawSQLite
+from bench.blocks import in_turns
 from bench.corpus import conversation
 from bench.results import write_diagnostic
+from bench.stores import Context
 
 WARM_PUTS = 300  # not counted: the session's first snapshot and pages
+BLOCK = 100  # puts a writer makes in its turn (SQLite: the ledger and raw sqlite3)
+COMMIT = "COMMIT"
+RAW_COMMIT = "raw sqlite3: its COMMIT"
 
 # (where, attribute, phase): the write path's steps, outermost first.
 PHASES = (
@@ -72,6 +84,37 @@ def timed(targets: dict[str, Any], spent: collections.Counter[str]) -> Iterator[
             step()
 
 
+class TimedCommits:
+    """A sqlite3 connection whose `commit` is timed (each call's ns kept); anything else
+    is the connection's own."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+        self.ns: list[int] = []
+
+    def commit(self) -> None:
+        t0 = time.perf_counter_ns()
+        try:
+            self._conn.commit()
+        finally:
+            self.ns.append(time.perf_counter_ns() - t0)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
+@contextlib.contextmanager
+def commits_timed(owner: Any, attribute: str) -> Iterator[TimedCommits]:
+    """`owner.<attribute>` (a connection) with its commits timed; put back on exit."""
+    conn = getattr(owner, attribute)
+    timed_conn = TimedCommits(conn)
+    setattr(owner, attribute, timed_conn)
+    try:
+        yield timed_conn
+    finally:
+        setattr(owner, attribute, conn)
+
+
 def measure(store: str, puts: int, workdir: Path) -> dict[str, Any]:
     from eventsourcing.sqlite import SQLiteApplicationRecorder
 
@@ -98,26 +141,63 @@ def measure(store: str, puts: int, workdir: Path) -> dict[str, Any]:
         "session": Session,
     }
     spent: collections.Counter[str] = collections.Counter()
+    raw = RawSQLite() if store == "sqlite" else None
+    raw_message = conversation(1)[0]
     try:
         for m in messages[:WARM_PUTS]:
             ledger.put("s", m)
-        with timed(targets, spent):
-            t0 = time.perf_counter_ns()
-            for m in messages[WARM_PUTS:]:
-                ledger.put("s", m)
-            total = (time.perf_counter_ns() - t0) / puts / 1000
+        feed = iter(messages[WARM_PUTS:])
+        writers = {"ledger": lambda: ledger.put("s", next(feed))}
+        with contextlib.ExitStack() as stack:
+            if raw is not None:
+                raw.open(Context(workdir=workdir, postgres_url=None, window_rows=1))
+                stack.callback(raw.close)
+                for _ in range(WARM_PUTS):
+                    raw.append("r", raw_message)
+                writers["raw"] = lambda: raw.append("r", raw_message)
+                raw_commits = stack.enter_context(commits_timed(raw, "conn"))
+                writer = ledger.recorder.datastore.pool._writer  # made by the warm-up puts
+                ledger_commits = stack.enter_context(commits_timed(writer, "sqlite"))
+            stack.enter_context(timed(targets, spent))
+            blocks = in_turns(writers, max(1, puts // BLOCK), min(BLOCK, puts), random.Random())
     finally:
         ledger.close()
-    phases = {phase: spent[phase] / puts / 1000 for _, _, phase in PHASES}
-    return {"store": store, "puts": puts, "put_us": total, "phases_us": phases}
+    made = len(blocks["ledger"]) * min(BLOCK, puts)
+    phases = {phase: spent[phase] / made / 1000 for _, _, phase in PHASES}
+    result: dict[str, Any] = {
+        "store": store,
+        "puts": made,
+        "put_us": statistics.fmean(blocks["ledger"]),
+        "phases_us": phases,
+    }
+    if raw is not None:
+        for phase, ns in ((COMMIT, ledger_commits.ns), (RAW_COMMIT, raw_commits.ns)):
+            phases[phase] = statistics.fmean(ns) / 1000
+            result.setdefault("commit_median_us", {})[phase] = statistics.median(ns) / 1000
+        result["raw_put_us"] = statistics.fmean(blocks["raw"])
+    return result
 
 
 def table(result: dict[str, Any]) -> str:
     total = result["put_us"]
-    lines = [f"| phase ({result['store']}) | µs per put | of the put |", "|---|---|---|"]
-    lines.append(f"| the whole put | {total:.0f} | 100% |")
+    medians = result.get("commit_median_us", {})
+    lines = [
+        f"| phase ({result['store']}) | µs per put (mean) | of the put | median µs |",
+        "|---|---|---|---|",
+        f"| the whole put | {total:.0f} | 100% | |",
+    ]
     for phase, us in result["phases_us"].items():
-        lines.append(f"| {phase} | {us:.1f} | {100 * us / total:.1f}% |")
+        if phase == RAW_COMMIT:
+            continue
+        median = f"{medians[phase]:.0f}" if phase in medians else ""
+        lines.append(f"| {phase} | {us:.1f} | {100 * us / total:.1f}% | {median} |")
+    if "raw_put_us" in result:
+        raw, raw_commit = result["raw_put_us"], result["phases_us"][RAW_COMMIT]
+        lines.append(f"| raw sqlite3: its whole put (in turns) | {raw:.0f} | | |")
+        lines.append(
+            f"| {RAW_COMMIT} | {raw_commit:.1f} | {100 * raw_commit / raw:.1f}% of raw's "
+            f"| {medians[RAW_COMMIT]:.0f} |"
+        )
     return "\n".join(lines)
 
 
@@ -129,7 +209,10 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="put-phases-", dir=args.workdir) as scratch:
         result = measure(args.store, args.puts, Path(scratch))
-    print(f"{args.puts} single-message puts to one session after {WARM_PUTS}, timed in place:\n")
+    print(
+        f"{result['puts']} single-message puts to one session after {WARM_PUTS}, timed in "
+        f"place, in blocks of {BLOCK}:\n"
+    )
     print(table(result))
     write_diagnostic(f"put-phases-{args.store}-latest.json", result)
 
