@@ -5,12 +5,16 @@ after it on a miss), append events, and hand them with their view rows to the
 recorder, which stores both in one transaction. The cache is trusted without a read:
 a copy made stale by another process fails to save on the events' primary key, and
 the write is retried on fresh state. One that names a stale `expected_version` is
-refused. Reads go to the views only.
+refused. An append to a session the process holds (cached, its last hash known to the
+store) takes the store's short path where it has one (SQLite): the same event, record
+and rows, without the write batch and the general projection of events to rows. Reads
+go to the views only.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import hashlib
 import json
@@ -39,10 +43,12 @@ from .errors import (
     VersionConflict,
 )
 from .integrity import GENESIS, chain_step
-from .messages import ChatMessage, body_json
+from .messages import ChatMessage, body_json, stored_body
 from .ports import (
     ACTIVE,
     STATUSES,
+    Append,
+    AppendsRows,
     AuditEntry,
     ChainReport,
     SessionHead,
@@ -138,6 +144,7 @@ class Ledger(Application[uuid.UUID]):
         if not isinstance(self.recorder, SessionViews):
             raise TypeError(f"{type(self.recorder).__name__} does not serve the session views")
         self.views: SessionViews = self.recorder
+        self._appender = self.recorder if isinstance(self.recorder, AppendsRows) else None
 
     def construct_mapper(self) -> Mapper[uuid.UUID]:
         # A write's messages are encoded once: their canonical JSON goes into the record.
@@ -161,6 +168,9 @@ class Ledger(Application[uuid.UUID]):
         """Append messages, all or none, as one event."""
         parsed, dicts, bodies = self._parse_messages(messages, allow_empty=False)
         counts = tuple(self.tokenizer.count(m.content) for m in parsed)
+        done = self._append_rows(key, dicts, counts, bodies, **kw)
+        if done is not None:
+            return done
         return self._write(
             key, "append", {"messages": dicts}, create=True, counts=counts, bodies=bodies,
             command=lambda s, a: s.append(dicts, **a), **kw,
@@ -304,6 +314,71 @@ class Ledger(Application[uuid.UUID]):
         raise LedgerError(
             f"session {key!r}: write lost the race {self.write_retries} times; try again"
         )
+
+    def _append_rows(
+        self,
+        key: str,
+        dicts: list[dict[str, Any]],
+        counts: Sequence[TokenCount],
+        bodies: tuple[str, ...],
+        *,
+        tenant: str | None = None,
+        actor: str | None = None,
+        reason: str | None = None,
+        expected_version: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> WriteResult | None:
+        """An append to a session this process holds, stored by the store's own short
+        path (`AppendsRows`): the same event and record as `_write` (its session's
+        `append` and the mapper) and the same rows (a test compares them), without the
+        write batch and `view_changes`. None, having stored nothing, where `_write` must
+        do it: an idempotency key, a session not cached or whose chain head the store
+        does not hold, an expected version other than the cached one, or another writer
+        first."""
+        appender, cache = self._appender, self.repository.cache
+        if appender is None or cache is None or idempotency_key is not None:
+            return None
+        tenant = self._tenant(tenant)
+        _check_key(key)
+        _check_write_options(actor, reason, expected_version, idempotency_key)
+        sid = session_id(tenant, key)
+        try:
+            cached = cast(Session, cache.get(sid))
+        except KeyError:
+            return None
+        if expected_version is not None and expected_version != cached.version:
+            return None
+        if not appender.holds_head(sid, cached.version):
+            return None
+        session = cached.copy()
+        first_message_id = session.next_message_id
+        actor = actor or self.default_actor
+        session.append(dicts, actor=actor, reason=reason, idempotency_key=None,
+                       request_digest=None)  # fmt: skip
+        (event,) = session.collect_events()
+        append = Append(
+            first_message_id=first_message_id,
+            messages=[
+                (d["role"], c, stored_body(d, b))
+                for d, c, b in zip(dicts, counts, bodies, strict=True)
+            ],
+            recorded_at=event.timestamp,
+            event_type=type(event).__name__,
+            actor=actor,
+            reason=reason,
+            message_count=session.message_count,
+            archived_count=session.archived_count,
+        )
+        try:
+            if not appender.append_rows(self.mapper.to_stored_event(event, bodies), append):
+                return None
+        except IntegrityError:  # another writer took the version: the cached state is behind
+            with contextlib.suppress(KeyError):
+                cache.get(sid, evict=True)
+            return None
+        cache.put(sid, session)
+        self._snapshot_if_due(session, 1)
+        return WriteResult(session.version, session.message_count)
 
     def _save(self, session: Session, batch: WriteBatch) -> None:
         # Application.save and _record, minus their runtime checks of every argument, the

@@ -100,6 +100,33 @@ class WriteBatch(NamedTuple):
     bodies: tuple[str, ...] = ()  # their canonical JSON, when the writer already has it
 
 
+class Append(NamedTuple):
+    """One append to a session the writer holds: what its view rows need beside the
+    event's record (`AppendsRows.append_rows`)."""
+
+    first_message_id: int
+    messages: Sequence[tuple[str, TokenCount, str]]  # role, counts, stored body
+    recorded_at: datetime
+    event_type: str
+    actor: str
+    reason: str | None
+    message_count: int  # active messages after the append
+    archived_count: int
+
+
+@runtime_checkable
+class AppendsRows(Protocol):
+    """A store that writes an append's record and rows without the general write path."""
+
+    def holds_head(self, session_id: uuid.UUID, version: int) -> bool:
+        """Whether an append after `version` may take this path (so far as known now)."""
+        ...
+
+    def append_rows(self, record: Any, append: Append) -> bool:
+        """Store the append (True), or store nothing (False: take the general path)."""
+        ...
+
+
 @runtime_checkable
 class SessionViews(Protocol):
     """Reads the ledger serves from its projections."""

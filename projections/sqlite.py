@@ -38,8 +38,11 @@ from eventsourcing.sqlite import (
     SQLiteFactory,
 )
 
+from session_ledger.domain.integrity import chain_step
+from session_ledger.domain.ports import ACTIVE, Append
+
 from .changes import MessageRow, view_changes
-from .views import LIVE_COLUMNS, TIME_FORMAT, Reader, SQLViews, utc_text
+from .views import ADDED_TOKENS, LIVE_COLUMNS, TIME_FORMAT, Reader, SQLViews, utc_text
 
 CHAIN_HEADS = 10_000  # sessions whose last hash a recorder keeps (then it starts over)
 
@@ -75,6 +78,8 @@ VIEW_TABLES = [
 
 
 MESSAGE_INSERT = f"INSERT INTO ledger_messages ({LIVE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+# An append's timeline row: its token total is the one before it plus what it adds.
+APPEND_TIMELINE_INSERT = SQLViews._timeline_insert(ADDED_TOKENS)
 
 
 class SQLiteLedgerRecorder(SQLiteApplicationRecorder, SQLViews):
@@ -144,6 +149,60 @@ class SQLiteLedgerRecorder(SQLiteApplicationRecorder, SQLViews):
             raise _persistence_error(e) from e
         finally:
             pool.put_connection(conn)
+
+    def holds_head(self, session_id: uuid.UUID, version: int) -> bool:
+        """Whether this recorder holds the session's h_`version` (an append after it can
+        take `append_rows`)."""
+        head = self.chain_heads.get(session_id)
+        return head is not None and head[0] == version
+
+    def append_rows(self, record: StoredEvent, append: Append) -> bool:
+        """Store one append of a session whose chain head this recorder holds: its event
+        record, message rows and timeline row, in one transaction, with the rows
+        `view_changes` and `apply_changes` make for it (a test compares them).
+
+        Returns False, storing nothing, when this recorder does not hold h_{v-1} or has
+        no durable writer connection (the caller takes the general path). Raises
+        IntegrityError when another writer took the version first.
+        """
+        sid, version = record.originator_id, record.originator_version
+        assert isinstance(sid, uuid.UUID)  # the ledger's stream ids
+        head = self.chain_heads.get(sid)
+        pool = self.datastore.pool
+        if head is None or head[0] != version - 1 or not isinstance(pool, _DurablePool):
+            return False
+        chain = chain_step(head[1], sid, version, record.topic, record.state)
+        key = sid.hex
+        first = append.first_message_id
+        rows = [
+            (key, ACTIVE, first + i, version, role, count.alone, count.joined, body)
+            for i, (role, count, body) in enumerate(append.messages)
+        ]
+        timeline = (
+            key, version, utc_text(append.recorded_at), append.event_type, append.actor,
+            append.reason, None, None, append.message_count, first + len(rows), chain,
+            append.archived_count, key, version - 1, sum(r[5] for r in rows),
+        )  # fmt: skip
+        conn = pool.get_connection(is_writer=True)
+        try:
+            db = conn.sqlite  # type: ignore[attr-defined]
+            try:
+                db.execute("BEGIN")
+                db.execute(self.insert_events_statement, (key, version, record.topic, record.state))
+                db.executemany(MESSAGE_INSERT, rows)
+                db.execute(APPEND_TIMELINE_INSERT, timeline)
+                db.commit()
+            except BaseException:
+                db.rollback()
+                raise
+        except sqlite3.Error as e:
+            raise _persistence_error(e) from e
+        finally:
+            pool.put_connection(conn)
+        if len(self.chain_heads) >= CHAIN_HEADS:
+            self.chain_heads.clear()
+        self.chain_heads[sid] = (version, chain)
+        return True
 
     def _insert_events(
         self, c: Any, stored_events: Sequence[StoredEvent], **kwargs: Any

@@ -156,36 +156,52 @@ def test_a_recorder_on_a_plain_library_datastore_writes_through_the_library(
     assert ledger.verify("s").intact
 
 
-def _statements(ledger: Ledger, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The SQL the views run from now on (to check what a write reads)."""
+def _statements(ledger: Ledger) -> list[str]:
+    """The SQL the ledger's writer connection runs from now on (to check what a write
+    reads), whichever path the write takes."""
     seen: list[str] = []
-    recorder = type(ledger.views)
-    run = recorder._execute  # type: ignore[attr-defined]
-
-    def spy(self: Any, cursor: Any, sql: str, params: Any) -> None:
-        seen.append(sql)
-        run(self, cursor, sql, params)
-
-    monkeypatch.setattr(recorder, "_execute", spy)
+    writer = ledger.recorder.datastore.pool._writer  # type: ignore[attr-defined]
+    writer.sqlite.set_trace_callback(seen.append)
     return seen
 
 
+@pytest.mark.parametrize("short_path", [True, False])
 def test_an_append_extends_the_hash_it_committed_without_reading_it(
-    sqlite_ledger: Any, monkeypatch: pytest.MonkeyPatch
+    sqlite_ledger: Any, short_path: bool
 ) -> None:
-    from session_ledger.projections.views import CHAIN_AT
-
     ledger, _ = sqlite_ledger
+    if not short_path:
+        ledger._appender = None  # every append through the general path
     ledger.put("s", {"role": "user", "content": "one"})
-    statements = _statements(ledger, monkeypatch)
+    statements = _statements(ledger)
     for i in range(3):
         ledger.put("s", {"role": "user", "content": f"more {i}"})
-    assert statements and CHAIN_AT not in statements
+    inserts = [s for s in statements if s.startswith("INSERT INTO ledger_events")]
+    assert len(inserts) == 3  # the trace saw every write
+    assert not [s for s in statements if "SELECT chain" in s]
+    # Where the recorder does not hold the hash (a restart, a `rebuild`), it is read.
+    ledger.recorder.chain_heads.clear()  # type: ignore[attr-defined]
+    ledger.put("s", {"role": "user", "content": "after"})
+    assert [s for s in statements if "SELECT chain" in s]
     assert ledger.verify("s").intact
 
 
+class _FailingCommit:
+    """A writer connection whose COMMIT fails after every statement of the write ran."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    def commit(self) -> None:
+        raise sqlite3.OperationalError("disk I/O error (injected at commit)")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
+@pytest.mark.parametrize("short_path", [True, False])
 def test_a_write_rolled_back_after_hashing_leaves_no_hash_behind(
-    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Any, short_path: bool
 ) -> None:
     from session_ledger.api.bootstrap import migrate, open_ledger
     from session_ledger.api.settings import Settings
@@ -194,20 +210,15 @@ def test_a_write_rolled_back_after_hashing_leaves_no_hash_behind(
     migrate(settings)
     a, b = open_ledger(settings), open_ledger(settings)
     try:
+        if not short_path:
+            a._appender = None  # every append through the general path
         a.put("s", {"role": "user", "content": "one"})  # v2
-        recorder = type(a.views)
-        write = recorder._insert_events  # type: ignore[attr-defined]
-
-        def fail_at_commit(self: Any, cursor: Any, stored: Any, **kwargs: Any) -> Any:
-            ids = write(self, cursor, stored, **kwargs)  # every row written, v3 hashed
-            if self is a.views:
-                raise sqlite3.OperationalError("disk I/O error (injected at commit)")
-            return ids
-
-        monkeypatch.setattr(recorder, "_insert_events", fail_at_commit)
+        writer = a.recorder.datastore.pool._writer  # type: ignore[attr-defined]
+        conn = writer.sqlite
+        writer.sqlite = _FailingCommit(conn)  # every row written, v3 hashed, then this
         with pytest.raises(Exception, match="injected"):
             a.put("s", {"role": "user", "content": "lost"})
-        monkeypatch.setattr(recorder, "_insert_events", write)
+        writer.sqlite = conn
         # Another process stores a different v3; `a` must extend that one, not the hash
         # of its own v3 that never committed.
         b.put("s", {"role": "user", "content": "two"})
