@@ -10,8 +10,12 @@ On SQLite, raw sqlite3 (`make bench`'s anchor: one row and its commit) takes tur
 the ledger in blocks of puts, and the COMMIT of both is timed (mean and median): what a
 put's commit costs beside raw's, and what the rest of a put costs around it.
 
-`python -m bench.put_phases [--store sqlite|memory] [--puts 3000] [--workdir DIR]` prints
-a Markdown table and writes bench/results/put-phases-<store>-latest.json.
+Appends to a session the process holds take the short path on SQLite (and the memory
+store); `--path general` sends every put through the general write path.
+
+`python -m bench.put_phases [--store sqlite|memory] [--puts 3000] [--path short|general]
+[--workdir DIR]` prints a Markdown table and writes
+bench/results/put-phases-<store>-<path>-latest.json.
 """
 
 from __future__ import annotations
@@ -38,29 +42,42 @@ BLOCK = 100  # puts a writer makes in its turn (SQLite: the ledger and raw sqlit
 COMMIT = "COMMIT"
 RAW_COMMIT = "raw sqlite3: its COMMIT"
 
-# (where, attribute, phase): the write path's steps, outermost first.
-PHASES = (
+# (where, attribute, phase): the write path's steps, outermost first. An append to a
+# session the process holds takes the short path (`Ledger._append_rows`, the recorder's
+# `append_rows`) on SQLite; `--path general` sends every put through `_write`.
+SHORT_PHASES = (
+    ("ledger", "_append_rows", "short path (all but parse and tokenize)"),
+    ("recorder", "append_rows", "append_rows: BEGIN, statements, COMMIT"),
+)
+GENERAL_PHASES = (
     ("ledger", "_write", "write (all but parse and tokenize)"),
     ("ledger", "_save", "save: stored events, recorder, cache"),
     ("recorder", "insert_events", "insert_events: BEGIN, statements, COMMIT"),
     ("recorder", "apply_changes", "apply_changes: the view rows"),
     ("library_recorder", "_insert_events", "the event INSERT"),
     ("changes", "view_changes", "view_changes"),
+    ("ledger", "_load", "load the session"),
+)
+COMMON_PHASES = (
     ("tokenizer", "count", "tokenize"),
     ("mapper", "to_stored_event", "the stored record"),
     ("session", "trigger_event", "trigger_event"),
     ("ledger", "_parse_messages", "parse"),
-    ("ledger", "_load", "load the session"),
 )
+PATHS = {"short": SHORT_PHASES + COMMON_PHASES, "general": GENERAL_PHASES + COMMON_PHASES}
 
 
 @contextlib.contextmanager
-def timed(targets: dict[str, Any], spent: collections.Counter[str]) -> Iterator[None]:
-    """Each phase of PHASES wrapped to add its nanoseconds to `spent`; undone on exit."""
+def timed(
+    targets: dict[str, Any],
+    spent: collections.Counter[str],
+    phases: tuple[tuple[str, str, str], ...],
+) -> Iterator[None]:
+    """Each of `phases` wrapped to add its nanoseconds to `spent`; undone on exit."""
     undo: list[Callable[[], None]] = []
     clock = time.perf_counter_ns
     try:
-        for where, name, phase in PHASES:
+        for where, name, phase in phases:
             owner = targets[where]
             original = getattr(owner, name)
 
@@ -115,7 +132,7 @@ def commits_timed(owner: Any, attribute: str) -> Iterator[TimedCommits]:
         setattr(owner, attribute, conn)
 
 
-def measure(store: str, puts: int, workdir: Path) -> dict[str, Any]:
+def measure(store: str, puts: int, workdir: Path, path: str = "short") -> dict[str, Any]:
     from eventsourcing.sqlite import SQLiteApplicationRecorder
 
     from session_ledger.api.bootstrap import migrate, open_ledger
@@ -130,6 +147,9 @@ def measure(store: str, puts: int, workdir: Path) -> dict[str, Any]:
     if store != "memory":
         migrate(settings)
     ledger = open_ledger(settings)
+    if path == "general":
+        ledger._appender = None  # every put through `_write`
+    phases_timed = PATHS[path]
     messages = [ChatMessage.text(m["role"], m["content"]) for m in conversation(WARM_PUTS + puts)]
     targets = {
         "ledger": ledger,
@@ -158,14 +178,15 @@ def measure(store: str, puts: int, workdir: Path) -> dict[str, Any]:
                 raw_commits = stack.enter_context(commits_timed(raw, "conn"))
                 writer = ledger.recorder.datastore.pool._writer  # made by the warm-up puts
                 ledger_commits = stack.enter_context(commits_timed(writer, "sqlite"))
-            stack.enter_context(timed(targets, spent))
+            stack.enter_context(timed(targets, spent, phases_timed))
             blocks = in_turns(writers, max(1, puts // BLOCK), min(BLOCK, puts), random.Random())
     finally:
         ledger.close()
     made = len(blocks["ledger"]) * min(BLOCK, puts)
-    phases = {phase: spent[phase] / made / 1000 for _, _, phase in PHASES}
+    phases = {phase: spent[phase] / made / 1000 for _, _, phase in phases_timed}
     result: dict[str, Any] = {
         "store": store,
+        "path": path,
         "puts": made,
         "put_us": statistics.fmean(blocks["ledger"]),
         "phases_us": phases,
@@ -182,7 +203,8 @@ def table(result: dict[str, Any]) -> str:
     total = result["put_us"]
     medians = result.get("commit_median_us", {})
     lines = [
-        f"| phase ({result['store']}) | µs per put (mean) | of the put | median µs |",
+        f"| phase ({result['store']}, {result['path']} path) | µs per put (mean) | of the put "
+        "| median µs |",
         "|---|---|---|---|",
         f"| the whole put | {total:.0f} | 100% | |",
     ]
@@ -205,16 +227,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--store", choices=("sqlite", "memory"), default="sqlite")
     parser.add_argument("--puts", type=int, default=3000)
+    parser.add_argument("--path", choices=tuple(PATHS), default="short")
     parser.add_argument("--workdir", type=Path, default=None, help="default: a temporary dir")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="put-phases-", dir=args.workdir) as scratch:
-        result = measure(args.store, args.puts, Path(scratch))
+        result = measure(args.store, args.puts, Path(scratch), args.path)
     print(
         f"{result['puts']} single-message puts to one session after {WARM_PUTS}, timed in "
         f"place, in blocks of {BLOCK}:\n"
     )
     print(table(result))
-    write_diagnostic(f"put-phases-{args.store}-latest.json", result)
+    write_diagnostic(f"put-phases-{args.store}-{args.path}-latest.json", result)
 
 
 if __name__ == "__main__":
