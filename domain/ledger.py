@@ -357,16 +357,14 @@ class Ledger(Application[uuid.UUID]):
                        request_digest=None)  # fmt: skip
         (event,) = session.collect_events()
         append = Append(
+            event=event,
             first_message_id=first_message_id,
             messages=[
                 (d["role"], c, stored_body(d, b))
                 for d, c, b in zip(dicts, counts, bodies, strict=True)
             ],
-            recorded_at=event.timestamp,
-            event_type=type(event).__name__,
-            actor=actor,
-            reason=reason,
             message_count=session.message_count,
+            next_message_id=session.next_message_id,
             archived_count=session.archived_count,
         )
         try:

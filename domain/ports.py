@@ -104,13 +104,11 @@ class Append(NamedTuple):
     """One append to a session the writer holds: what its view rows need beside the
     event's record (`AppendsRows.append_rows`)."""
 
+    event: Any  # the session's MessagesAppended
     first_message_id: int
     messages: Sequence[tuple[str, TokenCount, str]]  # role, counts, stored body
-    recorded_at: datetime
-    event_type: str
-    actor: str
-    reason: str | None
-    message_count: int  # active messages after the append
+    message_count: int  # the session's counts after the append
+    next_message_id: int
     archived_count: int
 
 

@@ -41,7 +41,7 @@ from eventsourcing.sqlite import (
 from session_ledger.domain.integrity import chain_step
 from session_ledger.domain.ports import ACTIVE, Append
 
-from .changes import MessageRow, view_changes
+from .changes import MessageRow, timeline_row, view_changes
 from .views import ADDED_TOKENS, LIVE_COLUMNS, TIME_FORMAT, Reader, SQLViews, utc_text
 
 CHAIN_HEADS = 10_000  # sessions whose last hash a recorder keeps (then it starts over)
@@ -118,37 +118,48 @@ class SQLiteLedgerRecorder(SQLiteApplicationRecorder, SQLViews):
     def insert_events(
         self, stored_events: Sequence[StoredEvent], **kwargs: Any
     ) -> Sequence[int] | None:
-        # The library's write transaction without its layers of context managers and
-        # cursor wrappers around every statement: the same pool, BEGIN, statements and
-        # commit, and the same exceptions.
-        pool = self.datastore.pool
-        if not isinstance(pool, _DurablePool):  # a datastore the factory did not make
+        if not isinstance(self.datastore.pool, _DurablePool):  # not made by the factory
             return super().insert_events(stored_events, **kwargs)
+        written: list[tuple[uuid.UUID, int, bytes | None]] = []
+        with self._writing() as db:
+            cursor = db.cursor()
+            try:
+                ids = self._insert_events(cursor, stored_events, written=written, **kwargs)
+            finally:
+                cursor.close()
+        for sid, version, chain in written:  # committed: the next append may extend it
+            if chain is not None:
+                self._remember_head(sid, version, chain)
+        return ids
+
+    @contextmanager
+    def _writing(self) -> Iterator[sqlite3.Connection]:
+        """The library's write transaction without its layers of context managers and
+        cursor wrappers around every statement: the same pool and writer connection,
+        BEGIN, the statements run on the connection yielded, COMMIT (or ROLLBACK), and
+        the same exceptions."""
+        pool = self.datastore.pool
         conn = pool.get_connection(is_writer=True)
         try:
             assert isinstance(conn, _LedgerConnection)
             db = conn.sqlite
-            cursor = db.cursor()
-            written: list[tuple[uuid.UUID, int, bytes | None]] = []
             try:
-                cursor.execute("BEGIN")
-                ids = self._insert_events(cursor, stored_events, written=written, **kwargs)
+                db.execute("BEGIN")
+                yield db
                 db.commit()
             except BaseException:
                 db.rollback()
                 raise
-            finally:
-                cursor.close()
-            for sid, version, chain in written:  # committed: the next append may extend it
-                if chain is not None:
-                    if len(self.chain_heads) >= CHAIN_HEADS:
-                        self.chain_heads.clear()
-                    self.chain_heads[sid] = (version, chain)
-            return ids
         except sqlite3.Error as e:
             raise _persistence_error(e) from e
         finally:
             pool.put_connection(conn)
+
+    def _remember_head(self, sid: uuid.UUID, version: int, chain: bytes) -> None:
+        """h_`version` of a session, committed here: its next append extends it unread."""
+        if len(self.chain_heads) >= CHAIN_HEADS:
+            self.chain_heads.clear()
+        self.chain_heads[sid] = (version, chain)
 
     def holds_head(self, session_id: uuid.UUID, version: int) -> bool:
         """Whether this recorder holds the session's h_`version` (an append after it can
@@ -158,50 +169,42 @@ class SQLiteLedgerRecorder(SQLiteApplicationRecorder, SQLViews):
 
     def append_rows(self, record: StoredEvent, append: Append) -> bool:
         """Store one append of a session whose chain head this recorder holds: its event
-        record, message rows and timeline row, in one transaction, with the rows
-        `view_changes` and `apply_changes` make for it (a test compares them).
+        record, message rows and timeline row, in one transaction. The rows are those
+        `view_changes` and `apply_changes` make for it, from the same pieces (the
+        projection's `timeline_row`, `_insert_rows`, `_timeline_values`); a test compares
+        what the two paths store.
 
-        Returns False, storing nothing, when this recorder does not hold h_{v-1} or has
-        no durable writer connection (the caller takes the general path). Raises
+        Returns False, storing nothing, when this recorder does not hold h_{v-1} or its
+        datastore is not the factory's (the caller takes the general path). Raises
         IntegrityError when another writer took the version first.
         """
         sid, version = record.originator_id, record.originator_version
         assert isinstance(sid, uuid.UUID)  # the ledger's stream ids
-        head = self.chain_heads.get(sid)
-        pool = self.datastore.pool
-        if head is None or head[0] != version - 1 or not isinstance(pool, _DurablePool):
+        head = self.chain_heads.get(sid)  # read again: another thread may have moved it
+        if head is None or head[0] != version - 1:
+            return False
+        if not isinstance(self.datastore.pool, _DurablePool):
             return False
         chain = chain_step(head[1], sid, version, record.topic, record.state)
-        key = sid.hex
         first = append.first_message_id
         rows = [
-            (key, ACTIVE, first + i, version, role, count.alone, count.joined, body)
+            MessageRow(first + i, role, count.alone, count.joined, body)
             for i, (role, count, body) in enumerate(append.messages)
         ]
-        timeline = (
-            key, version, utc_text(append.recorded_at), append.event_type, append.actor,
-            append.reason, None, None, append.message_count, first + len(rows), chain,
-            append.archived_count, key, version - 1, sum(r[5] for r in rows),
+        t = timeline_row(
+            append.event, append.message_count, append.next_message_id, append.archived_count,
+            sum(r.tokens for r in rows), False,
         )  # fmt: skip
-        conn = pool.get_connection(is_writer=True)
-        try:
-            db = conn.sqlite  # type: ignore[attr-defined]
-            try:
-                db.execute("BEGIN")
-                db.execute(self.insert_events_statement, (key, version, record.topic, record.state))
-                db.executemany(MESSAGE_INSERT, rows)
-                db.execute(APPEND_TIMELINE_INSERT, timeline)
-                db.commit()
-            except BaseException:
-                db.rollback()
-                raise
-        except sqlite3.Error as e:
-            raise _persistence_error(e) from e
-        finally:
-            pool.put_connection(conn)
-        if len(self.chain_heads) >= CHAIN_HEADS:
-            self.chain_heads.clear()
-        self.chain_heads[sid] = (version, chain)
+        key = sid.hex
+        with self._writing() as db:
+            db.execute(self.insert_events_statement, (key, version, record.topic, record.state))
+            self._insert_rows(db, key, version, ACTIVE, rows)
+            db.execute(
+                APPEND_TIMELINE_INSERT,
+                (*self._timeline_values(key, t, utc_text(t.recorded_at)), chain,
+                 t.archived_count, *self._added_tokens(key, t)),
+            )  # fmt: skip
+        self._remember_head(sid, version, chain)
         return True
 
     def _insert_events(

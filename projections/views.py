@@ -43,6 +43,7 @@ from .changes import (
     CloseMessage,
     InsertMessages,
     MessageRow,
+    TimelineRow,
     ViewChanges,
 )
 
@@ -246,8 +247,13 @@ class SQLViews(ABC):
                 out.append((self._less_ended, (sid, t.version - 1, t.tokens_added, sid, ACTIVE,
                                                t.version)))  # fmt: skip
             else:
-                out.append((ADDED_TOKENS, (sid, t.version - 1, t.tokens_added)))
+                out.append((ADDED_TOKENS, self._added_tokens(sid, t)))
         return out
+
+    @staticmethod
+    def _added_tokens(sid: Any, t: TimelineRow) -> tuple[Any, ...]:
+        """The parameters of ADDED_TOKENS: the total before `t`, plus what it added."""
+        return (sid, t.version - 1, t.tokens_added)
 
     @functools.cached_property
     def _less_ended(self) -> str:
@@ -289,11 +295,15 @@ class SQLViews(ABC):
     def _timeline_params(
         self, vc: ViewChanges, times: dict[datetime, Any], sid: Any
     ) -> list[tuple[Any, ...]]:
-        return [
-            (sid, t.version, times[t.recorded_at], t.event_type, t.actor, t.reason,
-             t.idempotency_key, t.request_digest, t.message_count, t.next_message_id)
-            for t in vc.timeline
-        ]  # fmt: skip
+        return [self._timeline_values(sid, t, times[t.recorded_at]) for t in vc.timeline]
+
+    @staticmethod
+    def _timeline_values(sid: Any, t: TimelineRow, recorded_at: Any) -> tuple[Any, ...]:
+        """A timeline row's values up to its chain (then archived count and token total)."""
+        return (
+            sid, t.version, recorded_at, t.event_type, t.actor, t.reason, t.idempotency_key,
+            t.request_digest, t.message_count, t.next_message_id,
+        )  # fmt: skip
 
     # Closing and archiving first find where their range of live rows starts or ends
     # (one read of the live rows by position), then change that range by message id. With
