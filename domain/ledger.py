@@ -83,6 +83,9 @@ MAX_ACTOR_CHARS = 256
 MAX_REASON_CHARS = 4096
 VERIFY_PAGE = 1000  # events (and hashes) read per step of `verify`
 _CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f]")
+# The back-off of a write that lost a race draws from its own generator: a library that
+# drew from the module's would move the application's seeded `random` stream.
+_RETRY_JITTER = random.Random()
 
 
 @dataclass(frozen=True)
@@ -308,7 +311,7 @@ class Ledger(Application[uuid.UUID]):
                     raise VersionConflict(
                         key, expected_version, head.version if head else 0
                     ) from None
-                time.sleep(random.uniform(0, 0.002 * min(attempt + 1, 10)))
+                time.sleep(_RETRY_JITTER.uniform(0, 0.002 * min(attempt + 1, 10)))
                 continue
             return WriteResult(session.version, session.message_count, removed=removed)
         raise LedgerError(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import random
 import threading
 from collections import Counter
 from pathlib import Path
@@ -85,3 +86,28 @@ def test_one_ledger_shared_by_threads(ledger) -> None:  # type: ignore[no-untype
         t.join()
     assert ledger.head("shared").message_count == 200
     assert len({m.content for m in ledger.get_all("shared")}) == 200
+
+
+@pytest.mark.parametrize("store", ["sqlite", "postgres"])
+def test_a_write_that_lost_the_race_retries_and_leaves_random_alone(
+    store: str, tmp_path: Path
+) -> None:
+    """A write whose cached session is behind loses on the events' primary key, waits a
+    random moment, reloads and succeeds; the wait's draw does not move the application's
+    seeded `random` stream."""
+    settings = make_settings(store, tmp_path)
+    first, second = make_ledger(settings), make_ledger(settings)
+    try:
+        first.put("race", {"role": "user", "content": "a"})
+        second.put("race", {"role": "user", "content": "b"})  # first's cache is now behind
+        random.seed(42)
+        seeded = random.getstate()
+        # An idempotency key takes the general path, which saves from the cached state.
+        result = first.put("race", {"role": "user", "content": "c"}, idempotency_key="c-1")
+        assert random.getstate() == seeded
+        assert (result.version, result.message_count, result.replayed) == (4, 3, False)
+        assert [m.content for m in second.get_all("race")] == ["a", "b", "c"]
+        assert first.verify("race").intact
+    finally:
+        first.close()
+        second.close()
