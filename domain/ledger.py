@@ -341,10 +341,8 @@ class Ledger(Application[uuid.UUID]):
         appender, cache = self._appender, self.repository.cache
         if appender is None or cache is None or idempotency_key is not None:
             return None
-        tenant = self._tenant(tenant)
-        _check_key(key)
+        sid = self._session_id(key, tenant)
         _check_write_options(actor, reason, expected_version, idempotency_key)
-        sid = session_id(tenant, key)
         try:
             cached = cast(Session, cache.get(sid))
         except KeyError:

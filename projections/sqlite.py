@@ -162,10 +162,14 @@ class SQLiteLedgerRecorder(SQLiteApplicationRecorder, SQLViews):
         self.chain_heads[sid] = (version, chain)
 
     def holds_head(self, session_id: uuid.UUID, version: int) -> bool:
-        """Whether this recorder holds the session's h_`version` (an append after it can
-        take `append_rows`)."""
+        """Whether this recorder holds the session's h_`version` and writes through the
+        factory's connections (an append after it can take `append_rows`)."""
         head = self.chain_heads.get(session_id)
-        return head is not None and head[0] == version
+        return (
+            head is not None
+            and head[0] == version
+            and isinstance(self.datastore.pool, _DurablePool)
+        )
 
     def append_rows(self, record: StoredEvent, append: Append) -> bool:
         """Store one append of a session whose chain head this recorder holds: its event
@@ -174,16 +178,14 @@ class SQLiteLedgerRecorder(SQLiteApplicationRecorder, SQLViews):
         projection's `timeline_row`, `_insert_rows`, `_timeline_values`); a test compares
         what the two paths store.
 
-        Returns False, storing nothing, when this recorder does not hold h_{v-1} or its
-        datastore is not the factory's (the caller takes the general path). Raises
-        IntegrityError when another writer took the version first.
+        Returns False, storing nothing, when this recorder no longer holds h_{v-1} (another
+        thread's write moved it since `holds_head`; the caller takes the general path).
+        Raises IntegrityError when another writer took the version first.
         """
         sid, version = record.originator_id, record.originator_version
         assert isinstance(sid, uuid.UUID)  # the ledger's stream ids
         head = self.chain_heads.get(sid)  # read again: another thread may have moved it
         if head is None or head[0] != version - 1:
-            return False
-        if not isinstance(self.datastore.pool, _DurablePool):
             return False
         chain = chain_step(head[1], sid, version, record.topic, record.state)
         first = append.first_message_id

@@ -142,18 +142,24 @@ def test_a_store_without_stored_hashes_says_to_rebuild(sqlite_ledger: Any) -> No
 def test_a_recorder_on_a_plain_library_datastore_writes_through_the_library(
     sqlite_ledger: Any,
 ) -> None:
-    # The recorder's direct write path needs the factory's connections; on a datastore
-    # made otherwise it falls back to the library's transaction, with the same result.
+    # The recorder's direct write paths need the factory's connections; on a datastore
+    # made otherwise they fall back to the library's transaction, with the same result,
+    # also for a session whose chain head the recorder held from before.
     from eventsourcing.sqlite import SQLiteConnectionPool
 
     ledger, path = sqlite_ledger
+    ledger.put("held", {"role": "user", "content": "one"})
+    assert ledger.recorder.holds_head(ledger._session_id("held", None), 2)
     datastore = ledger.recorder.datastore
     datastore.pool.close()
     datastore.pool = SQLiteConnectionPool(db_name=str(path))
+    assert not ledger.recorder.holds_head(ledger._session_id("held", None), 2)
     write_some(ledger)
     ledger.put("s", {"role": "user", "content": "after"})
+    ledger.put("held", {"role": "user", "content": "two"})
     assert [m.content for m in ledger.get_all("s")] == ["after"]
-    assert ledger.verify("s").intact
+    assert [m.content for m in ledger.get_all("held")] == ["one", "two"]
+    assert ledger.verify("s").intact and ledger.verify("held").intact
 
 
 def _statements(ledger: Ledger) -> list[str]:
