@@ -20,9 +20,13 @@ class InvalidInput(LedgerError, ValueError):
 
 
 class InvalidMessage(InvalidInput):
-    """A message is not a valid chat message."""
+    """A message is not a valid chat message; `index`: its place in the write, if known."""
 
     code = "invalid_message"
+
+    def __init__(self, message: str, *, index: int | None = None) -> None:
+        super().__init__(message)
+        self.index = index
 
 
 class InvalidSessionKey(InvalidInput):

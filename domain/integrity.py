@@ -25,7 +25,9 @@ from __future__ import annotations
 import hashlib
 import struct
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
+
+from .ports import ChainReport
 
 GENESIS = bytes(32)  # h_0
 HASH_BYTES = 32
@@ -85,3 +87,51 @@ def chain(
     for step in chain_hashes(session_id, records, previous):
         head = step
     return head
+
+
+VERIFY_PAGE = 1000  # records (and stored hashes) read per step of `verify_chain`
+
+Records = Callable[[int, int], Sequence[tuple[int, str, bytes]]]
+StoredHashes = Callable[[int, int], Sequence[tuple[int, bytes | None]]]
+
+
+def verify_chain(
+    session_id: uuid.UUID,
+    tenant: str,
+    key: str,
+    head_version: int,
+    records: Records,
+    stored_hashes: StoredHashes,
+) -> ChainReport:
+    """Recompute a session's chain from its records and compare it with the hashes stored
+    when they were written. `records(after, limit)` and `stored_hashes(after, limit)` read
+    a page after a version; the report names the first version that differs."""
+    checked, h = 0, GENESIS
+    good = h  # h of the last version that checked out
+
+    def report(bad: int | None = None, problem: str | None = None) -> ChainReport:
+        return ChainReport(tenant, key, checked, good.hex() if checked else None, bad, problem)
+
+    while True:
+        page = records(checked, VERIFY_PAGE)
+        stored = dict(stored_hashes(checked, VERIFY_PAGE))
+        for version, topic, state in page:
+            if version != checked + 1:
+                return report(checked + 1, f"the event of version {checked + 1} is missing")
+            h = chain_step(h, session_id, version, topic, state)
+            if version not in stored:
+                return report(version, f"version {version} has no stored hash entry")
+            kept = stored[version]
+            if kept is None:
+                return report(version, f"version {version} has no stored hash (derive the "
+                                       "views again from the events)")  # fmt: skip
+            if kept != h:
+                return report(version, f"version {version}: the stored hash is {kept.hex()}, "
+                                       f"the events give {h.hex()}")  # fmt: skip
+            checked, good = version, h
+        if len(page) < VERIFY_PAGE:
+            break
+    if checked < head_version:  # (writes made while verifying may add versions)
+        return report(checked + 1, f"the events end at version {checked}; the session "
+                                   f"says {head_version}")  # fmt: skip
+    return report()

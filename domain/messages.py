@@ -8,11 +8,9 @@ every store can hold exactly what it was given.
 
 from __future__ import annotations
 
-import gc
 import json
 import math
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from operator import attrgetter
 from typing import Any
 
@@ -27,9 +25,6 @@ BLOCK_TYPES = (
 )  # fmt: skip
 MAX_NESTING = 64
 _FIELDS = frozenset({"role", "content", "blocks", "additional_kwargs"})
-# Characters per decode of many: the joined text of a chunk stays in the CPU's caches
-# (chunks of 1,024 messages of 4 KB decoded 1.5x slower than chunks of 64 KB).
-_DECODE_CHUNK_CHARS = 65536
 # One encoder for the canonical form: `json.dumps` with options builds a new one per call.
 _CANONICAL = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
@@ -40,21 +35,38 @@ def canonical_json(value: Any) -> str:
     return _CANONICAL.encode(value)
 
 
-# The stored body of a message of one text block and no additional_kwargs (most
-# messages): the JSON string of its text alone, the role being in its row. Its canonical
-# JSON is that string between these two (a role needs no escapes).
+# The canonical JSON of a message of one text block and no additional_kwargs (most
+# messages) is its text's JSON string between these two (a role needs no escapes).
 _TEXT_HEAD = {role: f'{{"role":"{role}","blocks":[{{"block_type":"text","text":' for role in ROLES}
 _TEXT_TAIL = '}],"additional_kwargs":{}}'
+
+
+def text_message_json(role: str, text_json: str) -> str:
+    """The canonical JSON of a message of `role` with one text block whose text's JSON
+    string is `text_json`, and no additional_kwargs."""
+    return _TEXT_HEAD[role] + text_json + _TEXT_TAIL
+
+
+def plain_text(message: Mapping[str, Any]) -> str | None:
+    """The text of a valid message's dict when it is one text block and nothing else (no
+    other block key, no additional_kwargs), else None."""
+    blocks = message["blocks"]
+    if len(blocks) != 1 or message["additional_kwargs"]:
+        return None
+    block = blocks[0]
+    text = block.get("text")
+    if len(block) == 2 and block.get("block_type") == "text" and type(text) is str:
+        # (key order matters to the canonical form: `block_type` first)
+        return text if next(iter(block)) == "block_type" else None
+    return None
 
 
 class ChatMessage:
     """One message of a conversation: a role, content blocks and extra keyword data.
 
     A value like a frozen dataclass of those three fields (compared, copied and pickled
-    by them; the fields have no setters). A message read from a store as a role and a
-    text (see `stored_body`) makes its one text block and its empty additional_kwargs
-    when they are first asked for: a history read makes the message and its text, not
-    six objects a message."""
+    by them; the fields have no setters). A message made by `of_text` makes its one text
+    block and its empty additional_kwargs when they are first asked for."""
 
     __slots__ = ("_blocks", "_kwargs", "_role", "_text")
     __match_args__ = ("role", "blocks", "additional_kwargs")
@@ -121,7 +133,7 @@ class ChatMessage:
         kwargs = {} if kwargs is None else kwargs
         if not (type(kwargs) is dict or isinstance(kwargs, Mapping)):
             raise InvalidMessage("'additional_kwargs' must be an object")
-        return cls._stored(
+        return cls.from_valid(
             {
                 "role": str(role),
                 "blocks": [_parse_block(b, i) for i, b in enumerate(blocks)],
@@ -132,55 +144,22 @@ class ChatMessage:
     @classmethod
     def from_json(cls, text: str) -> ChatMessage:
         """Rebuild a message from `to_json()` output (already validated when stored)."""
-        return cls._stored(_decode(text))
+        return cls.from_valid(_decode(text))
 
     @classmethod
-    def from_body(cls, role: str, body: str) -> ChatMessage:
-        """Rebuild a message from its row in a store: its role and `stored_body`."""
-        (message,) = cls.many_from_bodies(((role, body),))
-        return message
-
-    @classmethod
-    def many_from_bodies(cls, rows: Sequence[Sequence[Any]]) -> list[ChatMessage]:
-        """`from_body` of each row's (role, body, ...), the bodies decoded as one JSON
-        array per chunk of about 64 KB: a history of short messages decodes in about half
-        the time of one decode per message, and one of long messages reads each body once
-        more, in cache.
-
-        Stored bodies are valid JSON (no lone surrogates, no NaN: `parse` refused them),
-        so pydantic-core's decoder reads them as `json.loads` would, and faster (it also
-        makes each repeated key string once)."""
-        out: list[ChatMessage] = []
-        append, stored, of_text = out.append, cls._stored, cls._of_text
-        total, start = len(rows), 0
-        with gc_paused():
-            while start < total:
-                end, chars = start, 0
-                while end < total and chars < _DECODE_CHUNK_CHARS:
-                    chars += len(rows[end][1])
-                    end += 1
-                chunk = rows[start:end]
-                if end - start == 1:  # a long body alone: no copy of it
-                    values = [_decode(chunk[0][1])]
-                else:
-                    values = _decode("[" + ",".join([row[1] for row in chunk]) + "]")
-                for row, value in zip(chunk, values, strict=True):
-                    append(of_text(row[0], value) if type(value) is str else stored(value))
-                start = end
-        return out
-
-    @classmethod
-    def _of_text(cls, role: str, text: str) -> ChatMessage:
-        # Its block and empty additional_kwargs are made when first asked for.
+    def of_text(cls, role: str, text: str) -> ChatMessage:
+        """A message of one text block and no additional_kwargs, unchecked (for a store's
+        reads of what `parse` validated): its block and dict are made when first asked for,
+        so a history read makes the message and its text, not six objects a message."""
         message = object.__new__(cls)
         message._role, message._text = role, text
         message._blocks = message._kwargs = None
         return message
 
     @classmethod
-    def _stored(cls, d: dict[str, Any]) -> ChatMessage:
-        # Stored messages were validated on the way in (and `parse` has just validated
-        # its dict): the fields are taken as they are.
+    def from_valid(cls, d: dict[str, Any]) -> ChatMessage:
+        """A message from the dict of a valid one (what `to_dict` or a store gives back),
+        its fields taken as they are."""
         message = object.__new__(cls)
         message._role, message._text = d["role"], None
         message._blocks, message._kwargs = tuple(d["blocks"]), d["additional_kwargs"]
@@ -193,7 +172,7 @@ class ChatMessage:
     def to_json(self) -> str:
         """The canonical encoding: compact, UTF-8 text, control characters escaped."""
         if self._blocks is None and not self._kwargs:
-            return body_json(self._role, _CANONICAL.encode(self._text))
+            return text_message_json(self._role, _CANONICAL.encode(self._text))
         return _CANONICAL.encode(
             {"role": self._role, "blocks": self.blocks, "additional_kwargs": self.additional_kwargs}
         )
@@ -231,46 +210,17 @@ class ChatMessage:
         return type(self), (self._role, self.blocks, self.additional_kwargs)
 
 
-def stored_body(message: Mapping[str, Any], encoded: str) -> str:
-    """What a store keeps for `message` (a valid message's dict; `encoded` its canonical
-    JSON): the JSON string of its text if it is one text block and no additional_kwargs,
-    else `encoded`. A read makes such a message from its role and text alone."""
-    blocks = message["blocks"]
-    if len(blocks) == 1 and not message["additional_kwargs"]:
-        block, head = blocks[0], _TEXT_HEAD.get(message["role"])
-        # Two keys, `block_type` "text" first (the head matches) and a string `text`:
-        # between the head and the tail lies the text's JSON string.
-        if len(block) == 2 and type(block.get("text")) is str and head and encoded.startswith(head):
-            return encoded[len(head) : -len(_TEXT_TAIL)]
-    return encoded
-
-
-def body_json(role: str, body: str) -> str:
-    """The canonical JSON of the message stored as (`role`, `body`)."""
-    return _TEXT_HEAD[role] + body + _TEXT_TAIL if body[0] == '"' else body
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """No cyclic garbage collection while a batch of acyclic objects is made: each
-    collection the allocations would trigger walks the whole heap, and in a process with
-    a large one that doubled the time to decode a long history. Threads that pause it at
-    once leave it on if it was on."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def _parse_content(content: object) -> object:
     if content is None:
         return []
     if isinstance(content, str):
         return [{"block_type": "text", "text": content}]
-    return content
+    if isinstance(content, list | tuple):
+        return content
+    raise InvalidMessage(
+        f"'content' must be a string, a list of content blocks or null; got "
+        f"{type(content).__name__}"
+    )
 
 
 def _parse_block(block: object, index: int) -> dict[str, Any]:

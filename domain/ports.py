@@ -100,55 +100,47 @@ class WriteBatch(NamedTuple):
     bodies: tuple[str, ...] = ()  # their canonical JSON, when the writer already has it
 
 
-class Append(NamedTuple):
-    """One append to a session the writer holds: what its view rows need beside the
-    event's record (`AppendsRows.append_rows`)."""
+class MessagesRead(Protocol):
+    """Messages as one read of a view found them, with the session's version it read (0:
+    the session does not exist), so an answer and its version never disagree."""
 
-    event: Any  # the session's MessagesAppended
-    first_message_id: int
-    messages: Sequence[tuple[str, TokenCount, str]]  # role, counts, stored body
-    message_count: int  # the session's counts after the append
-    next_message_id: int
-    archived_count: int
+    version: int
 
-
-@runtime_checkable
-class AppendsRows(Protocol):
-    """A store that writes an append's record and rows without the general write path."""
-
-    def holds_head(self, session_id: uuid.UUID, version: int) -> bool:
-        """Whether an append after `version` may take this path (so far as known now)."""
+    def messages(self) -> list[ChatMessage]:
+        """The messages, decoded."""
         ...
 
-    def append_rows(self, record: Any, append: Append) -> bool:
-        """Store the append (True), or store nothing (False: take the general path)."""
+    def json(self) -> list[str]:
+        """Each message's canonical JSON (`ChatMessage.to_json()`), made without decoding."""
         ...
+
+    def __len__(self) -> int: ...
 
 
 @runtime_checkable
 class SessionViews(Protocol):
     """Reads the ledger serves from its projections."""
 
-    def context_window_bodies(
+    def context_window(
         self,
         session_id: uuid.UUID,
         token_limit: int,
         initial_token_count: int,
         tokenizer: NamedTokenizer | None,
         version: int | None = None,
-    ) -> list[tuple[str, str]]:
-        """The window's messages as stored: (role, `stored_body`) each."""
+    ) -> MessagesRead:
+        """The window (`ChatMemoryBuffer.get`) now, or at `version`."""
         ...
 
-    def history_bodies(
+    def history(
         self,
         session_id: uuid.UUID,
         status: str,
         offset: int,
         limit: int | None,
         version: int | None = None,
-    ) -> list[tuple[Any, ...]]:
-        """The history's messages as stored: rows that start (role, `stored_body`)."""
+    ) -> MessagesRead:
+        """A page of the history of `status` now, or at `version`."""
         ...
 
     def version_at(self, session_id: uuid.UUID, when: datetime) -> int | None: ...

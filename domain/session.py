@@ -11,7 +11,6 @@ and in the projections.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import uuid
 from typing import Any
@@ -25,16 +24,6 @@ TENANT_NAMESPACE = uuid.UUID("6f0f9d3c-3b49-5c2e-9a57-2f5b8c1d7e40")
 def session_id(tenant: str, key: str) -> uuid.UUID:
     """The stream id of (tenant, key): stable, and distinct across tenants."""
     return uuid.uuid5(_tenant_namespace(tenant), key)
-
-
-@functools.cache
-def _command_fields(event_class: type) -> tuple[str, ...]:
-    """An event's own fields, in its constructor's order (after id, version, timestamp)."""
-    return tuple(
-        f.name
-        for f in dataclasses.fields(event_class)
-        if f.name not in ("originator_id", "originator_version", "timestamp")
-    )
 
 
 @functools.lru_cache(maxsize=1024)
@@ -53,31 +42,11 @@ class Session(Aggregate):
         idempotency_key: str | None
         request_digest: str | None
 
-    def trigger_event(self, event_class: Any, **kwargs: Any) -> None:
-        """The library's `trigger_event`: the next event of this session, applied to it and
-        kept pending. Its fields are set without the frozen dataclass's constructor (a
-        call of `object.__setattr__` for each field), in the constructor's order; a
-        missing or unknown field raises TypeError, as the constructor would."""
+    def _next(self, event_class: Any, **fields: Any) -> None:
         # Time never runs backwards within a session, even across hosts with skewed
         # clocks, so "the state at time t" is always one version.
-        timestamp = kwargs.pop("timestamp", None)
-        if timestamp is None:
-            timestamp = max(event_class.create_timestamp(), self.modified_on)
-        fields = _command_fields(event_class)
-        if tuple(kwargs) != fields:  # in another order, or not the event's fields
-            if kwargs.keys() != set(fields):
-                raise TypeError(
-                    f"Can't construct event {event_class.__qualname__}: fields "
-                    f"{sorted(kwargs)}, expected {sorted(fields)}"
-                )
-            kwargs = {name: kwargs[name] for name in fields}
-        new_event = object.__new__(event_class)
-        new_event.__dict__.update(
-            originator_id=self.id, originator_version=self.version + 1, timestamp=timestamp,
-            **kwargs,
-        )  # fmt: skip
-        new_event.mutate(self)
-        self._pending_events.append(new_event)
+        timestamp = max(event_class.create_timestamp(), self.modified_on)
+        self.trigger_event(event_class, timestamp=timestamp, **fields)
 
     def copy(self) -> Session:
         """A copy a command may change without changing this one. Every attribute is
@@ -112,10 +81,8 @@ class Session(Aggregate):
         self.next_message_id = 0
 
     # The command events are declared with their own `apply` rather than made by the
-    # @event decorator: a put triggers one, and the decorator's event maps its fields
-    # onto the method's parameters again on every write (and every replayed event).
-    # Their fields, in this order, are what the decorator made, so stored events are
-    # the same bytes either way.
+    # @event decorator: the decorator's event maps its fields onto the method's
+    # parameters again on every write (and every replayed event).
 
     class MessagesAppended(Aggregate.Event):
         messages: list[dict[str, Any]]
@@ -180,26 +147,26 @@ class Session(Aggregate):
     def append(self, messages: list[dict[str, Any]], **audit: Any) -> None:
         """Append messages (the audit fields: actor, reason, idempotency_key,
         request_digest)."""
-        self.trigger_event(self.MessagesAppended, messages=messages, **audit)
+        self._next(self.MessagesAppended, messages=messages, **audit)
 
     def replace(self, messages: list[dict[str, Any]], kept: int, **audit: Any) -> None:
         """Replace the active history; the first `kept` messages are unchanged."""
-        self.trigger_event(self.HistoryReplaced, messages=messages, kept=kept, **audit)
+        self._next(self.HistoryReplaced, messages=messages, kept=kept, **audit)
 
     def clear(self, **audit: Any) -> None:
         """Clear the active and the archived history."""
-        self.trigger_event(self.HistoryCleared, **audit)
+        self._next(self.HistoryCleared, **audit)
 
     def remove(self, position: int, message_id: int, message: dict[str, Any], **audit: Any) -> None:
         """Remove the active message at `position`."""
-        self.trigger_event(
+        self._next(
             self.MessageRemoved, position=position, message_id=message_id, message=message,
             **audit,
         )  # fmt: skip
 
     def archive(self, count: int, **audit: Any) -> None:
         """Move the `count` oldest active messages to the archive."""
-        self.trigger_event(self.MessagesArchived, count=count, **audit)
+        self._next(self.MessagesArchived, count=count, **audit)
 
 
 MessagesAppended = Session.MessagesAppended

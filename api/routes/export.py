@@ -18,7 +18,6 @@ from session_ledger.projections.export import export_csv, export_jsonl, plan_exp
 
 from ..deps import ExporterDep, LedgerDep, SessionKeyDep
 from ..errors import ERROR_RESPONSES
-from .history import AsOfVersion
 
 router = APIRouter(prefix="/v1/sessions", tags=["export"], responses=ERROR_RESPONSES)
 MEDIA_TYPES = {"jsonl": "application/x-ndjson", "csv": "text/csv; charset=utf-8"}

@@ -1,103 +1,46 @@
-"""Session writes: the chat-memory mutations (put, set, reset, delete, archive).
-
-Every write answers with `ETag: "<version>"`; a write sent with `If-Match: "<version>"`
-happens only if the session is still at that version (else 412, nothing written).
-"""
+"""Sessions: the list of a tenant's session keys, and one session's head (version,
+counts, times)."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Response
+from fastapi import APIRouter, Query, Response
 
-from session_ledger.domain import ports
-from session_ledger.domain.errors import SessionNotFound
-
-from ..deps import LedgerDep, SessionKeyDep, WriteOptions, WriteOptionsDep, WriterDep
-from ..errors import ERROR_RESPONSES, PreconditionFailed
-from ..schemas import AppendIn, ArchiveIn, MessagesIn, WriteResult
-from .history import BIG, etag
+from ..deps import TEXT_PATTERN, LedgerDep, ReaderDep, SessionKeyDep
+from ..errors import ERROR_RESPONSES
+from ..responses import etag
+from ..schemas import SessionHead, SessionKeys
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"], responses=ERROR_RESPONSES)
 
 
-def _written(response: Response, result: ports.WriteResult) -> WriteResult:
-    etag(response, result.version)
-    if result.replayed:
-        response.headers["Idempotent-Replayed"] = "true"
-    return WriteResult(
-        version=result.version, message_count=result.message_count, replayed=result.replayed,
-        removed=[m.to_dict() for m in result.removed],
+@router.get("/{key}", response_model=SessionHead)
+def get_session(
+    key: SessionKeyDep, ledger: LedgerDep, who: ReaderDep, response: Response
+) -> SessionHead:
+    """The session's version, message counts, token total and times."""
+    head = ledger.head(key, tenant=who.tenant)
+    etag(response, head.version)
+    return SessionHead(
+        key=head.key, version=head.version, message_count=head.message_count,
+        archived_count=head.archived_count, token_total=head.token_total,
+        created_at=head.created_at, updated_at=head.updated_at, last_event=head.last_event,
     )  # fmt: skip
 
 
-def _precondition(ledger: LedgerDep, key: str, tenant: str, options: WriteOptions) -> None:
-    if options.must_exist:
-        try:
-            ledger.head(key, tenant=tenant)
-        except SessionNotFound:
-            raise PreconditionFailed(f"If-Match: * but session {key!r} does not exist") from None
-
-
-@router.post("/{key}/messages", response_model=WriteResult)
-def append_messages(
-    key: SessionKeyDep, body: AppendIn, ledger: LedgerDep, who: WriterDep,
-    options: WriteOptionsDep, response: Response,
-) -> WriteResult:  # fmt: skip
-    """Append messages to the session (put / put_messages), all or none; creates it."""
-    _precondition(ledger, key, who.tenant, options)
-    messages = [m.to_ledger() for m in body.messages]
-    return _written(response, ledger.put_messages(key, messages, **options.ledger_kwargs(who)))
-
-
-@router.put("/{key}/messages", response_model=WriteResult)
-def replace_history(
-    key: SessionKeyDep, body: MessagesIn, ledger: LedgerDep, who: WriterDep,
-    options: WriteOptionsDep, response: Response,
-) -> WriteResult:  # fmt: skip
-    """Replace the session's whole history (set); the old one stays in the audit trail."""
-    _precondition(ledger, key, who.tenant, options)
-    messages = [m.to_ledger() for m in body.messages]
-    return _written(response, ledger.set(key, messages, **options.ledger_kwargs(who)))
-
-
-@router.delete("/{key}/messages", response_model=WriteResult)
-def clear_history(
-    key: SessionKeyDep, ledger: LedgerDep, who: WriterDep, options: WriteOptionsDep,
-    response: Response,
-) -> WriteResult:  # fmt: skip
-    """Clear the session's history (reset)."""
-    _precondition(ledger, key, who.tenant, options)
-    return _written(response, ledger.reset(key, **options.ledger_kwargs(who)))
-
-
-@router.delete("/{key}/messages/last", response_model=WriteResult)
-def delete_last_message(
-    key: SessionKeyDep, ledger: LedgerDep, who: WriterDep, options: WriteOptionsDep,
-    response: Response,
-) -> WriteResult:  # fmt: skip
-    """Remove the newest message; `removed` holds it."""
-    _precondition(ledger, key, who.tenant, options)
-    return _written(response, ledger.delete_last_message(key, **options.ledger_kwargs(who)))
-
-
-@router.delete("/{key}/messages/{index}", response_model=WriteResult)
-def delete_message(
-    key: SessionKeyDep, index: Annotated[int, Path(ge=-BIG, le=BIG)], ledger: LedgerDep,
-    who: WriterDep, options: WriteOptionsDep, response: Response,
-) -> WriteResult:  # fmt: skip
-    """Remove the message at `index` (negative counts from the end); `removed` holds it."""
-    _precondition(ledger, key, who.tenant, options)
-    kwargs = options.ledger_kwargs(who)
-    return _written(response, ledger.delete_message(key, index, **kwargs))
-
-
-@router.post("/{key}/archive", response_model=WriteResult)
-def archive_oldest(
-    key: SessionKeyDep, body: ArchiveIn, ledger: LedgerDep, who: WriterDep,
-    options: WriteOptionsDep, response: Response,
-) -> WriteResult:  # fmt: skip
-    """Move the `count` oldest active messages to the archive (read them with status=archived)."""
-    _precondition(ledger, key, who.tenant, options)
-    kwargs = options.ledger_kwargs(who)
-    return _written(response, ledger.archive_oldest(key, body.count, **kwargs))
+@router.get("", response_model=SessionKeys)
+def list_sessions(
+    ledger: LedgerDep, who: ReaderDep,
+    prefix: Annotated[str, Query(max_length=512, pattern=TEXT_PATTERN)] = "",
+    cursor: Annotated[str | None, Query(max_length=512, pattern=TEXT_PATTERN,
+                                        description="`next_cursor` of the previous page.")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    exclude_cleared: Annotated[bool, Query(description="Leave out sessions whose last "
+                                           "change was a reset.")] = False,
+) -> SessionKeys:  # fmt: skip
+    """The caller's tenant's session keys, sorted, one page at a time."""
+    found = ledger.keys(tenant=who.tenant, prefix=prefix, after=cursor, limit=limit + 1,
+                        exclude_cleared=exclude_cleared)  # fmt: skip
+    page = found[:limit]
+    return SessionKeys(keys=page, next_cursor=page[-1] if len(found) > limit else None)

@@ -1,0 +1,148 @@
+"""A session's messages: the chat-memory writes (put, set, reset, delete, archive) and
+reads (the history, the context window, now or at a past version).
+
+Every answer carries `ETag: "<version>"`: for a write, the version it made; for a read,
+the version its messages are of (one read gives both). A write sent with
+`If-Match: "<version>"` happens only if the session is still at that version (else 412,
+nothing written).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Path, Query, Response
+
+from session_ledger.domain import ports
+from session_ledger.domain.errors import SessionNotFound
+
+from ..deps import (
+    BIG,
+    AsOf,
+    AsOfVersion,
+    LedgerDep,
+    ReaderDep,
+    SessionKeyDep,
+    WriteOptions,
+    WriteOptionsDep,
+    WriterDep,
+)
+from ..errors import ERROR_RESPONSES, PreconditionFailed
+from ..responses import etag, message_list
+from ..schemas import AppendIn, ArchiveIn, MessageList, MessagesIn, WriteResult
+
+router = APIRouter(prefix="/v1/sessions", tags=["sessions"], responses=ERROR_RESPONSES)
+
+
+def _written(response: Response, result: ports.WriteResult) -> WriteResult:
+    etag(response, result.version)
+    if result.replayed:
+        response.headers["Idempotent-Replayed"] = "true"
+    return WriteResult(
+        version=result.version, message_count=result.message_count, replayed=result.replayed,
+        removed=[m.to_dict() for m in result.removed],
+    )  # fmt: skip
+
+
+def _precondition(ledger: LedgerDep, key: str, tenant: str, options: WriteOptions) -> None:
+    if options.must_exist:
+        try:
+            ledger.head(key, tenant=tenant)
+        except SessionNotFound:
+            raise PreconditionFailed(f"If-Match: * but session {key!r} does not exist") from None
+
+
+@router.post("/{key}/messages", response_model=WriteResult)
+def append_messages(
+    key: SessionKeyDep, body: AppendIn, ledger: LedgerDep, who: WriterDep,
+    options: WriteOptionsDep, response: Response,
+) -> WriteResult:  # fmt: skip
+    """Append messages to the session (put / put_messages), all or none; creates it."""
+    _precondition(ledger, key, who.tenant, options)
+    messages = [m.to_ledger() for m in body.messages]
+    return _written(response, ledger.put_messages(key, messages, **options.ledger_kwargs(who)))
+
+
+@router.put("/{key}/messages", response_model=WriteResult)
+def replace_history(
+    key: SessionKeyDep, body: MessagesIn, ledger: LedgerDep, who: WriterDep,
+    options: WriteOptionsDep, response: Response,
+) -> WriteResult:  # fmt: skip
+    """Replace the session's whole history (set); the old one stays in the audit trail."""
+    _precondition(ledger, key, who.tenant, options)
+    messages = [m.to_ledger() for m in body.messages]
+    return _written(response, ledger.set(key, messages, **options.ledger_kwargs(who)))
+
+
+@router.delete("/{key}/messages", response_model=WriteResult)
+def clear_history(
+    key: SessionKeyDep, ledger: LedgerDep, who: WriterDep, options: WriteOptionsDep,
+    response: Response,
+) -> WriteResult:  # fmt: skip
+    """Clear the session's history (reset)."""
+    _precondition(ledger, key, who.tenant, options)
+    return _written(response, ledger.reset(key, **options.ledger_kwargs(who)))
+
+
+@router.delete("/{key}/messages/last", response_model=WriteResult)
+def delete_last_message(
+    key: SessionKeyDep, ledger: LedgerDep, who: WriterDep, options: WriteOptionsDep,
+    response: Response,
+) -> WriteResult:  # fmt: skip
+    """Remove the newest message; `removed` holds it."""
+    _precondition(ledger, key, who.tenant, options)
+    return _written(response, ledger.delete_last_message(key, **options.ledger_kwargs(who)))
+
+
+@router.delete("/{key}/messages/{index}", response_model=WriteResult)
+def delete_message(
+    key: SessionKeyDep, index: Annotated[int, Path(ge=-BIG, le=BIG)], ledger: LedgerDep,
+    who: WriterDep, options: WriteOptionsDep, response: Response,
+) -> WriteResult:  # fmt: skip
+    """Remove the message at `index` (negative counts from the end); `removed` holds it."""
+    _precondition(ledger, key, who.tenant, options)
+    kwargs = options.ledger_kwargs(who)
+    return _written(response, ledger.delete_message(key, index, **kwargs))
+
+
+@router.post("/{key}/archive", response_model=WriteResult)
+def archive_oldest(
+    key: SessionKeyDep, body: ArchiveIn, ledger: LedgerDep, who: WriterDep,
+    options: WriteOptionsDep, response: Response,
+) -> WriteResult:  # fmt: skip
+    """Move the `count` oldest active messages to the archive (read them with status=archived)."""
+    _precondition(ledger, key, who.tenant, options)
+    kwargs = options.ledger_kwargs(who)
+    return _written(response, ledger.archive_oldest(key, body.count, **kwargs))
+
+
+@router.get("/{key}/messages", response_model=MessageList)
+def get_history(
+    key: SessionKeyDep, ledger: LedgerDep, who: ReaderDep,
+    status: Literal["active", "archived"] = "active",
+    offset: Annotated[int, Query(ge=0, le=BIG)] = 0,
+    limit: Annotated[int | None, Query(ge=0, le=BIG)] = None,
+    as_of_version: AsOfVersion = None, as_of: AsOf = None,
+) -> Response:  # fmt: skip
+    """The session's whole history, oldest first, or a page of it (get_all); with
+    `as_of_version` or `as_of`, the history as it stood then (replay)."""
+    read = ledger.history(key, tenant=who.tenant, status=status, offset=offset, limit=limit,
+                          as_of_version=as_of_version, as_of=as_of)  # fmt: skip
+    return message_list(read, who.tenant, key)
+
+
+@router.get("/{key}/context", response_model=MessageList)
+def get_context(
+    key: SessionKeyDep, ledger: LedgerDep, who: ReaderDep,
+    token_limit: Annotated[int | None, Query(ge=1, le=BIG, description="Default: "
+                                             "the server's LEDGER_TOKEN_LIMIT.")] = None,
+    initial_token_count: Annotated[int, Query(ge=0, le=BIG)] = 0,
+    as_of_version: AsOfVersion = None, as_of: AsOf = None,
+) -> Response:  # fmt: skip
+    """The context window: the newest messages within `token_limit` (ChatMemoryBuffer.get);
+    with `as_of_version` or `as_of`, the window the agent was given then."""
+    read = ledger.window(
+        key, tenant=who.tenant, token_limit=token_limit, initial_token_count=initial_token_count,
+        as_of_version=as_of_version, as_of=as_of,
+    )  # fmt: skip
+    return message_list(read, who.tenant, key)

@@ -1,0 +1,51 @@
+"""The audit trail: each event of a session as who changed what, when and why."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from .ports import ACTIVE, AuditEntry, SessionViews
+from .session import (
+    HistoryCleared,
+    HistoryReplaced,
+    MessageRemoved,
+    MessagesAppended,
+    SessionStarted,
+)
+
+
+def audit_entry(views: SessionViews, session_id: uuid.UUID, event: Any) -> AuditEntry:
+    """The entry of `event`; what a replace or a reset ended is read from the views."""
+    changes: dict[str, Any]
+    if isinstance(event, SessionStarted):
+        changes = {"tenant": event.tenant, "key": event.key}
+    elif isinstance(event, MessagesAppended):
+        changes = {"added": event.messages}
+    elif isinstance(event, HistoryReplaced):
+        ended = views.ended_at(session_id, event.originator_version)
+        changes = {
+            "kept": event.kept,
+            "removed": [m.to_dict() for status, m in ended if status == ACTIVE],
+            "added": event.messages[event.kept :],
+        }
+    elif isinstance(event, HistoryCleared):
+        ended = views.ended_at(session_id, event.originator_version)
+        changes = {
+            "cleared": sum(status == ACTIVE for status, _ in ended),
+            "cleared_archived": sum(status != ACTIVE for status, _ in ended),
+        }
+    elif isinstance(event, MessageRemoved):
+        changes = {"position": event.position, "message_id": event.message_id,
+                   "removed": event.message}  # fmt: skip
+    else:
+        changes = {"archived": event.count}
+    return AuditEntry(
+        version=event.originator_version,
+        event_type=type(event).__name__,
+        recorded_at=event.timestamp,
+        actor=event.actor,
+        reason=event.reason,
+        idempotency_key=event.idempotency_key,
+        changes=changes,
+    )

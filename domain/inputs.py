@@ -1,0 +1,161 @@
+"""What the ledger accepts: size limits, and the checks of every argument a caller gives.
+
+Each check raises a typed `InvalidInput` (or subclass) naming the argument, before
+anything is stored.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from .errors import InvalidInput, InvalidMessage, InvalidSessionKey, PayloadTooLarge
+from .messages import ChatMessage
+
+MAX_KEY_CHARS = 512
+MAX_TENANT_CHARS = 128
+MAX_IDEMPOTENCY_KEY_CHARS = 256
+MAX_ACTOR_CHARS = 256
+MAX_REASON_CHARS = 4096
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Sizes beyond which a write is refused whole."""
+
+    max_message_bytes: int = 4 * 1024 * 1024
+    max_messages_per_write: int = 10_000
+    max_write_bytes: int = 32 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ParsedMessages:
+    """A write's messages, checked: the values, their dicts (the event's payload) and
+    their canonical JSON (what the views keep)."""
+
+    messages: list[ChatMessage]
+    dicts: list[dict[str, Any]]
+    texts: tuple[str, ...]
+
+
+def parse_messages(
+    messages: Iterable[ChatMessage | Mapping[str, Any]], limits: Limits, *, allow_empty: bool
+) -> ParsedMessages:
+    """Validate a write's messages (once: `ChatMessage.parse`) against the size limits."""
+    if isinstance(messages, str | bytes | Mapping) or not isinstance(messages, Iterable):
+        raise InvalidInput("messages must be a list of messages")
+    parsed = []
+    for i, m in enumerate(messages):
+        try:
+            parsed.append(ChatMessage.parse(m))
+        except InvalidMessage as e:
+            raise InvalidMessage(f"messages[{i}]: {e}", index=i) from None
+    if not parsed and not allow_empty:
+        raise InvalidInput("at least one message is required")
+    if len(parsed) > limits.max_messages_per_write:
+        raise PayloadTooLarge(
+            f"{len(parsed)} messages in one write; the limit is {limits.max_messages_per_write}"
+        )
+    dicts, texts, total = [], [], 0
+    for i, m in enumerate(parsed):
+        encoded = m.to_json()
+        texts.append(encoded)
+        size = len(encoded.encode("utf-8"))
+        if size > limits.max_message_bytes:
+            raise PayloadTooLarge(
+                f"message {i} is {size} bytes; the limit is {limits.max_message_bytes}"
+            )
+        total += size
+        dicts.append(
+            {"role": m.role, "blocks": list(m.blocks), "additional_kwargs": m.additional_kwargs}
+        )
+    if total > limits.max_write_bytes:
+        raise PayloadTooLarge(f"the write is {total} bytes; the limit is {limits.max_write_bytes}")
+    return ParsedMessages(parsed, dicts, tuple(texts))
+
+
+def check_int(name: str, value: object, *, least: int | None = None) -> int:
+    """`value`, if it is an int (not a bool, which Python counts as one) of at least
+    `least`; InvalidInput naming `name` otherwise."""
+    if (
+        not isinstance(value, int)
+        or isinstance(value, bool)
+        or (least is not None and value < least)
+    ):
+        kind = {None: "an integer", 0: "a non-negative integer", 1: "a positive integer"}
+        wanted = kind.get(least, f"an integer of at least {least}")
+        raise InvalidInput(f"{name} must be {wanted}; got {value!r}")
+    return value
+
+
+def check_limit(name: str, value: object, most: int) -> int:
+    """An integer from 1 to `most`."""
+    if not 1 <= check_int(name, value) <= most:
+        raise InvalidInput(f"{name} must be between 1 and {most}; got {value!r}")
+    return value  # type: ignore[return-value]
+
+
+def check_text(
+    value: object,
+    what: str,
+    max_chars: int,
+    *,
+    error: type[InvalidInput] = InvalidInput,
+    allow_empty: bool = False,
+    allow_controls: bool = False,
+) -> str:
+    """A string of at most `max_chars`, valid Unicode, with no NUL (PostgreSQL's text
+    columns refuse it: refused on every store) and, unless allowed, no control
+    characters."""
+    if not isinstance(value, str) or not (value or allow_empty):
+        raise error(f"{what} must be a {'' if allow_empty else 'non-empty '}string")
+    if len(value) > max_chars:
+        raise error(f"{what} is {len(value)} characters; the limit is {max_chars}")
+    if not allow_controls and _CONTROLS.search(value):
+        raise error(f"{what} must not contain control characters")
+    if "\x00" in value:
+        raise error(f"{what} must not contain NUL (U+0000)")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise error(f"{what} contains a lone surrogate; it must be valid Unicode") from None
+    return value
+
+
+def check_key(key: object) -> str:
+    return check_text(key, "session key", MAX_KEY_CHARS, error=InvalidSessionKey)
+
+
+def check_tenant(tenant: object) -> str:
+    return check_text(tenant, "tenant", MAX_TENANT_CHARS, error=InvalidSessionKey)
+
+
+def check_moment(name: str, value: object) -> datetime:
+    """A datetime (naive: UTC) that lies within the years 1 to 9999 in UTC."""
+    if not isinstance(value, datetime):
+        raise InvalidInput(f"{name} must be a datetime; got {value!r}")
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise InvalidInput(
+            f"{name} {value.isoformat()} lies outside the years 1 to 9999 in UTC"
+        ) from None
+
+
+def check_write_options(
+    actor: object, reason: object, expected_version: object, idempotency_key: object
+) -> None:
+    if actor is not None:
+        check_text(actor, "actor", MAX_ACTOR_CHARS)
+    if reason is not None:
+        check_text(reason, "reason", MAX_REASON_CHARS, allow_controls=True)
+    if expected_version is not None:
+        check_int("expected_version", expected_version, least=0)
+    if idempotency_key is not None:
+        check_text(idempotency_key, "idempotency key", MAX_IDEMPOTENCY_KEY_CHARS)

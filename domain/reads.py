@@ -1,0 +1,153 @@
+"""The ledger's queries: the context window, the history, a session's head and the keys,
+now or as they were at a past version or moment. Each is one read of the views."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from .errors import InvalidInput, SessionNotFound, StateNotFound
+from .inputs import (
+    MAX_KEY_CHARS,
+    check_int,
+    check_key,
+    check_limit,
+    check_moment,
+    check_tenant,
+    check_text,
+)
+from .messages import ChatMessage
+from .ports import STATUSES, MessagesRead, SessionHead, SessionViews
+from .session import session_id
+from .tokens import NamedTokenizer, check_window_arguments
+
+Tokenizer = NamedTokenizer | Callable[[str], Any] | None
+
+
+def past_version(key: str, head: SessionHead, version: object) -> int:
+    """`version`, checked to be one of the session's (1 to its head's): InvalidInput or
+    StateNotFound otherwise."""
+    version = check_int("as_of_version", version)
+    if not 1 <= version <= head.version:
+        raise StateNotFound(
+            f"session {key!r} has no version {version}; its versions are 1 to {head.version}"
+        )
+    return version
+
+
+class Reads:
+    """Queries over the views (mixed into the Ledger, which sets these attributes)."""
+
+    views: SessionViews
+    tokenizer: NamedTokenizer
+    token_limit: int
+    default_tenant: str
+
+    def get(
+        self, key: str, *, tenant: str | None = None, token_limit: int | None = None,
+        initial_token_count: int = 0, tokenizer: Tokenizer = None,
+        as_of_version: int | None = None, as_of: datetime | None = None,
+    ) -> list[ChatMessage]:  # fmt: skip
+        """The context window: the newest messages that fit `token_limit` (ChatMemoryBuffer.get),
+        now or as the agent would have been given it at `as_of_version` / `as_of`."""
+        return self.window(
+            key, tenant=tenant, token_limit=token_limit, initial_token_count=initial_token_count,
+            tokenizer=tokenizer, as_of_version=as_of_version, as_of=as_of,
+        ).messages()  # fmt: skip
+
+    def window(
+        self, key: str, *, tenant: str | None = None, token_limit: int | None = None,
+        initial_token_count: int = 0, tokenizer: Tokenizer = None,
+        as_of_version: int | None = None, as_of: datetime | None = None,
+    ) -> MessagesRead:  # fmt: skip
+        """`get` as one read: its messages (`.messages()`, or canonical JSON `.json()`) and
+        the version they are the window of (`.version`; 0: no such session)."""
+        limit = self.token_limit if token_limit is None else token_limit
+        check_int("token_limit", limit)
+        check_int("initial_token_count", initial_token_count)
+        check_window_arguments(limit, initial_token_count)
+        if tokenizer is not None and not isinstance(tokenizer, NamedTokenizer):
+            tokenizer = NamedTokenizer("caller", tokenizer)
+        if tokenizer is not None and tokenizer.name == self.tokenizer.name:
+            tokenizer = None  # the stored counts are this tokenizer's
+        sid = self._session_id(key, tenant)
+        version = self._version(sid, key, tenant, as_of_version, as_of)
+        return self.views.context_window(sid, limit, initial_token_count, tokenizer, version)
+
+    def get_all(
+        self, key: str, *, tenant: str | None = None, status: str = "active", offset: int = 0,
+        limit: int | None = None, as_of_version: int | None = None,
+        as_of: datetime | None = None,
+    ) -> list[ChatMessage]:  # fmt: skip
+        """The whole history in order (or a page of it); `status="archived"` for the archive;
+        as it stood at `as_of_version` or at time `as_of` when given."""
+        return self.history(
+            key, tenant=tenant, status=status, offset=offset, limit=limit,
+            as_of_version=as_of_version, as_of=as_of,
+        ).messages()  # fmt: skip
+
+    def history(
+        self, key: str, *, tenant: str | None = None, status: str = "active", offset: int = 0,
+        limit: int | None = None, as_of_version: int | None = None,
+        as_of: datetime | None = None,
+    ) -> MessagesRead:  # fmt: skip
+        """`get_all` as one read, with the version its messages are of (see `window`)."""
+        if status not in STATUSES:
+            raise InvalidInput(f"status must be one of {', '.join(STATUSES)}; got {status!r}")
+        check_int("offset", offset, least=0)
+        if limit is not None:
+            check_int("limit", limit, least=0)
+        sid = self._session_id(key, tenant)
+        version = self._version(sid, key, tenant, as_of_version, as_of)
+        return self.views.history(sid, status, offset, limit, version)
+
+    def head(self, key: str, *, tenant: str | None = None) -> SessionHead:
+        """The session's version, counts and times; SessionNotFound if it has none."""
+        found = self.views.session_head(self._session_id(key, tenant))
+        if found is None:
+            raise SessionNotFound(self._tenant(tenant), key)
+        return found
+
+    def keys(
+        self, *, tenant: str | None = None, prefix: str = "", after: str | None = None,
+        limit: int = 100, exclude_cleared: bool = False,
+    ) -> list[str]:  # fmt: skip
+        """Session keys of a tenant in order, from after `after`, starting with `prefix`;
+        `exclude_cleared`: not those whose last change was a reset (what LlamaIndex's chat
+        stores list as keys: a reset deletes the key there)."""
+        check_limit("limit", limit, 10_000)
+        check_text(prefix, "prefix", MAX_KEY_CHARS, allow_empty=True)
+        if after is not None:
+            check_key(after)
+        return self.views.session_keys(self._tenant(tenant), prefix, after, limit, exclude_cleared)
+
+    def _version(
+        self, sid: uuid.UUID, key: str, tenant: str | None, as_of_version: int | None,
+        as_of: datetime | None,
+    ) -> int | None:  # fmt: skip
+        """The version a point-in-time read names (None: now); StateNotFound if none."""
+        if as_of_version is None and as_of is None:
+            return None
+        if as_of_version is not None and as_of is not None:
+            raise InvalidInput("give as_of_version or as_of, not both")
+        when = None if as_of is None else check_moment("as_of", as_of)
+        head = self.views.session_head(sid)
+        if head is None:
+            raise SessionNotFound(self._tenant(tenant), key)
+        if when is not None:
+            version = self.views.version_at(sid, when)
+            if version is None:
+                raise StateNotFound(
+                    f"session {key!r} did not exist yet at {when.isoformat()}; it was "
+                    f"started at {head.created_at.isoformat()}"
+                )
+            return version
+        return past_version(key, head, as_of_version)
+
+    def _session_id(self, key: str, tenant: str | None) -> uuid.UUID:
+        return session_id(self._tenant(tenant), check_key(key))
+
+    def _tenant(self, tenant: str | None) -> str:
+        return self.default_tenant if tenant is None else check_tenant(tenant)

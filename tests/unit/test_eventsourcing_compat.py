@@ -1,0 +1,70 @@
+"""What the ledger relies on in the eventsourcing library: fails loudly when a release
+changes it (see projections/eventsourcing_compat.py and the pin in pyproject.toml)."""
+
+from __future__ import annotations
+
+import uuid
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+from eventsourcing.application import Application
+from eventsourcing.domain import Aggregate, event
+from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteConnectionPool
+
+from session_ledger.projections.eventsourcing_compat import DurableSQLitePool
+
+
+def test_the_pool_makes_its_connections_with_the_overridden_method(tmp_path: Path) -> None:
+    # The one override of a private method: the library's pool must still create every
+    # connection through `_create_connection`, for both readers and the writer.
+    assert "_create_connection" in vars(SQLiteConnectionPool), version("eventsourcing")
+    pool = DurableSQLitePool(db_name=str(tmp_path / "x.db"))
+    try:
+        for is_writer in (True, False):
+            conn = pool.get_connection(is_writer=is_writer)
+            try:
+                with conn.cursor() as c:
+                    c.execute("PRAGMA synchronous")
+                    assert c.fetchone()[0] == 2  # FULL
+                    c.execute("PRAGMA journal_mode")
+                    assert c.fetchone()[0] == "wal"
+            finally:
+                pool.put_connection(conn)
+    finally:
+        pool.close()
+
+
+class _Thing(Aggregate):
+    @event("Made")
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+class _Seen(SQLiteApplicationRecorder):
+    """The documented hook (the library's searchable-timestamps example): `_insert_events`
+    runs inside the write transaction and receives the kwargs given to `save`."""
+
+    seen: list[dict[str, Any]] = []
+
+    def _insert_events(self, c: Any, stored_events: Any, **kwargs: Any) -> Any:
+        type(self).seen.append(dict(kwargs))
+        return super()._insert_events(c, stored_events, **kwargs)
+
+
+def test_save_hands_its_keyword_arguments_to_the_recorder_hook(tmp_path: Path) -> None:
+    class App(Application[uuid.UUID]):
+        name = "compat"
+
+    env = {
+        "PERSISTENCE_MODULE": "eventsourcing.sqlite",
+        "SQLITE_DBNAME": str(tmp_path / "app.db"),
+        "APPLICATION_RECORDER_TOPIC": f"{__name__}:_Seen",
+    }
+    app = App(env=env)
+    try:
+        assert isinstance(app.recorder, _Seen)
+        app.save(_Thing("a"), ledger_batch="batch")
+        assert _Seen.seen[-1]["ledger_batch"] == "batch"
+    finally:
+        app.close()
