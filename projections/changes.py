@@ -12,7 +12,7 @@ import uuid
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from session_ledger.domain.messages import canonical_json, stored_body
+from session_ledger.domain.messages import canonical_json
 from session_ledger.domain.ports import ACTIVE, ARCHIVED, WriteBatch
 from session_ledger.domain.session import (
     HistoryCleared,
@@ -22,6 +22,8 @@ from session_ledger.domain.session import (
     MessagesArchived,
     SessionStarted,
 )
+
+from .bodies import stored_body
 
 
 class MessageRow(NamedTuple):
@@ -39,11 +41,13 @@ class InsertMessages(NamedTuple):
 
 
 class CloseHistory(NamedTuple):
-    """End every live row of these statuses at `version`, except the `kept` oldest."""
+    """End every live row of these statuses at `version`, except the `kept` oldest, which
+    the event says are `kept_messages` (checked when the views are derived again)."""
 
     version: int
     statuses: tuple[str, ...]
     kept: int = 0
+    kept_messages: tuple[dict[str, Any], ...] = ()
 
 
 class CloseMessage(NamedTuple):
@@ -110,7 +114,7 @@ def view_changes(batch: WriteBatch) -> ViewChanges:
             kept = 0
             if isinstance(event, HistoryReplaced):
                 kept = event.kept
-                changes.append(CloseHistory(v, (ACTIVE,), kept))
+                changes.append(CloseHistory(v, (ACTIVE,), kept, tuple(event.messages[:kept])))
             bodies = batch.bodies[kept:] or [canonical_json(m) for m in event.messages[kept:]]
             rows = tuple(
                 MessageRow(

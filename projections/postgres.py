@@ -27,78 +27,15 @@ from eventsourcing.postgres import (
 )
 from eventsourcing.utils import retry
 from psycopg.rows import tuple_row
-from psycopg.sql import SQL
 
 from session_ledger.domain.integrity import chain_hashes, record_bytes
 from session_ledger.domain.ports import ACTIVE
 
 from .changes import InsertMessages, MessageRow, ViewChanges, view_changes
-from .views import LIVE_COLUMNS, SESSION_INSERT, TIMELINE_COLUMNS, Reader, SQLViews
+from .postgres_schema import migrate
+from .sql import LIVE_COLUMNS, SESSION_INSERT, TIMELINE_COLUMNS, Reader
+from .views import SQLViews
 
-LIVE_TABLE = (
-    " session_id uuid NOT NULL, status text NOT NULL, message_id bigint NOT NULL,"
-    " valid_from bigint NOT NULL, role text NOT NULL, tokens integer NOT NULL,"
-    " tokens_joined integer NOT NULL, message text NOT NULL,"
-    " PRIMARY KEY (session_id, status, message_id))"
-)
-VIEW_TABLES = [
-    f"CREATE TABLE IF NOT EXISTS ledger_messages ({LIVE_TABLE}",
-    "CREATE TABLE IF NOT EXISTS ledger_ended_messages ("
-    " session_id uuid NOT NULL, status text NOT NULL, message_id bigint NOT NULL,"
-    " valid_from bigint NOT NULL, valid_to bigint NOT NULL, role text NOT NULL,"
-    " tokens integer NOT NULL, tokens_joined integer NOT NULL, message text NOT NULL,"
-    " PRIMARY KEY (session_id, status, message_id, valid_from))",
-    "CREATE INDEX IF NOT EXISTS ledger_ended_messages_at ON ledger_ended_messages"
-    " (session_id, valid_to)",
-    # Stores made when one table held every row of the transcript, live or ended
-    # (`valid_to` NULL while live), with an index of the live rows that every append also
-    # wrote: the live rows go to a table keyed by (session, status, message id), the
-    # ended ones to ledger_ended_messages; the old table goes, and its indexes with it.
-    "DO $$ BEGIN IF EXISTS (SELECT 1 FROM information_schema.columns"
-    " WHERE table_schema = current_schema() AND table_name = 'ledger_messages'"
-    " AND column_name = 'valid_to') THEN"
-    f" CREATE TABLE ledger_messages_moved ({LIVE_TABLE};"
-    f" INSERT INTO ledger_messages_moved ({LIVE_COLUMNS}) SELECT {LIVE_COLUMNS}"
-    " FROM ledger_messages WHERE valid_to IS NULL;"
-    f" INSERT INTO ledger_ended_messages ({LIVE_COLUMNS}, valid_to) SELECT {LIVE_COLUMNS},"
-    " valid_to FROM ledger_messages WHERE valid_to IS NOT NULL;"
-    " DROP TABLE ledger_messages;"
-    " ALTER TABLE ledger_messages_moved RENAME TO ledger_messages;"
-    " ALTER TABLE ledger_messages RENAME CONSTRAINT ledger_messages_moved_pkey"
-    " TO ledger_messages_pkey;"
-    " END IF; END $$",
-    "CREATE TABLE IF NOT EXISTS ledger_sessions ("
-    ' session_id uuid PRIMARY KEY, tenant text NOT NULL, session_key text COLLATE "C" NOT NULL,'
-    " created_at timestamptz NOT NULL)",
-    "CREATE UNIQUE INDEX IF NOT EXISTS ledger_sessions_key"
-    " ON ledger_sessions (tenant, session_key)",
-    "CREATE TABLE IF NOT EXISTS ledger_timeline ("
-    " session_id uuid NOT NULL, version bigint NOT NULL, recorded_at timestamptz NOT NULL,"
-    " event_type text NOT NULL, actor text NOT NULL, reason text, idempotency_key text,"
-    " request_digest text, message_count bigint NOT NULL, next_message_id bigint NOT NULL,"
-    " chain bytea, archived_count bigint NOT NULL, token_total bigint NOT NULL,"
-    " PRIMARY KEY (session_id, version))",
-    # stores made before the timeline kept the hash chain (`rebuild` fills it in)
-    "ALTER TABLE ledger_timeline ADD COLUMN IF NOT EXISTS chain bytea",
-    # Stores made when the session row held the head (updated by every write): its counts
-    # move onto each session's newest timeline row; older rows' totals stay NULL until
-    # `rebuild` derives them.
-    "DO $$ BEGIN IF EXISTS (SELECT 1 FROM information_schema.columns"
-    " WHERE table_schema = current_schema() AND table_name = 'ledger_sessions'"
-    " AND column_name = 'version') THEN"
-    " ALTER TABLE ledger_timeline ADD COLUMN archived_count bigint,"
-    " ADD COLUMN token_total bigint;"
-    " UPDATE ledger_timeline t SET archived_count = s.archived_count,"
-    " token_total = s.token_total FROM ledger_sessions s"
-    " WHERE t.session_id = s.session_id AND t.version = s.version;"
-    " ALTER TABLE ledger_sessions DROP COLUMN version, DROP COLUMN message_count,"
-    " DROP COLUMN archived_count, DROP COLUMN token_total, DROP COLUMN updated_at;"
-    " END IF; END $$",
-    "CREATE UNIQUE INDEX IF NOT EXISTS ledger_timeline_idempotency ON ledger_timeline"
-    " (session_id, idempotency_key) WHERE idempotency_key IS NOT NULL",
-    # Dropped: time lookups binary-search the primary key (views.VERSION_AT).
-    "DROP INDEX IF EXISTS ledger_timeline_time",
-]
 # Every read walks a primary key in order and stops at its LIMIT. Where the planner's
 # statistics say a session holds a few rows (none gathered yet, or most sessions short
 # when they were), it priced a bitmap scan and a sort of the whole session below that,
@@ -117,7 +54,7 @@ MESSAGES_INSERT = (
 )
 
 
-def _sql(statement: str) -> str:
+def to_psycopg(statement: str) -> str:
     return statement.replace("?", "%s")
 
 
@@ -151,7 +88,7 @@ def _append_sql(
     its token total extends the stored total, so an append stays one round trip."""
     parts = [f"e AS ({_events_insert(n_events)})"]
     if not chained:
-        parts.append(f"s AS ({_sql(SESSION_INSERT)})")
+        parts.append(f"s AS ({to_psycopg(SESSION_INSERT)})")
     if messages is None:
         parts.append(f"m AS ({MESSAGES_INSERT})")
     elif messages:
@@ -161,7 +98,9 @@ def _append_sql(
         )
     assert not chained or len(token_totals) == 1
     chain = CHAIN_EXTENDED if chained else "%s"
-    timeline = ", ".join(f"({'%s, ' * 10}{chain}, %s, {_sql(tokens)})" for tokens in token_totals)
+    timeline = ", ".join(
+        f"({'%s, ' * 10}{chain}, %s, {to_psycopg(tokens)})" for tokens in token_totals
+    )
     parts.append(f"t AS (INSERT INTO ledger_timeline ({TIMELINE_COLUMNS}) VALUES {timeline})")
     return "WITH " + ", ".join(parts) + " SELECT notification_id FROM e ORDER BY notification_id"
 
@@ -174,9 +113,14 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder, SQLViews):
 
     def __init__(self, datastore: PostgresDatastore, *, events_table_name: str = "ledger_events"):
         super().__init__(datastore, events_table_name=events_table_name)
-        self.sql_create_statements.extend(SQL(s) for s in VIEW_TABLES)  # type: ignore[misc]
         self.rows_read = 0
         self._planned: weakref.WeakSet[Any] = weakref.WeakSet()  # connections set up
+
+    def create_table(self) -> None:
+        """The events' table (the library's), then the views' migrations."""
+        super().create_table()
+        with self._connection() as conn, conn.transaction(), conn.cursor() as curs:
+            migrate(curs)
 
     @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
     def insert_events(
@@ -275,7 +219,7 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder, SQLViews):
             yield self._reader(curs)
 
     def _reader(self, cursor: Any) -> Reader:
-        return _Reader(cursor)
+        return PostgresReader(cursor)
 
     @contextmanager
     def _write_transaction(self) -> Iterator[Any]:
@@ -295,7 +239,7 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder, SQLViews):
             yield iter(curs)
 
     def _execute(self, cursor: Any, sql: str, params: Sequence[Any]) -> None:
-        cursor.execute(_sql(sql), params, prepare=False)
+        cursor.execute(to_psycopg(sql), params, prepare=False)
 
     def _insert_rows(
         self, cursor: Any, sid: Any, version: int, status: str, rows: Sequence[MessageRow]
@@ -321,7 +265,7 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder, SQLViews):
         return value.astimezone(UTC)  # type: ignore[no-any-return]
 
 
-class _Reader:
+class PostgresReader:
     """Runs statements on one cursor (prepared); rows are dicts, or plain tuples."""
 
     __slots__ = ("cursor",)
@@ -330,7 +274,7 @@ class _Reader:
         self.cursor = cursor
 
     def __call__(self, sql: str, params: Sequence[Any]) -> list[Any]:
-        self.cursor.execute(_sql(sql), params, prepare=True)
+        self.cursor.execute(to_psycopg(sql), params, prepare=True)
         return self.cursor.fetchall()  # type: ignore[no-any-return]
 
     def tuples(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:

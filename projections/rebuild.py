@@ -23,6 +23,7 @@ from session_ledger.domain.tokens import NamedTokenizer
 
 from .changes import view_changes
 from .sqlite import SQLiteLedgerRecorder
+from .view_writes import EventsDisagree
 from .views import SQLViews
 
 Progress = Callable[[int], None]
@@ -79,7 +80,7 @@ def _replay_into(
     records, decoded = itertools.tee(stored)  # read in step: tee holds one record
     events = (mapper.to_domain_event(s) for s in decoded)
     for record, batch in zip(records, write_batches(events, tokenizer), strict=True):
-        target.apply_changes(cursor, view_changes(batch), (record,))
+        target.apply_changes(cursor, view_changes(batch), (record,), check_kept=True)
         count += 1
         if progress is not None and count % 1000 == 0:
             progress(count)
@@ -98,8 +99,11 @@ def check(
         scratch = SQLiteLedgerRecorder(datastore)
         scratch.create_table()
         try:
-            rebuild(source, mapper, tokenizer, target=scratch, progress=progress)
             differences: list[str] = []
+            try:
+                rebuild(source, mapper, tokenizer, target=scratch, progress=progress)
+            except EventsDisagree as disagreement:
+                return [str(disagreement)]
             for table in source.view_tables:
                 live, rebuilt = source.dump(table), scratch.dump(table)
                 for have, want in itertools.zip_longest(live, rebuilt):

@@ -275,21 +275,20 @@ def test_json_reads_are_the_stored_canonical_json_of_the_decoded_reads(ledger: L
                      "additional_kwargs": {"k": [1, 2.5, None, {"z": "y"}]}})  # fmt: skip
     ledger.archive_oldest("s", 1)
     for version in (None, 2, 3):
-        window = ledger.get("s", token_limit=50, as_of_version=version)
-        assert ledger.get_json("s", token_limit=50, as_of_version=version) == [
-            m.to_json() for m in window
-        ]
+        window = ledger.window("s", token_limit=50, as_of_version=version)
+        assert window.json() == [m.to_json() for m in window.messages()]
+        assert window.version == (version or 4)
         for status, offset, limit in (("active", 0, None), ("active", 1, 1), ("archived", 0, 5)):
-            found = ledger.get_all("s", status=status, offset=offset, limit=limit,
+            found = ledger.history("s", status=status, offset=offset, limit=limit,
                                    as_of_version=version)  # fmt: skip
-            texts = ledger.get_all_json("s", status=status, offset=offset, limit=limit,
-                                        as_of_version=version)  # fmt: skip
-            assert texts == [m.to_json() for m in found]
-    assert ledger.get_json("nobody") == [] and ledger.get_all_json("nobody") == []
+            assert found.json() == [m.to_json() for m in found.messages()]
+            assert found.version == (version or 4)
+    for read in (ledger.window("nobody"), ledger.history("nobody")):
+        assert (read.version, read.json()) == (0, [])
     with pytest.raises(InvalidInput):
-        ledger.get_json("s", token_limit=0)
+        ledger.window("s", token_limit=0)
     with pytest.raises(InvalidInput):
-        ledger.get_all_json("s", status="gone")
+        ledger.history("s", status="gone")
 
 
 def test_delete_message_at_every_index_is_list_pop(ledger: Ledger) -> None:
@@ -329,3 +328,33 @@ def test_a_replace_counts_only_the_tokens_of_what_it_adds(
     assert texts(ledger.get_all("s"))[-1] == "the one new reply"
     # the window's counts of the kept messages are still the stored ones
     assert ledger.get("s", token_limit=10_000) == ledger.get_all("s")
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [(True, 1), (1, 1.0), (-0.0, 0), (0, False), ({"a": 1, "b": 2}, {"b": 2, "a": 1})],
+)
+def test_set_keeps_a_message_only_when_it_is_the_same_json(
+    ledger: Ledger, old: object, new: object
+) -> None:
+    """Values equal in Python but not in JSON are different messages: after the set, every
+    read, now and at the version it made, and the audit show the new payload."""
+    import json
+
+    def said(value: object) -> dict[str, object]:
+        return {"role": "user", "content": "x", "additional_kwargs": {"v": value}}
+
+    ledger.set("s", [said(old), msg("assistant", "y")])
+    result = ledger.set("s", [said(new), msg("assistant", "y")])
+    for read in (ledger.get_all("s"), ledger.get_all("s", as_of_version=result.version),
+                 ledger.get("s")):  # fmt: skip
+        assert json.dumps(read[0].additional_kwargs["v"]) == json.dumps(new)
+    (entry,) = ledger.audit("s", after_version=result.version - 1)
+    assert entry.changes["kept"] == 0
+    assert len(entry.changes["removed"]) == 2
+    assert json.dumps(entry.changes["removed"][0]["additional_kwargs"]["v"]) == json.dumps(old)
+    assert json.dumps(entry.changes["added"][0]["additional_kwargs"]["v"]) == json.dumps(new)
+    # identical bytes keep the message (and its id): nothing removed
+    same = ledger.set("s", [said(new), msg("assistant", "y")])
+    (entry,) = ledger.audit("s", after_version=same.version - 1)
+    assert entry.changes["kept"] == 2 and entry.changes["removed"] == []

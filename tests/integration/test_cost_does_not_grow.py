@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -12,9 +13,9 @@ import pytest
 from psycopg import sql as psql
 
 from session_ledger.domain.ledger import Ledger
-from session_ledger.projections.postgres import _Reader, _sql
-from session_ledger.projections.sqlite import _DurablePool
-from session_ledger.projections.views import TAIL_BATCH
+from session_ledger.projections import eventsourcing_compat
+from session_ledger.projections.postgres import PostgresReader, to_psycopg
+from session_ledger.projections.sql import TAIL_BATCH
 from tests.conftest import make_ledger, make_settings
 
 WORDS = [
@@ -148,14 +149,14 @@ class SQLiteSteps:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.count = 0
-        create = _DurablePool._create_connection
+        connect = sqlite3.connect
 
-        def counted(pool: Any) -> Any:
-            conn = create(pool)
-            conn.sqlite.set_progress_handler(self._tick, self.STEP)
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            conn = connect(*args, **kwargs)
+            conn.set_progress_handler(self._tick, self.STEP)
             return conn
 
-        monkeypatch.setattr(_DurablePool, "_create_connection", counted)
+        monkeypatch.setattr(eventsourcing_compat.sqlite3, "connect", counted)
 
     def _tick(self) -> int:
         self.count += 1
@@ -232,21 +233,28 @@ def test_get_passes_no_ended_rows(
     ledger.close()
 
 
-def test_an_append_only_appends(tmp_path: Path) -> None:
+def test_an_append_only_appends(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A put to a session that exists inserts its event, message row and timeline row, and
     updates nothing: the session's head is its newest timeline row, not a row rewritten
     (a page written to the WAL and fsynced) by every write."""
+    statements: list[str] = []
+    connect = sqlite3.connect
+
+    def traced(*args: Any, **kwargs: Any) -> Any:
+        conn = connect(*args, **kwargs)
+        conn.set_trace_callback(statements.append)
+        return conn
+
+    monkeypatch.setattr(eventsourcing_compat.sqlite3, "connect", traced)
     ledger = make_ledger(make_settings("sqlite", tmp_path))
     ledger.put("s", message(0))
-    pool = ledger.recorder.datastore.pool
-    assert isinstance(pool, _DurablePool) and pool._writer is not None
-    statements: list[str] = []
-    pool._writer.sqlite.set_trace_callback(statements.append)
-    try:
-        ledger.put("s", message(1))
-    finally:
-        pool._writer.sqlite.set_trace_callback(None)
-    writes = [" ".join(s.split()[:3]) for s in statements if not s.startswith(("BEGIN", "COMMIT"))]
+    statements.clear()
+    ledger.put("s", message(1))
+    writes = [
+        " ".join(s.split()[:3])
+        for s in statements
+        if s.startswith(("INSERT", "UPDATE", "DELETE", "REPLACE"))
+    ]
     assert writes == [
         "INSERT INTO ledger_events",
         "INSERT INTO ledger_messages",
@@ -267,7 +275,7 @@ def _rows_scanned(plan: dict[str, Any], table: str) -> int:
 
 class ServerScans:
     """Runs EXPLAIN ANALYZE of every message read the ledger makes through
-    `_Reader.tuples` (the window's and the history's rows), on the reader's own
+    `PostgresReader.tuples` (the window's and the history's rows), on the reader's own
     connection and transaction (so with the settings the read has), first as a custom
     plan (its parameters known to the planner, as in the first reads of a prepared
     statement) and then as a generic plan (what PostgreSQL may settle on after five), and
@@ -277,16 +285,16 @@ class ServerScans:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.scans: list[tuple[str, str, int]] = []  # (plan, statement, rows)
-        real = _Reader.tuples
+        real = PostgresReader.tuples
 
-        def tuples(reader: _Reader, sql: str, params: Sequence[Any]) -> Any:
+        def tuples(reader: PostgresReader, sql: str, params: Sequence[Any]) -> Any:
             self._explain(reader, sql, params)
             return real(reader, sql, params)
 
-        monkeypatch.setattr(_Reader, "tuples", tuples)
+        monkeypatch.setattr(PostgresReader, "tuples", tuples)
 
-    def _explain(self, reader: _Reader, sql: str, params: Sequence[Any]) -> None:
-        statement = _sql(sql)
+    def _explain(self, reader: PostgresReader, sql: str, params: Sequence[Any]) -> None:
+        statement = to_psycopg(sql)
         table = next((t for t in self.TABLES if f"FROM {t} " in statement), None)
         if table is None:
             return

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from session_ledger.projections.export import EVENTS_PAGE, export_session, verify_export
+from session_ledger.projections.export import EVENTS_PAGE, export_session
+from session_ledger.projections.export_verify import verify_export
 from tests.conftest import make_ledger, make_settings
 
 EVENTS = 20_000

@@ -22,6 +22,7 @@ from tests.integration.test_rebuild import write_a_bit_of_everything
 OLD_COLUMNS = ("version", "message_count", "archived_count", "token_total", "updated_at")
 # The session table as `migrate` made it before; filled with each session's head.
 SQLITE_DOWNGRADE = (
+    "DROP TABLE ledger_schema",  # stores made before migrations were numbered
     "CREATE TABLE old_sessions (session_id TEXT PRIMARY KEY, tenant TEXT NOT NULL,"
     " session_key TEXT NOT NULL, version INTEGER NOT NULL, message_count INTEGER NOT NULL,"
     " archived_count INTEGER NOT NULL, token_total INTEGER NOT NULL,"
@@ -37,6 +38,7 @@ SQLITE_DOWNGRADE = (
     "ALTER TABLE ledger_timeline DROP COLUMN token_total",
 )
 POSTGRES_DOWNGRADE = (
+    "DROP TABLE ledger_schema",  # stores made before migrations were numbered
     "ALTER TABLE ledger_sessions ADD COLUMN version bigint, ADD COLUMN message_count bigint,"
     " ADD COLUMN archived_count bigint, ADD COLUMN token_total bigint,"
     " ADD COLUMN updated_at timestamptz",
@@ -79,7 +81,7 @@ def downgrade(store: str, url: str) -> Callable[[str], list[str]]:
 
 
 def reads(ledger: Ledger, keys: list[str]) -> list[object]:
-    return [(ledger.head(k), ledger.get_all_json(k), ledger.get(k, token_limit=5)) for k in keys]
+    return [(ledger.head(k), ledger.history(k).json(), ledger.get(k, token_limit=5)) for k in keys]
 
 
 @pytest.mark.parametrize("store", ["sqlite", "postgres"])

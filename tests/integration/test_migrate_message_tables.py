@@ -15,7 +15,8 @@ from session_ledger.api.settings import Settings
 from session_ledger.domain.errors import StoreNotReady
 from session_ledger.domain.ledger import Ledger
 from session_ledger.projections.rebuild import check
-from session_ledger.projections.views import LIVE_COLUMNS, SQLViews
+from session_ledger.projections.sql import LIVE_COLUMNS
+from session_ledger.projections.views import SQLViews
 from tests.conftest import make_ledger
 from tests.integration.test_rebuild import write_a_bit_of_everything
 
@@ -39,6 +40,7 @@ def old_layout(types: dict[str, str], suffix: str) -> tuple[str, ...]:
         f"INSERT INTO old_messages ({OLD_COLUMNS}) SELECT {OLD_COLUMNS} FROM ledger_ended_messages",
         "DROP TABLE ledger_messages",
         "DROP TABLE ledger_ended_messages",
+        "DROP TABLE ledger_schema",  # stores made before migrations were numbered
         "ALTER TABLE old_messages RENAME TO ledger_messages",
         "CREATE INDEX ledger_messages_live ON ledger_messages (session_id, status, message_id)"
         " WHERE valid_to IS NULL",
@@ -92,7 +94,7 @@ def reads(ledger: Ledger, keys: list[str]) -> list[object]:
     seen: list[object] = []
     for k in keys:
         head = ledger.head(k)
-        seen.append((head, ledger.get_all_json(k), ledger.get_all_json(k, status="archived")))
+        seen.append((head, ledger.history(k).json(), ledger.history(k, status="archived").json()))
         seen.append((ledger.get(k, token_limit=5), list(ledger.audit(k))))
         for v in range(1, head.version + 1):
             seen.append(

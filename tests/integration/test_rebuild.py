@@ -114,8 +114,13 @@ def test_a_store_of_canonical_bodies_reads_alike_and_rebuild_makes_them_plain(
         past = [ledger.get_all("s", as_of_version=v) for v in range(1, 13)]
         past += [ledger.get("s", as_of_version=v, token_limit=3) for v in range(1, 13)]
         past += [ledger.get_all("s", status="archived", as_of_version=v) for v in (7, 9)]
-        now = [ledger.get_all("s"), ledger.get("s", token_limit=3), ledger.get_json("s")]
-        return [*past, *now, ledger.get_all_json("s"), ledger.get_all_json("s", as_of_version=7)]
+        now = [ledger.get_all("s"), ledger.get("s", token_limit=3), ledger.window("s").json()]
+        return [
+            *past,
+            *now,
+            ledger.history("s").json(),
+            ledger.history("s", as_of_version=7).json(),
+        ]
 
     before = reads()
     with views(ledger).datastore.transaction(commit=True) as c:  # type: ignore[attr-defined]
@@ -128,4 +133,41 @@ def test_a_store_of_canonical_bodies_reads_alike_and_rebuild_makes_them_plain(
     rebuild(views(ledger), ledger.mapper, ledger.tokenizer)
     assert plain_bodies(ledger) == plain
     assert reads() == before
+    ledger.close()
+
+
+@pytest.mark.parametrize("store", ["memory", "sqlite", "postgres"])
+def test_check_re_derives_what_a_replace_keeps_from_its_payload(
+    store: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A store written when `set` compared messages with Python's `==` holds replaces whose
+    payload keeps a message that differs from the stored one in JSON (`true` where `1`
+    was): `check` names the event, and `rebuild` refuses rather than pick one."""
+    from session_ledger.domain.ports import WriteBatch
+    from session_ledger.domain.session import session_id
+    from session_ledger.domain.tokens import TokenCount
+    from session_ledger.projections.view_writes import EventsDisagree
+
+    settings = make_settings(store, tmp_path)
+    if store == "postgres":
+        settings.database_url = request.getfixturevalue("fresh_postgres_url")
+    ledger = make_ledger(settings)
+    said = {"role": "user", "content": "x", "additional_kwargs": {"v": 1}}
+    ledger.set("s", [said])
+    # The replace that code would have written: it keeps message 0, whose payload says `true`.
+    session = ledger.repository.get(session_id(ledger.default_tenant, "s"))
+    first = session.next_message_id
+    changed = {"role": "user", "blocks": [{"block_type": "text", "text": "x"}],
+               "additional_kwargs": {"v": True}}  # fmt: skip
+    session.replace(messages=[changed], kept=1, actor="old", reason=None,
+                    idempotency_key=None, request_digest=None)  # fmt: skip
+    batch = WriteBatch(session.id, ledger.default_tenant, "s", tuple(session.pending_events),
+                       first, 1, 0, session.next_message_id, (TokenCount(1, 1),))  # fmt: skip
+    ledger.save(session, ledger_batch=batch)
+    assert ledger.get_all("s")[0].additional_kwargs == {"v": 1}  # the views kept the old one
+    (difference,) = check(views(ledger), ledger.mapper, ledger.tokenizer)
+    assert "the replace of version 3 keeps message 0" in difference
+    with pytest.raises(EventsDisagree, match="version 3"):
+        rebuild(views(ledger), ledger.mapper, ledger.tokenizer)
+    assert ledger.get_all("s")[0].additional_kwargs == {"v": 1}  # nothing changed
     ledger.close()

@@ -1,4 +1,4 @@
-"""The SQLite store's writers: one connection they share, held one writer at a time."""
+"""The SQLite store's connections: durable (WAL, synchronous=FULL), shared by threads."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from eventsourcing.persistence import ConnectionPoolClosedError
 from session_ledger.api.bootstrap import migrate, open_ledger
 from session_ledger.api.settings import Settings
 from session_ledger.domain.ledger import Ledger
-from session_ledger.projections import sqlite as store
+from session_ledger.projections.eventsourcing_compat import DurableSQLitePool
 
 
 def open_sqlite(tmp_path: Path) -> Ledger:
@@ -20,35 +20,29 @@ def open_sqlite(tmp_path: Path) -> Ledger:
     return open_ledger(settings)
 
 
-def test_writes_share_one_connection(tmp_path: Path) -> None:
+def test_connections_are_durable(tmp_path: Path) -> None:
     ledger = open_sqlite(tmp_path)
-    pool = ledger.recorder.datastore.pool
-    assert isinstance(pool, store._DurablePool)
     ledger.put("k", {"role": "user", "content": "first"})
-    writer = pool.get_connection(is_writer=True)
-    pool.put_connection(writer)
-    ledger.put("k", {"role": "user", "content": "second"})
-    again = pool.get_connection(is_writer=True)
-    pool.put_connection(again)
-    assert again is writer  # not checked out of the pool anew for every write
-    assert isinstance(writer, store._LedgerConnection)
-    settings = {
-        name: writer.sqlite.execute(f"PRAGMA {name}").fetchone()[0]
-        for name in ("synchronous", "journal_mode", "wal_autocheckpoint")
-    }
-    assert settings == {
-        "synchronous": 2,  # FULL: every commit is on disk when the write returns
-        "journal_mode": "wal",
-        "wal_autocheckpoint": 1000,  # SQLite's: a short WAL keeps every lookup in it short
-    }
-    # Readers keep pooled connections of their own.
-    reader = pool.get_connection(is_writer=False)
-    pool.put_connection(reader)
-    assert reader is not writer
+    pool = ledger.recorder.datastore.pool
+    assert isinstance(pool, DurableSQLitePool)
+    for is_writer in (True, False):
+        conn = pool.get_connection(is_writer=is_writer)
+        try:
+            with conn.cursor() as c:
+                settings = {}
+                for name in ("synchronous", "journal_mode"):
+                    c.execute(f"PRAGMA {name}")
+                    settings[name] = c.fetchone()[0]
+        finally:
+            pool.put_connection(conn)
+        assert settings == {
+            "synchronous": 2,  # FULL: every commit is on disk when the write returns
+            "journal_mode": "wal",
+        }
     ledger.close()
 
 
-def test_threads_writing_at_once_all_land_through_the_shared_connection(
+def test_threads_writing_at_once_all_land(
     tmp_path: Path,
 ) -> None:
     ledger = open_sqlite(tmp_path)
@@ -75,28 +69,12 @@ def test_threads_writing_at_once_all_land_through_the_shared_connection(
     ledger.close()
 
 
-def test_close_closes_the_writer_and_later_writes_fail_cleanly(tmp_path: Path) -> None:
+def test_later_writes_fail_cleanly_after_close(tmp_path: Path) -> None:
     ledger = open_sqlite(tmp_path)
     ledger.put("k", {"role": "user", "content": "hello"})
-    pool = ledger.recorder.datastore.pool
-    writer = pool.get_connection(is_writer=True)
-    pool.put_connection(writer)
     ledger.close()
-    assert writer.closed
     with pytest.raises(ConnectionPoolClosedError):  # as the library's pool raises
         ledger.put("k", {"role": "user", "content": "after close"})
     reopened = open_sqlite(tmp_path)
     assert [m.content for m in reopened.get_all("k")] == ["hello"]
     reopened.close()
-
-
-def test_an_in_memory_store_keeps_the_library_pool() -> None:
-    # Its shared-cache connections need the library's exclusion of readers by writers.
-    ledger = open_ledger(Settings(database_url="memory://"))
-    ledger.put("k", {"role": "user", "content": "hello"})
-    pool = ledger.recorder.datastore.pool
-    writer = pool.get_connection(is_writer=True)
-    pool.put_connection(writer)
-    assert pool._writer is None
-    assert ledger.get_all("k")[0].content == "hello"
-    ledger.close()

@@ -14,7 +14,8 @@ import pytest
 from session_ledger.domain.integrity import GENESIS, chain_step
 from session_ledger.domain.ledger import Ledger
 from session_ledger.domain.session import session_id
-from session_ledger.projections.export import export_session, verify_export
+from session_ledger.projections.export import export_session
+from session_ledger.projections.export_verify import verify_export
 from tests.conftest import make_ledger, make_settings
 
 Lines = list[bytes]

@@ -22,12 +22,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from session_ledger.domain.errors import InvalidMessage
-from session_ledger.domain.messages import (
-    MAX_NESTING,
-    ChatMessage,
-    body_json,
-    stored_body,
-)
+from session_ledger.domain.messages import MAX_NESTING, ChatMessage
+from session_ledger.projections.bodies import body_json, decode_bodies, decode_body, stored_body
 
 # What parse keeps: text without lone surrogates, finite floats, ints of any size.
 texts = st.text(st.characters(exclude_categories=("Cs",)), max_size=40)
@@ -95,7 +91,7 @@ def same(a: object, b: object) -> bool:
 def test_a_stored_body_decodes_to_the_stored_message(stored: list[ChatMessage]) -> None:
     texts = [m.to_json() for m in stored]
     rows = [row(m) for m in stored]
-    decoded = ChatMessage.many_from_bodies(rows)
+    decoded = decode_bodies(rows)
     assert [m.to_json() for m in decoded] == texts
     assert [body_json(role, body) for role, body in rows] == texts
     for original, again, text, (role, body) in zip(stored, decoded, texts, rows, strict=True):
@@ -106,7 +102,7 @@ def test_a_stored_body_decodes_to_the_stored_message(stored: list[ChatMessage]) 
         assert same(again.additional_kwargs, original.additional_kwargs)
         assert same(list(again.blocks), list(original.blocks))
         assert again.content == original.content
-        assert again == original == ChatMessage.from_json(text) == ChatMessage.from_body(role, body)
+        assert again == original == ChatMessage.from_json(text) == decode_body(role, body)
 
 
 def test_edges_of_numbers_text_and_nesting() -> None:
@@ -122,7 +118,7 @@ def test_edges_of_numbers_text_and_nesting() -> None:
     with pytest.raises(InvalidMessage):
         ChatMessage.text("user", "too deep", nested=[deep])
     message = ChatMessage.text("user", "\x00 NUL and \U0001f600", **kwargs, nested=deep)
-    (decoded,) = ChatMessage.many_from_bodies([row(message)])
+    (decoded,) = decode_bodies([row(message)])
     assert same(decoded.additional_kwargs, message.additional_kwargs)
     assert decoded.to_json() == message.to_json()
     assert decoded.content == "\x00 NUL and \U0001f600"
@@ -138,15 +134,15 @@ def test_many_decodes_in_order_across_chunk_boundaries() -> None:
     stored[5] = ChatMessage.text("user", "kw", tool_call_id="c1")
     stored[3000] = ChatMessage.text("tool", "x" * 70_000, tool_call_id="c2")
     texts = [m.to_json() for m in stored]
-    decoded = ChatMessage.many_from_bodies([row(m) for m in stored])
+    decoded = decode_bodies([row(m) for m in stored])
     assert decoded == stored
     assert [m.to_json() for m in decoded] == texts
-    assert ChatMessage.many_from_bodies([]) == []
+    assert decode_bodies([]) == []
 
 
 def test_a_message_read_as_text_is_the_same_value() -> None:
     made = ChatMessage.text("user", "héllo\x00")
-    (read,) = ChatMessage.many_from_bodies([row(made)])
+    (read,) = decode_bodies([row(made)])
     assert read == made and made == read and read != ChatMessage.text("user", "other")
     assert read != ChatMessage.text("assistant", "héllo\x00")
     assert (
@@ -167,7 +163,7 @@ def test_a_message_read_as_text_is_the_same_value() -> None:
 
 
 def test_a_message_is_immutable_and_unhashable() -> None:
-    (read,) = ChatMessage.many_from_bodies([row(ChatMessage.text("user", "hi"))])
+    (read,) = decode_bodies([row(ChatMessage.text("user", "hi"))])
     for field, value in (("role", "tool"), ("blocks", ()), ("additional_kwargs", {})):
         with pytest.raises(AttributeError):
             setattr(read, field, value)
@@ -181,7 +177,7 @@ def test_a_message_is_immutable_and_unhashable() -> None:
 def test_changing_a_read_message_s_dicts_changes_that_message_alone() -> None:
     # As with any message: its blocks and additional_kwargs are its own dicts.
     rows = [row(ChatMessage.text("user", "hi"))] * 2
-    first, second = ChatMessage.many_from_bodies(rows)
+    first, second = decode_bodies(rows)
     first.additional_kwargs["note"] = 1
     first.blocks[0]["text"] = "changed"
     assert first.to_json() == ChatMessage.text("user", "changed", note=1).to_json()
@@ -196,7 +192,7 @@ def test_bodies_of_every_role_and_of_old_stores_read_alike() -> None:
         m = ChatMessage.text(role, '{"not": "json"} "quoted"')
         r, body = row(m)
         assert body == '"{\\"not\\": \\"json\\"} \\"quoted\\""'
-        assert ChatMessage.from_body(r, body) == ChatMessage.from_body(r, m.to_json()) == m
+        assert decode_body(r, body) == decode_body(r, m.to_json()) == m
         assert body_json(r, m.to_json()) == body_json(r, body) == m.to_json()
 
 

@@ -1,0 +1,140 @@
+"""The context window view: `ChatMemoryBuffer.get` over stored token counts, reading
+the newest rows only as far as the window reaches (O(window), not O(history))."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from session_ledger.domain.ports import ACTIVE
+from session_ledger.domain.tokens import NamedTokenizer, TailEntry, window_length
+
+from .bodies import StoredMessages, decode_body
+from .dialect import ViewStore
+from .sql import (
+    HEAD_VERSION,
+    HEAD_VERSION_SELECT,
+    MAX_TAIL_BATCH,
+    READ_ATTEMPTS,
+    TAIL_BATCH,
+    Reader,
+)
+
+
+class ContextReads(ViewStore):
+    """Reads of the context window, now or at a past version."""
+
+    def context_window(
+        self,
+        session_id: uuid.UUID,
+        token_limit: int,
+        initial_token_count: int,
+        tokenizer: NamedTokenizer | None,
+        version: int | None = None,
+    ) -> StoredMessages:
+        sid = self._sid(session_id)
+        if version is not None:  # a past version's rows never change: any read is consistent
+            with self._reading_past() as read:
+                window, _ = self._window(read, sid, version, token_limit, initial_token_count,
+                                         tokenizer)  # fmt: skip
+            return StoredMessages(version, window)
+        # The live rows, in the key order of their own table (a plan no statistics can
+        # spoil). Each statement also reads the session's version; versions only grow, so
+        # equal versions at the first and the last statement mean no write came between,
+        # without holding a transaction open. Otherwise read again.
+        for _ in range(READ_ATTEMPTS):
+            with self._reading() as read:
+                window, seen = self._window(
+                    read, sid, None, token_limit, initial_token_count, tokenizer
+                )
+            if len(seen) == 1:
+                return StoredMessages(seen.pop() or 0, window)
+        with self.snapshot() as read:
+            window, seen = self._window(read, sid, None, token_limit, initial_token_count,
+                                        tokenizer)  # fmt: skip
+        return StoredMessages(max(v or 0 for v in seen), window)
+
+    def _window(
+        self,
+        read: Reader,
+        sid: Any,
+        version: int | None,
+        token_limit: int,
+        initial_token_count: int,
+        tokenizer: NamedTokenizer | None,
+    ) -> tuple[list[tuple[str, str]], set[Any]]:
+        """The window's messages as stored, (role, body), and the versions of the session
+        its statements read (now: one, unless a write came between them)."""
+        # Bodies come with the tail: one statement for a window within the first batch.
+        # Rows are tuples that start like a TailEntry: (role, alone, joined, message, id, seen).
+        bound = ""
+        bound_params: tuple[Any, ...] = ()
+        if version is not None:  # ids from the next one on were written after `version`
+            bound = (" AND message_id < (SELECT next_message_id FROM ledger_timeline "
+                     "WHERE session_id = ? AND version = ?)")  # fmt: skip
+            bound_params = (sid, version)
+        first = self._tail_rows(read, sid, version, bound, bound_params, TAIL_BATCH)
+        if first:
+            versions = {first[0][5]}
+        elif version is None:  # no active message: the version is the head's, if any
+            versions = {r[0] for r in self._tuples(read, HEAD_VERSION_SELECT, (sid,))} or {0}
+        else:
+            versions = set()
+        read_rows: list[tuple[Any, ...]] = []
+
+        def tail() -> Iterator[Sequence[Any]]:
+            for row in self._tail(read, sid, version, first, versions):
+                read_rows.append(row)
+                if tokenizer is None:
+                    yield row
+                else:
+                    content = decode_body(row[0], row[3]).content
+                    yield TailEntry(row[0], *tokenizer.count(content))
+
+        k = window_length(tail(), token_limit, initial_token_count)
+        return [(r[0], r[3]) for r in reversed(read_rows[:k])], versions
+
+    def _tail_rows(
+        self,
+        read: Reader,
+        sid: Any,
+        version: int | None,
+        where: str,
+        params: tuple[Any, ...],
+        limit: int,
+    ) -> list[tuple[Any, ...]]:
+        """Up to `limit` active rows newest first, that meet `where`, as tuples (role,
+        alone, joined, message, id, seen): `seen` is the session's version as read (a past
+        version's rows never change: there it is NULL)."""
+        columns = "role, tokens, tokens_joined, message, message_id"
+        select: tuple[str, tuple[Any, ...]]
+        if version is None:
+            select = (f"{columns}, {HEAD_VERSION} AS seen", (sid,))
+        else:
+            select = (f"{columns}, NULL AS seen", ())
+        return self._rows(read, select, 4, sid, ACTIVE, version, where, params,
+                          newest_first=True, limit=limit)  # fmt: skip
+
+    def _tail(
+        self,
+        read: Reader,
+        sid: Any,
+        version: int | None,
+        first: list[tuple[Any, ...]],
+        versions: set[Any],
+    ) -> Iterator[tuple[Any, ...]]:
+        """The messages newest first: the first batch, then growing batches read as they
+        are consumed (each notes the session version it saw in `versions`)."""
+        rows, batch = first, TAIL_BATCH
+        while True:
+            yield from rows
+            if len(rows) < batch:
+                return
+            before, batch = rows[-1][4], min(batch * 2, MAX_TAIL_BATCH)
+            rows = self._tail_rows(read, sid, version, " AND message_id < ?", (before,), batch)
+            if not rows:  # an empty batch says no version: ask for it
+                rows = self._tuples(read, HEAD_VERSION_SELECT, (sid,))
+                versions.update(r[0] for r in rows)
+                return
+            versions.add(rows[0][5])

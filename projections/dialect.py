@@ -1,0 +1,131 @@
+"""What each SQL dialect supplies to the views, and the row reads they share."""
+
+from __future__ import annotations
+
+import heapq
+import operator
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
+from datetime import datetime
+from typing import Any
+
+from .changes import MessageRow
+from .sql import ENDED_AT, LIVE, LIVE_AT, Reader
+
+
+class ViewStore(ABC):
+    """A store of the views in one SQL dialect; subclasses supply the dialect."""
+
+    no_limit: Any = -1
+    # Where rows that ended at a version are looked up (session_id, valid_to = ?).
+    ended_rows = "ledger_ended_messages"
+    rows_read = 0  # view rows this store fetched: the cost model the tests check
+
+    # -- dialect ----------------------------------------------------------------------------
+
+    @abstractmethod
+    def _reading(self) -> AbstractContextManager[Reader]:
+        """A reader outside any transaction: each statement reads its own snapshot."""
+
+    def _reading_past(self) -> AbstractContextManager[Reader]:
+        """A reader for the rows of a past version (message id ranges, version filters)."""
+        return self._reading()
+
+    @abstractmethod
+    def snapshot(self) -> AbstractContextManager[Reader]:
+        """A read-only transaction: every statement sees the same state (long reads)."""
+
+    @abstractmethod
+    def _execute(self, cursor: Any, sql: str, params: Sequence[Any]) -> None: ...
+
+    @abstractmethod
+    def _write_transaction(self) -> AbstractContextManager[Any]:
+        """A write transaction that keeps other writers of events out until it ends."""
+
+    @abstractmethod
+    def _reader(self, cursor: Any) -> Reader: ...
+
+    @abstractmethod
+    def _stream(self, sql: str) -> AbstractContextManager[Iterator[Any]]:
+        """Rows of a query, fetched as iterated (for whole-table reads)."""
+
+    @abstractmethod
+    def _insert_rows(
+        self, cursor: Any, sid: Any, version: int, status: str, rows: Sequence[MessageRow]
+    ) -> None: ...
+
+    @abstractmethod
+    def _sid(self, session_id: uuid.UUID) -> Any: ...
+
+    @abstractmethod
+    def _time(self, value: datetime) -> Any: ...
+
+    @abstractmethod
+    def _datetime(self, value: Any) -> datetime: ...
+
+    def _rows(
+        self,
+        read: Reader,
+        select: tuple[str, tuple[Any, ...]],
+        id_index: int,
+        sid: Any,
+        status: str,
+        version: int | None,
+        where: str = "",
+        params: tuple[Any, ...] = (),
+        *,
+        newest_first: bool = False,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> list[tuple[Any, ...]]:
+        """Rows of `status` live now (version None) or at `version` that meet `where` (an
+        `AND ...` with `params`), in message id order, as tuples of `select` (its columns,
+        with the message id at `id_index` for a past version, and their parameters).
+
+        A past version's rows are those live since it or before, and those that ended
+        after it: each table is read in its key order and the two are merged here (a
+        UNION ALL of them was sorted whole by PostgreSQL). The live rows are read first,
+        so a row that a write moves to the ended rows meanwhile is read twice, not missed;
+        it is kept once."""
+        columns, column_params = select
+        order = "DESC" if newest_first else "ASC"
+        if version is None:
+            return self._tuples(
+                read,
+                f"SELECT {columns} FROM ledger_messages WHERE {LIVE}{where} "
+                f"ORDER BY message_id {order} LIMIT ? OFFSET ?",
+                (*column_params, sid, status, *params, self._limit(limit), offset),
+            )
+        wanted = self._limit(None if limit is None else offset + limit)
+        arms = (("ledger_messages", LIVE_AT, (version,)),
+                ("ledger_ended_messages", ENDED_AT, (version, version)))  # fmt: skip
+        found = [
+            self._tuples(
+                read,
+                f"SELECT {columns} FROM {table} WHERE {at}{where} "
+                f"ORDER BY message_id {order} LIMIT ?",
+                (*column_params, sid, status, *at_params, *params, wanted),
+            )
+            for table, at, at_params in arms
+        ]
+        key = operator.itemgetter(id_index)
+        rows: list[tuple[Any, ...]] = []
+        for row in heapq.merge(*found, key=key, reverse=newest_first):
+            if not rows or key(rows[-1]) != key(row):
+                rows.append(row)
+        return rows[offset:] if limit is None else rows[offset : offset + limit]
+
+    def _limit(self, limit: int | None) -> Any:
+        return self.no_limit if limit is None else limit
+
+    def _tuples(self, read: Reader, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        rows = read.tuples(sql, params)
+        self.rows_read += len(rows)
+        return rows
+
+    def _fetch(self, read: Reader, sql: str, params: Sequence[Any]) -> list[Any]:
+        rows = read(sql, params)
+        self.rows_read += len(rows)
+        return rows

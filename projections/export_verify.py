@@ -1,0 +1,250 @@
+"""The offline check of a JSONL export (`projections/export.py` writes it): recomputes
+everything from the file alone, line by line, and names the first line that does not
+hold. Needs no database and no keys."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+from eventsourcing.persistence import (
+    DatetimeAsISO,
+    DecimalAsStr,
+    JSONTranscoder,
+    UUIDAsHex,
+)
+
+from session_ledger.domain.integrity import GENESIS, chain_step
+from session_ledger.domain.session import session_id as derive_session_id
+
+FORMAT = "session-ledger-export"
+FORMAT_VERSION = 1
+CHAIN = "sha256-v1"  # the encoding of domain/integrity.py
+# Fields of every event that the line carries beside its payload, or that say nothing
+# about the change itself.
+ENVELOPE = frozenset({
+    "timestamp", "originator_id", "originator_version", "originator_topic", "class_version",
+    "actor", "reason", "idempotency_key", "request_digest",
+})  # fmt: skip
+READABLE = ("type", "recorded_at", "actor", "reason", "idempotency_key", "payload")
+# JSON leaves these unescaped, but str.splitlines() and some tools break lines on them.
+LINE_BREAKS = ("\u2028", "\u2029", "\x85")
+
+
+def readable(topic: str, fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The human part of an event line, from the stored record's decoded state."""
+    timestamp = fields["timestamp"]
+    return {
+        "type": topic.partition(":")[2].rsplit(".", 1)[-1],
+        "recorded_at": utc(timestamp) if isinstance(timestamp, datetime) else timestamp,
+        "actor": fields.get("actor"),
+        "reason": fields.get("reason"),
+        "idempotency_key": fields.get("idempotency_key"),
+        "payload": {k: v for k, v in fields.items() if k not in ENVELOPE},
+    }
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """What `verify_export` found: intact, or the first line that breaks and why."""
+
+    ok: bool
+    lines: int  # lines read
+    events: int  # event lines that verified
+    chain_head: str | None  # hex h_v after the last verified event
+    tenant: str | None = None
+    key: str | None = None
+    to_version: int | None = None
+    broken_line: int | None = None  # 1-based
+    problem: str | None = None
+
+    def summary(self) -> str:
+        """One line for people."""
+        if self.ok:
+            return (
+                f"intact: session {self.key!r} of tenant {self.tenant!r}, {self.events} events "
+                f"(versions 1 to {self.to_version}), chain head {self.chain_head}"
+            )
+        return f"broken at line {self.broken_line}: {self.problem}"
+
+
+class _Broken(Exception):
+    def __init__(self, line: int, problem: str) -> None:
+        super().__init__(problem)
+        self.line = line
+        self.problem = problem
+
+
+class _Verifier:
+    """Checks the lines of an export one at a time (memory stays flat)."""
+
+    def __init__(self) -> None:
+        self.digest = hashlib.sha256()
+        self.transcoder = JSONTranscoder()
+        for transcoding in (UUIDAsHex(), DecimalAsStr(), DatetimeAsISO()):
+            self.transcoder.register(transcoding)
+        self.header: dict[str, Any] | None = None
+        self.session_id = uuid.UUID(int=0)
+        self.head = GENESIS
+        self.events = 0
+        self.trailer = False
+        self.number = 0
+
+    def line(self, raw: bytes) -> None:
+        self.number += 1
+        n = self.number
+        data = raw[:-1] if raw.endswith(b"\n") else raw
+        if self.trailer:
+            raise _Broken(n, "a line after the trailer")
+        try:
+            record = json.loads(data)
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise _Broken(n, f"not a JSON line ({e}); the file may be cut short") from None
+        if not isinstance(record, dict):
+            raise _Broken(n, "not a JSON object")
+        kind = record.get("record")
+        if n == 1:
+            self._header(n, record)
+        elif kind == "event":
+            self._event(n, record)
+        elif kind == "trailer":
+            self._trailer(n, record)
+            return
+        else:
+            raise _Broken(n, f"unknown record {kind!r} (expected an event or the trailer)")
+        self.digest.update(data + b"\n")
+
+    def _header(self, n: int, record: dict[str, Any]) -> None:
+        if record.get("record") != "header" or record.get("format") != FORMAT:
+            raise _Broken(n, f"not a {FORMAT} header")
+        if record.get("format_version") != FORMAT_VERSION or record.get("chain") != CHAIN:
+            raise _Broken(
+                n,
+                f"format version {record.get('format_version')!r} / chain "
+                f"{record.get('chain')!r}; this verifier reads {FORMAT_VERSION} / {CHAIN}",
+            )
+        tenant, key, to_version = record.get("tenant"), record.get("key"), record.get("to_version")
+        if not isinstance(tenant, str) or not isinstance(key, str):
+            raise _Broken(n, "the header lacks the tenant or the key")
+        if not isinstance(to_version, int) or isinstance(to_version, bool) or to_version < 1:
+            raise _Broken(n, f"to_version must be a positive integer; got {to_version!r}")
+        self.session_id = derive_session_id(tenant, key)
+        if record.get("session_id") != str(self.session_id):
+            raise _Broken(n, f"session_id is not the id of tenant {tenant!r} and key {key!r}")
+        self.header = record
+
+    def _event(self, n: int, record: dict[str, Any]) -> None:
+        assert self.header is not None
+        version, due = record.get("version"), self.events + 1
+        if type(version) is not int or version != due:
+            raise _Broken(
+                n, f"version {version!r} where version {due} was due: a line is missing, "
+                "repeated or out of order",
+            )  # fmt: skip
+        if version > self.header["to_version"]:
+            raise _Broken(n, f"version {version} is past the header's to_version")
+        topic, encoded = record.get("topic"), record.get("state")
+        if not isinstance(topic, str) or not isinstance(encoded, str):
+            raise _Broken(n, "the event lacks its topic or state")
+        try:
+            state = base64.b64decode(encoded, validate=True)
+        except (binascii.Error, ValueError):
+            raise _Broken(n, "state is not base64") from None
+        if record.get("state_sha256") != hashlib.sha256(state).hexdigest():
+            raise _Broken(n, "state_sha256 does not match the state")
+        head = chain_step(self.head, self.session_id, version, topic, state)
+        if record.get("chain") != head.hex():
+            raise _Broken(n, f"the chain breaks: h_{version} is {head.hex()}, the line says "
+                             f"{record.get('chain')!r}")  # fmt: skip
+        try:
+            fields = self.transcoder.decode(state)
+        except (ValueError, TypeError, KeyError) as e:
+            raise _Broken(n, f"the stored state does not decode: {e}") from None
+        expected = json.loads(line(readable(topic, fields)))
+        for name in READABLE:
+            if record.get(name) != expected[name]:
+                raise _Broken(n, f"{name} does not match the stored state")
+        self.head, self.events = head, version
+
+    def _trailer(self, n: int, record: dict[str, Any]) -> None:
+        assert self.header is not None
+        self.trailer = True
+        to_version = self.header["to_version"]
+        if record.get("events") != self.events:
+            raise _Broken(n, f"the trailer counts {record.get('events')!r} events; the file "
+                             f"has {self.events}")  # fmt: skip
+        if self.events != to_version:
+            raise _Broken(n, f"the file ends at version {self.events}; the header promised "
+                             f"versions 1 to {to_version}")  # fmt: skip
+        if record.get("chain_head") != self.head.hex():
+            raise _Broken(n, "the trailer's chain_head is not the chain's head")
+        if record.get("sha256") != self.digest.hexdigest():
+            raise _Broken(n, "the trailer's sha256 does not match the lines before it")
+
+    def report(self, problem: _Broken | None = None) -> VerifyReport:
+        header = self.header or {}
+        return VerifyReport(
+            ok=problem is None, lines=self.number, events=self.events,
+            chain_head=self.head.hex() if self.events else None, tenant=header.get("tenant"),
+            key=header.get("key"), to_version=header.get("to_version"),
+            broken_line=problem.line if problem else None,
+            problem=problem.problem if problem else None,
+        )  # fmt: skip
+
+
+def verify_export(lines: Iterable[bytes | str]) -> VerifyReport:
+    """Check a JSONL export from its lines alone (a file opened in binary mode, or
+    `text.split("\\n")`): header, the chain of every event from its stored record, each
+    line's readable fields against its record, the trailer's count, head and digest."""
+    verifier = _Verifier()
+    try:
+        for raw in lines:
+            data = raw.encode("utf-8") if isinstance(raw, str) else bytes(raw)
+            if not data and verifier.trailer:
+                continue  # the empty string after the final "\n" of a split
+            verifier.line(data)
+        if verifier.number == 0:
+            raise _Broken(1, "the file is empty")
+        if not verifier.trailer:
+            raise _Broken(
+                verifier.number, "the file ends here without its trailer: it was cut short"
+            )
+    except _Broken as broken:
+        return verifier.report(broken)
+    return verifier.report()
+
+
+# -- encoding ------------------------------------------------------------------------------
+
+
+def utc(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat()
+
+
+def _plain(value: object) -> object:
+    if isinstance(value, datetime):
+        return utc(value)
+    if isinstance(value, uuid.UUID | Decimal):
+        return str(value)
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+def json_text(value: object, default: Callable[[object], object] = _plain) -> str:
+    """Compact JSON of an export line, with the line breaks JSON leaves raw escaped."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=default,
+                      allow_nan=False)  # fmt: skip
+    for char in LINE_BREAKS:
+        text = text.replace(char, f"\\u{ord(char):04x}")
+    return text
+
+
+def line(value: object) -> bytes:
+    return json_text(value).encode("utf-8") + b"\n"

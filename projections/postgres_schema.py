@@ -1,0 +1,109 @@
+"""The PostgreSQL views' tables, and the numbered migrations that make and change them.
+
+`ledger_schema` holds the number of the last migration applied. Migration 1 is the
+layout the views had when migrations were first numbered; it also converts stores made
+before that to it. Each later change of a table is a new numbered migration appended
+here, run once by `migrate` (under its advisory lock).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .sql import LIVE_COLUMNS
+
+LIVE_TABLE = (
+    " session_id uuid NOT NULL, status text NOT NULL, message_id bigint NOT NULL,"
+    " valid_from bigint NOT NULL, role text NOT NULL, tokens integer NOT NULL,"
+    " tokens_joined integer NOT NULL, message text NOT NULL,"
+    " PRIMARY KEY (session_id, status, message_id))"
+)
+LAYOUT_AT_NUMBERING = [
+    f"CREATE TABLE IF NOT EXISTS ledger_messages ({LIVE_TABLE}",
+    "CREATE TABLE IF NOT EXISTS ledger_ended_messages ("
+    " session_id uuid NOT NULL, status text NOT NULL, message_id bigint NOT NULL,"
+    " valid_from bigint NOT NULL, valid_to bigint NOT NULL, role text NOT NULL,"
+    " tokens integer NOT NULL, tokens_joined integer NOT NULL, message text NOT NULL,"
+    " PRIMARY KEY (session_id, status, message_id, valid_from))",
+    "CREATE INDEX IF NOT EXISTS ledger_ended_messages_at ON ledger_ended_messages"
+    " (session_id, valid_to)",
+    # Stores made when one table held every row of the transcript, live or ended
+    # (`valid_to` NULL while live), with an index of the live rows that every append also
+    # wrote: the live rows go to a table keyed by (session, status, message id), the
+    # ended ones to ledger_ended_messages; the old table goes, and its indexes with it.
+    "DO $$ BEGIN IF EXISTS (SELECT 1 FROM information_schema.columns"
+    " WHERE table_schema = current_schema() AND table_name = 'ledger_messages'"
+    " AND column_name = 'valid_to') THEN"
+    f" CREATE TABLE ledger_messages_moved ({LIVE_TABLE};"
+    f" INSERT INTO ledger_messages_moved ({LIVE_COLUMNS}) SELECT {LIVE_COLUMNS}"
+    " FROM ledger_messages WHERE valid_to IS NULL;"
+    f" INSERT INTO ledger_ended_messages ({LIVE_COLUMNS}, valid_to) SELECT {LIVE_COLUMNS},"
+    " valid_to FROM ledger_messages WHERE valid_to IS NOT NULL;"
+    " DROP TABLE ledger_messages;"
+    " ALTER TABLE ledger_messages_moved RENAME TO ledger_messages;"
+    " ALTER TABLE ledger_messages RENAME CONSTRAINT ledger_messages_moved_pkey"
+    " TO ledger_messages_pkey;"
+    " END IF; END $$",
+    "CREATE TABLE IF NOT EXISTS ledger_sessions ("
+    ' session_id uuid PRIMARY KEY, tenant text NOT NULL, session_key text COLLATE "C" NOT NULL,'
+    " created_at timestamptz NOT NULL)",
+    "CREATE UNIQUE INDEX IF NOT EXISTS ledger_sessions_key"
+    " ON ledger_sessions (tenant, session_key)",
+    "CREATE TABLE IF NOT EXISTS ledger_timeline ("
+    " session_id uuid NOT NULL, version bigint NOT NULL, recorded_at timestamptz NOT NULL,"
+    " event_type text NOT NULL, actor text NOT NULL, reason text, idempotency_key text,"
+    " request_digest text, message_count bigint NOT NULL, next_message_id bigint NOT NULL,"
+    " chain bytea, archived_count bigint NOT NULL, token_total bigint NOT NULL,"
+    " PRIMARY KEY (session_id, version))",
+    # stores made before the timeline kept the hash chain (`rebuild` fills it in)
+    "ALTER TABLE ledger_timeline ADD COLUMN IF NOT EXISTS chain bytea",
+    # Stores made when the session row held the head (updated by every write): its counts
+    # move onto each session's newest timeline row; older rows' totals stay NULL until
+    # `rebuild` derives them.
+    "DO $$ BEGIN IF EXISTS (SELECT 1 FROM information_schema.columns"
+    " WHERE table_schema = current_schema() AND table_name = 'ledger_sessions'"
+    " AND column_name = 'version') THEN"
+    " ALTER TABLE ledger_timeline ADD COLUMN archived_count bigint,"
+    " ADD COLUMN token_total bigint;"
+    " UPDATE ledger_timeline t SET archived_count = s.archived_count,"
+    " token_total = s.token_total FROM ledger_sessions s"
+    " WHERE t.session_id = s.session_id AND t.version = s.version;"
+    " ALTER TABLE ledger_sessions DROP COLUMN version, DROP COLUMN message_count,"
+    " DROP COLUMN archived_count, DROP COLUMN token_total, DROP COLUMN updated_at;"
+    " END IF; END $$",
+    "CREATE UNIQUE INDEX IF NOT EXISTS ledger_timeline_idempotency ON ledger_timeline"
+    " (session_id, idempotency_key) WHERE idempotency_key IS NOT NULL",
+    # Dropped: time lookups binary-search the primary key (views.VERSION_AT).
+    "DROP INDEX IF EXISTS ledger_timeline_time",
+]
+SCHEMA_TABLE = "CREATE TABLE IF NOT EXISTS ledger_schema (version integer NOT NULL)"
+MIGRATIONS: tuple[tuple[str, ...], ...] = (tuple(LAYOUT_AT_NUMBERING),)
+LATEST = len(MIGRATIONS)
+
+
+def migrate(c: Any) -> None:
+    """Apply, in the cursor's transaction, the migrations not applied yet."""
+    c.execute(SCHEMA_TABLE)
+    current = schema_version(c)
+    if current >= LATEST:
+        return
+    for number, statements in enumerate(MIGRATIONS, start=1):
+        if number > current:
+            for statement in statements:
+                c.execute(statement)
+    c.execute("DELETE FROM ledger_schema")
+    c.execute("INSERT INTO ledger_schema (version) VALUES (%s)", (LATEST,))
+
+
+def schema_version(c: Any) -> int:
+    """The number of the last migration applied (0: none, or no ledger tables)."""
+    c.execute("SELECT to_regclass('ledger_schema') IS NOT NULL")
+    row = c.fetchone()
+    if not (row and _first(row)):
+        return 0
+    c.execute("SELECT max(version) FROM ledger_schema")
+    return int(_first(c.fetchone()) or 0)
+
+
+def _first(row: Any) -> Any:
+    return next(iter(row.values())) if isinstance(row, dict) else row[0]

@@ -1,0 +1,92 @@
+"""The SQL the SQLite and PostgreSQL views share: statements, and the reader protocol.
+
+Tables (all derived from events, rebuilt by `rebuild`):
+- `ledger_messages`: the live transcript, one row per live message and status, keyed by
+  (session, status, message id), live since version `valid_from`. It holds nothing else,
+  so a window or a position reads only live rows, and an append writes one b-tree of it.
+  Its `message` is the message body (`bodies.py`): for one text block and no
+  additional_kwargs (most messages) the JSON string of the text alone (`"..."`), else the
+  canonical JSON (`{...}`). Stores made before this hold only the latter; both read alike.
+- `ledger_ended_messages`: the rows that left it (removed, replaced, archived, cleared),
+  each with the version `valid_to` that ended it. With the live rows they give any past
+  version's transcript: the rows with valid_from <= v < valid_to, or still live.
+- `ledger_sessions`: one row per session, written when it starts: tenant, key, created.
+- `ledger_timeline`: one row per event: version, time, type, actor, reason, idempotency,
+  hash chain, and the head the event left (counts, token total). A session's newest row
+  is its head, so a write appends rows and updates none of the head's.
+Statements are written with `?` placeholders; a dialect converts them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"  # fixed width, so text order is time order
+READ_ATTEMPTS = 3  # windows read while writers keep changing the session, then a snapshot
+TAIL_BATCH = 64  # rows per tail read (with bodies); doubles as the window grows
+MAX_TAIL_BATCH = 4096
+MAX_CHAR = "\U0010ffff"
+
+SESSION_INSERT = (
+    "INSERT INTO ledger_sessions (session_id, tenant, session_key, created_at) VALUES (?, ?, ?, ?)"
+)
+TIMELINE_COLUMNS = (
+    "session_id, version, recorded_at, event_type, actor, reason, idempotency_key, "
+    "request_digest, message_count, next_message_id, chain, archived_count, token_total"
+)
+# The session's head is its newest timeline row: its version, counts and token total.
+HEAD_VERSION_SELECT = (
+    "SELECT h.version FROM ledger_timeline h WHERE h.session_id = ? ORDER BY h.version DESC LIMIT 1"
+)
+HEAD_VERSION = f"({HEAD_VERSION_SELECT})"
+# An event's token total: the one before it, plus what it added (then, where the event
+# ends rows, minus theirs: `ENDED_TOKENS`).
+PREVIOUS_TOKENS = (
+    "(SELECT p.token_total FROM ledger_timeline p WHERE p.session_id = ? AND p.version = ?)"
+)
+ADDED_TOKENS = f"{PREVIOUS_TOKENS} + ?"
+ENDED_TOKENS = (
+    "(SELECT COALESCE(SUM(tokens), 0) FROM {ended} WHERE session_id = ? AND status = ?"
+    " AND valid_to = ?)"
+)
+NOT_CLEARED = (  # the session's last event (its head's) is not a reset
+    " AND (SELECT t.event_type FROM ledger_timeline t WHERE t.session_id = s.session_id"
+    " ORDER BY t.version DESC LIMIT 1) <> 'HistoryCleared'"
+)
+CHAIN_AT = "SELECT chain AS value FROM ledger_timeline WHERE session_id = ? AND version = ?"
+LIVE = "session_id = ? AND status = ?"  # in ledger_messages every row is live
+LIVE_COLUMNS = "session_id, status, message_id, valid_from, role, tokens, tokens_joined, message"
+# A version's rows: those live since it or before, and those that ended after it.
+LIVE_AT = f"{LIVE} AND valid_from <= ?"
+ENDED_AT = f"{LIVE} AND valid_from <= ? AND valid_to > ?"
+# Binary search for the last version recorded at or before a time: (lo, hi) brackets it,
+# lo = 0 means "before the first event". No rows when the session does not exist.
+VERSION_AT = (
+    "WITH RECURSIVE search(lo, hi) AS ("
+    f" SELECT CAST(0 AS BIGINT), {HEAD_VERSION}"
+    " UNION ALL SELECT"
+    " CASE WHEN t.recorded_at <= ? THEN (lo + hi + 1) / 2 ELSE lo END,"
+    " CASE WHEN t.recorded_at <= ? THEN hi ELSE (lo + hi + 1) / 2 - 1 END"
+    " FROM search JOIN ledger_timeline t ON t.session_id = ? AND t.version = (lo + hi + 1) / 2"
+    " WHERE lo < hi)"
+    " SELECT lo AS version FROM search WHERE lo >= hi"
+)
+
+
+def utc_text(value: datetime) -> str:
+    """`value` in UTC as TIME_FORMAT text (four-digit years, so text order is time order)."""
+    if value.tzinfo is not UTC:  # event times are UTC already: no conversion on a write
+        value = value.astimezone(UTC)
+    return value.isoformat(timespec="microseconds")[:-6] + "Z"  # less its "+00:00"
+
+
+class Reader(Protocol):
+    def __call__(self, sql: str, params: Sequence[Any]) -> list[Any]:
+        """Rows whose columns are read by name."""
+        ...
+
+    def tuples(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        """Plain tuples: no row object per row, for reads of many rows or hot ones."""
+        ...

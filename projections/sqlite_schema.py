@@ -1,0 +1,118 @@
+"""The SQLite views' tables, and the numbered migrations that make and change them.
+
+`ledger_schema` holds the number of the last migration applied. Migration 1 is the
+layout the views had when migrations were first numbered; it also converts stores made
+before that (found by their columns, once) to it. Each later change of a table is a new
+numbered migration appended here, run once by `migrate`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .sql import LIVE_COLUMNS
+
+VIEW_TABLES = [
+    "CREATE TABLE IF NOT EXISTS ledger_messages ("
+    " session_id TEXT NOT NULL, status TEXT NOT NULL, message_id INTEGER NOT NULL,"
+    " valid_from INTEGER NOT NULL, role TEXT NOT NULL, tokens INTEGER NOT NULL,"
+    " tokens_joined INTEGER NOT NULL, message TEXT NOT NULL,"
+    " PRIMARY KEY (session_id, status, message_id)) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS ledger_ended_messages ("
+    " session_id TEXT NOT NULL, status TEXT NOT NULL, message_id INTEGER NOT NULL,"
+    " valid_from INTEGER NOT NULL, valid_to INTEGER NOT NULL, role TEXT NOT NULL,"
+    " tokens INTEGER NOT NULL, tokens_joined INTEGER NOT NULL, message TEXT NOT NULL,"
+    " PRIMARY KEY (session_id, status, message_id, valid_from)) WITHOUT ROWID",
+    "CREATE INDEX IF NOT EXISTS ledger_ended_messages_at ON ledger_ended_messages"
+    " (session_id, valid_to)",
+    "CREATE TABLE IF NOT EXISTS ledger_sessions ("
+    " session_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, session_key TEXT NOT NULL,"
+    " created_at TEXT NOT NULL) WITHOUT ROWID",
+    "CREATE UNIQUE INDEX IF NOT EXISTS ledger_sessions_key"
+    " ON ledger_sessions (tenant, session_key)",
+    "CREATE TABLE IF NOT EXISTS ledger_timeline ("
+    " session_id TEXT NOT NULL, version INTEGER NOT NULL, recorded_at TEXT NOT NULL,"
+    " event_type TEXT NOT NULL, actor TEXT NOT NULL, reason TEXT, idempotency_key TEXT,"
+    " request_digest TEXT, message_count INTEGER NOT NULL, next_message_id INTEGER NOT NULL,"
+    " chain BLOB, archived_count INTEGER NOT NULL, token_total INTEGER NOT NULL,"
+    " PRIMARY KEY (session_id, version)) WITHOUT ROWID",
+    "CREATE UNIQUE INDEX IF NOT EXISTS ledger_timeline_idempotency ON ledger_timeline"
+    " (session_id, idempotency_key) WHERE idempotency_key IS NOT NULL",
+]
+SCHEMA_TABLE = "CREATE TABLE IF NOT EXISTS ledger_schema (version INTEGER NOT NULL)"
+
+# Stores made when the session row held the head (and was updated by every write): the
+# head's counts move onto each session's newest timeline row, and the row keeps what never
+# changes. Older timeline rows get NULL totals until `rebuild` derives them.
+_HEAD_TO_TIMELINE = (
+    "ALTER TABLE ledger_timeline ADD COLUMN archived_count INTEGER",
+    "ALTER TABLE ledger_timeline ADD COLUMN token_total INTEGER",
+    "UPDATE ledger_timeline SET (archived_count, token_total) = (SELECT s.archived_count,"
+    " s.token_total FROM ledger_sessions s WHERE s.session_id = ledger_timeline.session_id)"
+    " WHERE version = (SELECT s.version FROM ledger_sessions s"
+    " WHERE s.session_id = ledger_timeline.session_id)",
+    *(
+        f"ALTER TABLE ledger_sessions DROP COLUMN {column}"
+        for column in ("version", "message_count", "archived_count", "token_total", "updated_at")
+    ),
+)
+
+# Stores made when one table held every row of the transcript, live or ended (`valid_to`
+# NULL while live): the live rows go to a table keyed by (session, status, message id),
+# the ended ones to `ledger_ended_messages`.
+_ENDED_ROWS_APART = (
+    VIEW_TABLES[0].replace("IF NOT EXISTS ledger_messages", "ledger_messages_moved"),
+    f"INSERT INTO ledger_messages_moved ({LIVE_COLUMNS}) SELECT {LIVE_COLUMNS}"
+    " FROM ledger_messages WHERE valid_to IS NULL",
+    f"INSERT INTO ledger_ended_messages ({LIVE_COLUMNS}, valid_to) SELECT {LIVE_COLUMNS},"
+    " valid_to FROM ledger_messages WHERE valid_to IS NOT NULL",
+    "DROP TABLE ledger_messages",
+    "ALTER TABLE ledger_messages_moved RENAME TO ledger_messages",
+)
+
+
+def _layout_at_numbering(c: Any) -> None:
+    """Migration 1: the views' tables, from nothing or from a store made before."""
+    for statement in VIEW_TABLES:
+        c.execute(statement)
+    if "chain" not in _columns(c, "ledger_timeline"):
+        c.execute("ALTER TABLE ledger_timeline ADD COLUMN chain BLOB")
+    if "version" in _columns(c, "ledger_sessions"):
+        for statement in _HEAD_TO_TIMELINE:
+            c.execute(statement)
+    if "valid_to" in _columns(c, "ledger_messages"):
+        for statement in _ENDED_ROWS_APART:
+            c.execute(statement)
+    c.execute("DROP INDEX IF EXISTS ledger_timeline_time")
+
+
+MIGRATIONS = (_layout_at_numbering,)
+LATEST = len(MIGRATIONS)
+
+
+def migrate(c: Any) -> None:
+    """Apply, in one transaction (the cursor's), the migrations not applied yet."""
+    c.execute(SCHEMA_TABLE)
+    current = schema_version(c)
+    if current >= LATEST:
+        return
+    for number, step in enumerate(MIGRATIONS, start=1):
+        if number > current:
+            step(c)
+    c.execute("DELETE FROM ledger_schema")
+    c.execute("INSERT INTO ledger_schema (version) VALUES (?)", (LATEST,))
+
+
+def schema_version(c: Any) -> int:
+    """The number of the last migration applied (0: none, or no ledger tables)."""
+    c.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'ledger_schema'")
+    if c.fetchone() is None:
+        return 0
+    c.execute("SELECT max(version) FROM ledger_schema")
+    row = c.fetchone()
+    return int(row[0] or 0)
+
+
+def _columns(c: Any, table: str) -> set[str]:
+    c.execute(f"PRAGMA table_info({table})")
+    return {row[1] for row in c.fetchall()}

@@ -1,0 +1,95 @@
+"""The timeline view: one row per event (time, actor, write id, hash chain, and the
+head the event left), and the session rows: heads, time -> version, keys."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+from session_ledger.domain.ports import PriorWrite, SessionHead
+
+from .dialect import ViewStore
+from .sql import MAX_CHAR, NOT_CLEARED, VERSION_AT
+
+
+class TimelineReads(ViewStore):
+    """Reads of the timeline and the session rows."""
+
+    def version_at(self, session_id: uuid.UUID, when: datetime) -> int | None:
+        """The session's version at time `when`: its last event at or before then.
+
+        Event times never run backwards within a session, so the timeline is in time order
+        by version and one statement binary-searches it through its primary key: log2(n)
+        rows, and no index on time to keep up on every write."""
+        sid = self._sid(session_id)
+        with self._reading() as read:
+            rows = self._fetch(read, VERSION_AT, (sid, self._time(when), self._time(when), sid))
+        return (rows[0]["version"] or None) if rows else None
+
+    def session_head(self, session_id: uuid.UUID) -> SessionHead | None:
+        with self._reading() as read:
+            rows = self._fetch(
+                read,
+                "SELECT s.tenant, s.session_key, s.created_at, t.version, t.message_count, "
+                "t.archived_count, t.token_total, t.recorded_at, t.event_type "
+                "FROM ledger_sessions s JOIN ledger_timeline t ON t.session_id = s.session_id "
+                "WHERE s.session_id = ? ORDER BY t.version DESC LIMIT 1",
+                (self._sid(session_id),),
+            )
+        if not rows:
+            return None
+        r = rows[0]
+        return SessionHead(
+            r["tenant"], r["session_key"], r["version"], r["message_count"], r["archived_count"],
+            r["token_total"], self._datetime(r["created_at"]), self._datetime(r["recorded_at"]),
+            r["event_type"],
+        )  # fmt: skip
+
+    def session_keys(
+        self, tenant: str, prefix: str, after: str | None, limit: int, exclude_cleared: bool = False
+    ) -> list[str]:
+        cleared = NOT_CLEARED if exclude_cleared else ""
+        with self._reading() as read:
+            rows = self._fetch(
+                read,
+                "SELECT session_key FROM ledger_sessions s WHERE tenant = ? AND session_key > ? "
+                "AND session_key >= ? AND session_key < ? AND substr(session_key, 1, ?) = ?"
+                f"{cleared} ORDER BY session_key LIMIT ?",
+                (tenant, after or "", prefix, prefix + MAX_CHAR, len(prefix), prefix, limit),
+            )
+        return [r["session_key"] for r in rows]
+
+    def prior_write(self, session_id: uuid.UUID, idempotency_key: str) -> PriorWrite | None:
+        with self._reading() as read:
+            rows = self._fetch(
+                read,
+                "SELECT request_digest, version, message_count FROM ledger_timeline "
+                "WHERE session_id = ? AND idempotency_key = ?",
+                (self._sid(session_id), idempotency_key),
+            )
+        if not rows:
+            return None
+        return PriorWrite(rows[0]["request_digest"], rows[0]["version"], rows[0]["message_count"])
+
+    def stored_chain(
+        self, session_id: uuid.UUID, after_version: int, limit: int
+    ) -> list[tuple[int, bytes | None]]:
+        with self._reading() as read:
+            rows = self._fetch(
+                read,
+                "SELECT version, chain FROM ledger_timeline WHERE session_id = ? AND version > ? "
+                "ORDER BY version LIMIT ?",
+                (self._sid(session_id), after_version, limit),
+            )
+        return [(r["version"], None if r["chain"] is None else bytes(r["chain"])) for r in rows]
+
+    def all_sessions(self, after: tuple[str, str] | None, limit: int) -> list[tuple[str, str]]:
+        tenant, key = after or ("", "")
+        with self._reading() as read:
+            rows = self._fetch(
+                read,
+                "SELECT tenant, session_key FROM ledger_sessions WHERE tenant > ? "
+                "OR (tenant = ? AND session_key > ?) ORDER BY tenant, session_key LIMIT ?",
+                (tenant, tenant, key, limit),
+            )
+        return [(r["tenant"], r["session_key"]) for r in rows]

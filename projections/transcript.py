@@ -1,0 +1,69 @@
+"""The transcript view: the history now or at any past version (temporal rows: live
+since `valid_from`, ended at `valid_to`), a message by position, what a version ended."""
+
+from __future__ import annotations
+
+import uuid
+
+from session_ledger.domain.messages import ChatMessage
+from session_ledger.domain.ports import ACTIVE
+
+from .bodies import StoredMessages, decode_body
+from .dialect import ViewStore
+from .sql import HEAD_VERSION, HEAD_VERSION_SELECT, LIVE
+
+
+class TranscriptReads(ViewStore):
+    """Reads of the transcript."""
+
+    def history(
+        self,
+        session_id: uuid.UUID,
+        status: str,
+        offset: int,
+        limit: int | None,
+        version: int | None = None,
+    ) -> StoredMessages:
+        sid = self._sid(session_id)
+        with self._reading() as read:
+            if version is not None:  # (the id orders the merge of a past version's tables)
+                rows = self._rows(read, ("role, message, message_id", ()), 2, sid, status,
+                                  version, limit=limit, offset=offset)  # fmt: skip
+                return StoredMessages(version, rows)
+            # One statement: the rows and the version they are of (one snapshot).
+            rows = self._rows(read, (f"role, message, {HEAD_VERSION} AS seen", (sid,)), 2, sid,
+                              status, None, limit=limit, offset=offset)  # fmt: skip
+            if rows:
+                return StoredMessages(rows[0][2], rows)
+            head = self._tuples(read, HEAD_VERSION_SELECT, (sid,))
+        return StoredMessages(head[0][0] if head else 0, rows)
+
+    def ended_at(self, session_id: uuid.UUID, version: int) -> list[tuple[str, ChatMessage]]:
+        """The messages (with their status) that left the history at `version`."""
+        with self._reading() as read:
+            rows = self._fetch(
+                read,
+                f"SELECT status, role, message FROM {self.ended_rows} WHERE session_id = ? "
+                "AND valid_to = ? ORDER BY status, message_id",
+                (self._sid(session_id), version),
+            )
+        return [(r["status"], decode_body(r["role"], r["message"])) for r in rows]
+
+    def message_at(
+        self, session_id: uuid.UUID, position: int, count: int
+    ) -> tuple[int, ChatMessage] | None:
+        # Counted from the nearer end: removing the last message reads one row, not all.
+        # (A position past `count` is looked for from the start: a writer elsewhere may
+        # have added it since `count`, and this write then fails on its version.)
+        from_end = count // 2 <= position < count
+        with self._reading() as read:
+            rows = self._fetch(
+                read,
+                f"SELECT message_id, role, message FROM ledger_messages WHERE {LIVE} "
+                f"ORDER BY message_id {'DESC' if from_end else 'ASC'} LIMIT 1 OFFSET ?",
+                (self._sid(session_id), ACTIVE, count - 1 - position if from_end else position),
+            )
+        if not rows:
+            return None
+        r = rows[0]
+        return r["message_id"], decode_body(r["role"], r["message"])
