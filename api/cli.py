@@ -349,7 +349,7 @@ def verify_export(
     file: Annotated[str, typer.Argument(help="A JSONL export, or - for stdin.")],
 ) -> None:
     """Check a JSONL export offline: exit 0 when intact, 1 naming the first broken line."""
-    from session_ledger.projections.export import verify_export as verify
+    from session_ledger.projections.export_verify import verify_export as verify
 
     if file == "-":
         report = verify(typer.get_binary_stream("stdin"))

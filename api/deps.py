@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Annotated, Any
 from urllib.parse import unquote_to_bytes
 
@@ -136,3 +137,13 @@ AdminDep = Annotated[Principal, Depends(require(MANAGE_KEYS))]
 ExporterDep = Annotated[Principal, Depends(require(EXPORT))]
 SessionKeyDep = Annotated[str, Depends(session_key)]
 WriteOptionsDep = Annotated[WriteOptions, Depends(write_options)]
+
+BIG = 2**62  # larger numbers are no real position and would overflow the SQL column types
+AsOfVersion = Annotated[
+    int | None,
+    Query(ge=1, le=BIG, description="Read the session as it was at this version (replay)."),
+]
+AsOf = Annotated[
+    datetime | None,
+    Query(description="Read the session as it was at this time (ISO 8601; no zone: UTC)."),
+]

@@ -18,7 +18,7 @@ from session_ledger.domain import errors as domain
 
 from .auth import Forbidden, Unauthenticated
 from .keystore import KeyNotFound
-from .schemas import MESSAGE_SHAPES, ErrorResponse
+from .schemas import ErrorResponse
 
 log = logging.getLogger("session_ledger.api")
 
@@ -98,6 +98,8 @@ async def handle_error(request: Request, exc: Exception) -> JSONResponse:
         if "if-match" not in request.headers and "if-none-match" not in request.headers:
             # The caller set no precondition: the ledger gave up retrying a busy session.
             status, code = 409, "write_conflict"
+    elif isinstance(exc, domain.InvalidMessage) and exc.index is not None:
+        details = {"index": exc.index}
     elif isinstance(exc, Unauthenticated):
         headers["WWW-Authenticate"] = 'Bearer realm="session-ledger"'
     if status == 500:
@@ -109,7 +111,7 @@ async def handle_error(request: Request, exc: Exception) -> JSONResponse:
 def _validation_details(exc: RequestValidationError) -> list[dict[str, Any]]:
     # Echoing `input` back could repeat a 40 MB body or bytes JSON cannot hold.
     return [
-        {"loc": [str(part) for part in e.get("loc", ()) if part not in MESSAGE_SHAPES],
+        {"loc": [str(part) for part in e.get("loc", ())],
          "type": e.get("type", ""), "msg": e.get("msg", "")}
         for e in exc.errors()[:50]
     ]  # fmt: skip

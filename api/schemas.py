@@ -9,14 +9,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
-from session_ledger.domain.messages import BLOCK_TYPES
+from session_ledger.domain.messages import BLOCK_TYPES, ROLES
 
 Role = Literal["agent", "auditor", "admin"]
-MessageRole = Literal[
-    "system", "developer", "user", "assistant", "function", "tool", "chatbot", "model"
-]
 
 
 OTHER_BLOCK_TYPES = [t for t in BLOCK_TYPES if t != "text"]
@@ -34,55 +31,25 @@ BLOCKS_SCHEMA: dict[str, Any] = {
 }  # fmt: skip
 
 
-class _MessageIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    role: MessageRole
-    additional_kwargs: dict[str, Any] = Field(default_factory=dict)
-
-    def to_ledger(self) -> dict[str, Any]:
-        """The fields the caller gave, for `ChatMessage.parse` (the domain's validation)."""
-        return self.model_dump(exclude_unset=True)
-
-
-class BlocksMessageIn(_MessageIn):
-    """A chat message in LlamaIndex's JSON shape."""
-
-    blocks: list[dict[str, Any]] = Field(
-        default_factory=list,
-        description='LlamaIndex content blocks, e.g. [{"block_type": "text", "text": "hi"}].',
-        json_schema_extra=BLOCKS_SCHEMA,
-    )
-
-
-class TextMessageIn(_MessageIn):
-    """A chat message in the plain shape: `content` is text (or a list of blocks)."""
-
-    content: str | list[dict[str, Any]] | None = Field(
-        description="Text, or a list of content blocks like `blocks`.",
-        json_schema_extra={"anyOf": [{"type": "string"}, BLOCKS_SCHEMA, {"type": "null"}]},
-    )
-
-
-# The shapes' tags, which pydantic puts in an error's location; the API's error details
-# leave them out (`body.messages.0.role`).
-BLOCKS_SHAPE, TEXT_SHAPE = "blocks-shape", "content-shape"
-MESSAGE_SHAPES = (BLOCKS_SHAPE, TEXT_SHAPE)
-
-
-def _message_shape(value: Any) -> str:
-    # A message with `content` is the plain shape, any other the blocks shape: an error
-    # then names what is wrong with the shape the caller meant, not with both shapes.
-    if isinstance(value, dict):
-        return TEXT_SHAPE if "content" in value else BLOCKS_SHAPE
-    return TEXT_SHAPE if isinstance(value, TextMessageIn) else BLOCKS_SHAPE
-
-
-# Either shape, never both `blocks` and `content`.
-MessageIn = Annotated[
-    Annotated[BlocksMessageIn, Tag(BLOCKS_SHAPE)] | Annotated[TextMessageIn, Tag(TEXT_SHAPE)],
-    Discriminator(_message_shape),
-]
+# Messages are validated once, by the domain (`ChatMessage.parse`, whose errors name the
+# message and the field); the API's schema documents the two shapes it accepts.
+MESSAGE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "A chat message: LlamaIndex's shape (`blocks`) or the plain one "
+    "(`content`: text, blocks or null); not both.",
+    "required": ["role"],
+    "additionalProperties": False,
+    "properties": {
+        "role": {"enum": list(ROLES)},
+        "blocks": {**BLOCKS_SCHEMA, "description": 'LlamaIndex content blocks, e.g. '
+                   '[{"block_type": "text", "text": "hi"}].'},
+        "content": {"anyOf": [{"type": "string"}, BLOCKS_SCHEMA, {"type": "null"}],
+                    "description": "Text, or a list of content blocks like `blocks`."},
+        "additional_kwargs": {"type": "object"},
+    },
+    "not": {"required": ["blocks", "content"]},
+}  # fmt: skip
+MessageIn = Annotated[dict[str, Any], WithJsonSchema(MESSAGE_SCHEMA)]
 
 
 class Message(BaseModel):

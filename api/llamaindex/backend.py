@@ -72,17 +72,17 @@ class LocalBackend:
         return _head(h)
 
     def get(self, key: str, token_limit: int | None, initial_token_count: int) -> list[dict]:
-        found = self.ledger.get_json(
+        found = self.ledger.window(
             key, tenant=self.tenant, token_limit=token_limit,
             initial_token_count=initial_token_count, tokenizer=self.tokenizer,
         )  # fmt: skip
-        return [json.loads(text) for text in found]  # (no message objects made and encoded)
+        return [json.loads(text) for text in found.json()]  # (no message objects made again)
 
     def get_all(self, key: str, status: str, offset: int, limit: int | None) -> list[dict]:
-        found = self.ledger.get_all_json(
+        found = self.ledger.history(
             key, tenant=self.tenant, status=status, offset=offset, limit=limit
         )
-        return [json.loads(text) for text in found]
+        return [json.loads(text) for text in found.json()]
 
     def keys(self, after: str | None) -> tuple[list[str], str | None]:
         page = self.ledger.keys(

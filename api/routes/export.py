@@ -16,7 +16,7 @@ from fastapi.responses import StreamingResponse
 
 from session_ledger.projections.export import export_csv, export_jsonl, plan_export
 
-from ..deps import ExporterDep, LedgerDep, SessionKeyDep
+from ..deps import AsOfVersion, ExporterDep, LedgerDep, SessionKeyDep
 from ..errors import ERROR_RESPONSES
 
 router = APIRouter(prefix="/v1/sessions", tags=["export"], responses=ERROR_RESPONSES)

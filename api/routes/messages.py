@@ -59,8 +59,7 @@ def append_messages(
 ) -> WriteResult:  # fmt: skip
     """Append messages to the session (put / put_messages), all or none; creates it."""
     _precondition(ledger, key, who.tenant, options)
-    messages = [m.to_ledger() for m in body.messages]
-    return _written(response, ledger.put_messages(key, messages, **options.ledger_kwargs(who)))
+    return _written(response, ledger.put_messages(key, body.messages, **options.ledger_kwargs(who)))
 
 
 @router.put("/{key}/messages", response_model=WriteResult)
@@ -70,8 +69,7 @@ def replace_history(
 ) -> WriteResult:  # fmt: skip
     """Replace the session's whole history (set); the old one stays in the audit trail."""
     _precondition(ledger, key, who.tenant, options)
-    messages = [m.to_ledger() for m in body.messages]
-    return _written(response, ledger.set(key, messages, **options.ledger_kwargs(who)))
+    return _written(response, ledger.set(key, body.messages, **options.ledger_kwargs(who)))
 
 
 @router.delete("/{key}/messages", response_model=WriteResult)

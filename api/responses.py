@@ -1,0 +1,27 @@
+"""Answers shared by the routes of one session: the version as an ETag, and message
+lists written from the stored canonical JSON as it is."""
+
+from __future__ import annotations
+
+from fastapi import Response
+
+from session_ledger.domain.errors import SessionNotFound
+from session_ledger.domain.ports import MessagesRead
+
+
+def etag(response: Response, version: int) -> None:
+    response.headers["ETag"] = f'"{version}"'
+
+
+def message_list(read: MessagesRead, tenant: str, key: str) -> Response:
+    """A `MessageList` body made of the messages' stored canonical JSON, as it is (decoding
+    each message, validating it and encoding it again cost about 1 ms per 60 messages),
+    with the version the read found as its ETag: the body and its ETag come from one read.
+    404 when the read found no session."""
+    if read.version == 0:
+        raise SessionNotFound(tenant, key)
+    response = Response(
+        ('{"messages":[' + ",".join(read.json()) + "]}").encode(), media_type="application/json"
+    )
+    etag(response, read.version)
+    return response
