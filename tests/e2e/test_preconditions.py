@@ -127,3 +127,42 @@ def test_an_idempotency_key_reused_for_another_write_is_422(
             api.put(session_key, {"role": "user", "content": "other"}, idempotency_key=token)
         assert (err.value.status, err.value.code) == (422, "idempotency_key_reused")
         assert api.head(session_key).message_count == 1
+
+
+def test_a_read_answers_with_the_version_its_messages_are_of(
+    deployment: Deployment, session_key: str
+) -> None:
+    """Under concurrent writes, a `/context` or `/messages` answer's ETag is the version of
+    the messages in its body (one read gives both), and a past read's ETag is the version
+    read, not the current one."""
+    import threading
+
+    path = f"/v1/sessions/{api_path(session_key)}"
+    with deployment.client("a_agent") as api:
+        api.put(session_key, {"role": "user", "content": "0"})  # version 2 holds "0"
+    stop = threading.Event()
+
+    def write() -> None:
+        with deployment.client("a_agent") as writer:
+            n = 1
+            while not stop.is_set():
+                writer.put(session_key, {"role": "user", "content": str(n)})  # v n+2: "n"
+                n += 1
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    try:
+        with deployment.raw("a_agent") as http:
+            for _ in range(150):
+                for suffix in ("/context?token_limit=1", "/messages"):
+                    answer = http.get(path + suffix)
+                    newest = answer.json()["messages"][-1]["blocks"][0]["text"]
+                    assert answer.headers["ETag"] == f'"{int(newest) + 2}"', suffix
+    finally:
+        stop.set()
+        thread.join()
+    with deployment.raw("a_agent") as http:
+        for suffix in ("/context", "/messages"):
+            past = http.get(f"{path}{suffix}?as_of_version=3")
+            assert past.headers["ETag"] == '"3"'
+            assert past.json()["messages"][-1]["blocks"][0]["text"] == "1"
