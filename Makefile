@@ -39,7 +39,7 @@ clean:
 # Benchmarks against the stores users would pick instead (bench/README.md).
 BENCH_STAMP := $(VENV)/.bench-installed
 
-.PHONY: bench bench-quick bench-replay bench-writes bench-layouts bench-phases bench-floor
+.PHONY: bench bench-quick bench-replay bench-writes test-bench
 
 $(BENCH_STAMP): $(STAMP) pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev,llamaindex,bench]'
@@ -55,13 +55,7 @@ bench-replay: $(STAMP)
 	$(BIN)/python -m bench.replay
 
 bench-writes: $(BENCH_STAMP)
-	$(BIN)/python -m bench.write_cost
+	$(BIN)/python -m bench.diagnostics.write_cost
 
-bench-layouts: $(STAMP)
-	$(BIN)/python -m bench.layout_cost
-
-bench-phases: $(STAMP)
-	$(BIN)/python -m bench.put_phases
-
-bench-floor: $(STAMP)
-	$(BIN)/python -m bench.put_floor
+test-bench: $(STAMP)
+	$(BIN)/python -m pytest -m bench

@@ -5,35 +5,35 @@ header) for every page the transaction changed, then fsyncs the WAL. Stores that
 the same number of fsyncs differ by how many pages each write touches, so this
 counts them: it runs N single-message writes, reads the frames each commit appended
 to the WAL (following it through checkpoints), and names each frame's b-tree (table
-or index) through SQLite's `dbstat` table. It also times each write and, where the
-store's connection can be reached, its COMMIT.
+or index) through SQLite's `dbstat` table. It also times each write.
 
-Compared: session-ledger (event + message row + timeline row with its hash + session
-row), raw sqlite3 (one INSERT), and OpenAI Agents' `SQLiteSession` when the bench
-extra is installed.
+Compared, each through the store `make bench` drives: session-ledger (its public
+`put`), raw sqlite3 (one INSERT), and OpenAI Agents' `SQLiteSession` when the bench
+extra is installed. Only the database files are looked at, so the ledger's own code
+can change freely.
 
-`python -m bench.write_cost [--writes 1000] [--sessions 1]` prints a Markdown table
-and writes bench/results/write-cost-latest.json.
+`python -m bench.diagnostics.write_cost [--writes 1000] [--sessions 1]` prints a
+Markdown table and writes bench/results/write-cost-<n>-sessions-latest.json.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import collections
-import json
 import sqlite3
 import statistics
 import struct
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.corpus import conversation
+from bench.corpus import Message, conversation
 from bench.results import write_diagnostic
+from bench.stores import Context, Store
 
 WARM_WRITES = 200  # not counted: creates the sessions and the first pages
 WAL_HEADER = 32
@@ -47,7 +47,6 @@ class Cost:
     frames_per_write: float
     by_btree: dict[str, float]  # frames per write
     write_us: float  # median wall time of one write
-    commit_us: float | None = None  # median wall time of its COMMIT, where measured
     notes: list[str] = field(default_factory=list)
 
 
@@ -108,21 +107,13 @@ def btree_names(db: Path) -> dict[int, str]:
     return names
 
 
-def measure(
-    store: str,
-    db: Path,
-    write: Callable[[int], None],
-    writes: int,
-    commit_times: list[float] | None = None,
-) -> Cost:
+def measure(store: str, db: Path, write: Callable[[int], None], writes: int) -> Cost:
     """`write(i)` `writes` times after the warm-up; each write's frames are read from
     `db`'s WAL right after it."""
     for i in range(WARM_WRITES):
         write(i)
     reader = WalReader(db.with_name(db.name + "-wal"))
     reader.commits()  # skip what the warm-up wrote
-    if commit_times is not None:
-        commit_times.clear()
     times = []
     measured: list[list[int]] = []
     for i in range(WARM_WRITES, WARM_WRITES + writes):
@@ -145,120 +136,57 @@ def measure(
         frames_per_write=sum(counts.values()) / writes,
         by_btree={k: v / writes for k, v in counts.most_common()},
         write_us=statistics.median(times) * 1e6,
-        commit_us=statistics.median(commit_times) * 1e6 if commit_times else None,
         notes=notes,
     )
 
 
-class _TimedCommit:
-    """A sqlite3 connection whose commit() is timed into `times`."""
-
-    def __init__(self, conn: sqlite3.Connection, times: list[float]) -> None:
-        self._conn = conn
-        self._times = times
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._conn, name)
-
-    def commit(self) -> None:
-        t0 = time.perf_counter()
-        self._conn.commit()
-        self._times.append(time.perf_counter() - t0)
-
-
-def ledger_cost(workdir: Path, messages: list[dict[str, Any]], writes: int, sessions: int) -> Cost:
-    from session_ledger.api.bootstrap import migrate, open_ledger
-    from session_ledger.api.settings import Settings
-    from session_ledger.domain.messages import ChatMessage
-    from session_ledger.projections.sqlite import _LedgerConnection
-
-    db = workdir / "ledger.db"
-    settings = Settings(database_url=f"sqlite:///{db}", token_limit=4000)
-    migrate(settings)
-    ledger = open_ledger(settings)
-    native = [ChatMessage.text(m["role"], m["content"]) for m in messages]
-    pool = ledger.recorder.datastore.pool
-    commit_times: list[float] = []
-    conn = pool.get_connection(is_writer=True)
+@contextmanager
+def opened(store: Store, workdir: Path) -> Iterator[Store]:
+    store.open(Context(workdir=workdir, postgres_url=None, window_rows=1))
     try:
-        assert isinstance(conn, _LedgerConnection)
-        conn.sqlite = _TimedCommit(conn.sqlite, commit_times)  # type: ignore[assignment]
+        yield store
     finally:
-        pool.put_connection(conn)
+        store.close()
+
+
+def stores() -> list[tuple[Store, str]]:
+    """The stores compared, each with the name of the SQLite file it writes."""
+    from bench.anchors.raw_sqlite import RawSQLite
+    from bench.ledger import LedgerStore
+
+    out: list[tuple[Store, str]] = [
+        (LedgerStore("sqlite"), "ledger.db"),
+        (RawSQLite(), "raw-sqlite3.db"),
+    ]
     try:
+        from bench.anchors.openai_agents import AgentsSQLite
+    except ImportError:  # the bench extra is not installed
+        return out
+    return [*out, (AgentsSQLite(), "openai-agents.db")]
+
+
+def cost(
+    store: Store, file: str, workdir: Path, messages: list[Message], writes: int, sessions: int
+) -> Cost:
+    """What `writes` single-message writes of `store`, spread over `sessions`, cost."""
+    with opened(store, workdir):
+        natives = [store.native(m) for m in messages]
         return measure(
-            "session-ledger sqlite",
-            db,
-            lambda i: ledger.put(f"s{i % sessions}", native[i]),
+            store.name,
+            workdir / file,
+            lambda i: store.append(f"s{i % sessions}", natives[i]),
             writes,
-            commit_times,
         )
-    finally:
-        ledger.close()
-
-
-def raw_cost(workdir: Path, messages: list[dict[str, Any]], writes: int, sessions: int) -> Cost:
-    db = workdir / "raw.db"
-    conn = sqlite3.connect(db)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=FULL")
-    conn.executescript(
-        "CREATE TABLE messages (id INTEGER PRIMARY KEY AUTOINCREMENT, session TEXT NOT NULL,"
-        " data TEXT NOT NULL); CREATE INDEX messages_session_id ON messages (session, id);"
-    )
-    commit_times: list[float] = []
-
-    def write(i: int) -> None:
-        conn.execute(
-            "INSERT INTO messages (session, data) VALUES (?, ?)",
-            (f"s{i % sessions}", json.dumps(messages[i])),
-        )
-        t0 = time.perf_counter()
-        conn.commit()
-        commit_times.append(time.perf_counter() - t0)
-
-    try:
-        return measure("raw sqlite3 WAL+FULL", db, write, writes, commit_times)
-    finally:
-        conn.close()
-
-
-def agents_cost(
-    workdir: Path, messages: list[dict[str, Any]], writes: int, sessions: int
-) -> Cost | None:
-    try:
-        from agents.memory import SQLiteSession
-    except ImportError:
-        return None
-    db = workdir / "openai-agents.db"
-    loop = asyncio.new_event_loop()
-    handles: dict[str, Any] = {}
-
-    def write(i: int) -> None:
-        key = f"s{i % sessions}"
-        if key not in handles:
-            handles[key] = SQLiteSession(key, str(db))
-        loop.run_until_complete(handles[key].add_items([messages[i]]))
-
-    try:
-        return measure("OpenAI Agents SQLiteSession", db, write, writes)
-    finally:
-        for handle in handles.values():
-            handle.close()
-        loop.close()
 
 
 def table(costs: list[Cost]) -> str:
     lines = [
-        "| store | WAL frames per write | by b-tree (frames per write) | write µs | commit µs |",
-        "|---|---|---|---|---|",
+        "| store | WAL frames per write | by b-tree (frames per write) | write µs |",
+        "|---|---|---|---|",
     ]
     for c in costs:
         parts = ", ".join(f"{name} {v:.2f}" for name, v in c.by_btree.items())
-        commit = f"{c.commit_us:.0f}" if c.commit_us is not None else "—"
-        lines.append(
-            f"| {c.store} | {c.frames_per_write:.2f} | {parts} | {c.write_us:.0f} | {commit} |"
-        )
+        lines.append(f"| {c.store} | {c.frames_per_write:.2f} | {parts} | {c.write_us:.0f} |")
     return "\n".join(lines)
 
 
@@ -269,15 +197,12 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, default=None, help="default: a temporary dir")
     args = parser.parse_args()
     messages = conversation(WARM_WRITES + args.writes)
+    costs: list[Cost] = []
     with tempfile.TemporaryDirectory(prefix="write-cost-", dir=args.workdir) as scratch:
-        workdir = Path(scratch)
-        costs = [
-            ledger_cost(workdir, messages, args.writes, args.sessions),
-            raw_cost(workdir, messages, args.writes, args.sessions),
-        ]
-        agents = agents_cost(workdir, messages, args.writes, args.sessions)
-        if agents is not None:
-            costs.append(agents)
+        for store, file in stores():
+            workdir = Path(scratch) / file.removesuffix(".db")
+            workdir.mkdir()
+            costs.append(cost(store, file, workdir, messages, args.writes, args.sessions))
     print(
         f"{args.writes} single-message writes to {args.sessions} session(s), "
         f"after {WARM_WRITES} not counted; medians:\n"
@@ -286,9 +211,10 @@ def main() -> None:
     for c in costs:
         for note in c.notes:
             print(f"- {c.store}: {note}")
+    record: dict[str, Any] = {"writes": args.writes, "sessions": args.sessions}
     write_diagnostic(
         f"write-cost-{args.sessions}-sessions-latest.json",
-        {"writes": args.writes, "sessions": args.sessions, "costs": [asdict(c) for c in costs]},
+        {**record, "costs": [asdict(c) for c in costs]},
     )
 
 
