@@ -44,7 +44,8 @@ STORES = ("sqlite", "postgres")
 
 @dataclass(frozen=True)
 class Plan:
-    rounds: int  # blocks of each workload per side
+    pairs: int  # pairs of worker processes, one after the other, each with fresh stores
+    rounds: int  # rounds per pair: a block of each workload on each side
     w1_block: int  # puts in a W1 block
     w3_block: int  # reads in a W3 block
     w4_block: int  # reads in a W4 block
@@ -55,9 +56,13 @@ class Plan:
 
 
 # Short blocks and many rounds: on this machine a block's time moves by half from one
-# second to the next, and the median of many rounds' ratios is what stays put.
-FULL = Plan(rounds=60, w1_block=50, w3_block=20, w4_block=2, history=10_000)
-QUICK = Plan(rounds=10, w1_block=20, w3_block=10, w4_block=1, history=1_000)
+# second to the next, and the median of many rounds' ratios is what stays put. Several
+# pairs of processes: one process can run the same code a few percent faster than
+# another for all of a run (its memory layout, its hash seed), which rounds cannot average.
+FULL = Plan(pairs=3, rounds=20, w1_block=50, w3_block=20, w4_block=2, history=10_000)
+QUICK = Plan(pairs=1, rounds=10, w1_block=20, w3_block=10, w4_block=1, history=1_000)
+
+Blocks = dict[str, dict[str, list[float]]]  # workload -> side -> each block's figure
 
 
 def log(text: str) -> None:
@@ -76,8 +81,10 @@ def measure(
     plan: Plan,
     workdir: Path,
     databases: ScratchDatabases | None,
-) -> tuple[dict[str, Comparison], dict[str, Any]]:
-    """Every workload on `store`, both sides in turns; what each side said when opened."""
+    blocks: Blocks,
+) -> dict[str, Any]:
+    """Every workload on `store`, both sides in turns, the first of `sides` first; each
+    block's figure is appended to `blocks`. Returns what each side said when opened."""
     reads = any(w in ("W3", "W4") for w in workloads)
     opened: dict[str, Any] = {}
     with contextlib.ExitStack() as cleanup:
@@ -88,7 +95,7 @@ def measure(
                 url = databases.create(f"ab_{name}")
                 cleanup.callback(databases.drop, url)
             folder = workdir / f"{store}-{name}"
-            folder.mkdir()
+            folder.mkdir(parents=True)
             opened[name] = side.request(
                 "open",
                 store=store,
@@ -99,7 +106,6 @@ def measure(
             )
             cleanup.callback(side.request, "close", store=store)
             log(f"{store}: {name} opened, {opened[name]['load_s']:.1f} s to load")
-        blocks: dict[str, dict[str, list[float]]] = {w: {s: [] for s in sides} for w in workloads}
         for r, order in enumerate(turn_orders(list(sides), plan.rounds)):
             for workload in workloads:
                 for name in order:
@@ -108,20 +114,23 @@ def measure(
                     )
                     blocks[workload][name].append(block_figure(workload, answer["us"]))
             log(f"{store}: round {r + 1}/{plan.rounds}")
-    comparisons = {
-        w: Comparison(tuple(by_side["base"]), tuple(by_side["head"]))
-        for w, by_side in blocks.items()
-    }
-    return comparisons, opened
+    return opened
 
 
-def figures(c: Comparison) -> dict[str, Any]:
+def per_pair(c: Comparison, pairs: int) -> list[float]:
+    """The median ratio of each pair of processes' rounds."""
+    ratios, rounds = c.block_ratios, len(c.block_ratios) // pairs
+    return [statistics.median(ratios[i * rounds : (i + 1) * rounds]) for i in range(pairs)]
+
+
+def figures(c: Comparison, pairs: int) -> dict[str, Any]:
     """A comparison as the JSON keeps it: the medians, the ratios and every block."""
     return {
         "base": c.base,
         "head": c.head,
         "ratio": c.ratio,
         "ratio_interval_95": c.ratio_interval,
+        "pair_ratios": per_pair(c, pairs),
         "round_ratios": c.block_ratios,
         "base_blocks": c.base_blocks,
         "head_blocks": c.head_blocks,
@@ -139,34 +148,40 @@ def change(ratio: float) -> str:
     return f"{abs(ratio - 1):.1%} {'slower' if ratio > 1 else 'faster'}"
 
 
-def table(results: dict[str, dict[str, Comparison]], tolerance: float) -> str:
+def table(results: dict[str, dict[str, Comparison]], tolerance: float, pairs: int) -> str:
     """One row per workload and store: the medians, head/base, and each round's ratio."""
     lines = [
         "| workload | store | figure | base | head | head/base | 95% interval | change | "
-        f"head/base <= {1 + tolerance:g} | per round |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        f"head/base <= {1 + tolerance:g} | per pair of processes | per round |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for store, by_workload in results.items():
         for workload, c in by_workload.items():
             rounds = ", ".join(f"{r:.3f}" for r in c.block_ratios)
             holds = "yes" if c.ratio <= 1 + tolerance else "NO"
             low, high = c.ratio_interval
+            pair = ", ".join(f"{r:.3f}" for r in per_pair(c, pairs))
             lines.append(
                 f"| {workload} | {store} | {WORKLOADS[workload][0]} | {_fmt(c.base)} | "
                 f"{_fmt(c.head)} | {c.ratio:.3f} | {low:.3f}-{high:.3f} | {change(c.ratio)} | "
-                f"{holds} | {rounds} |"
+                f"{holds} | {pair} | {rounds} |"
             )
     return "\n".join(lines)
 
 
 @contextlib.contextmanager
-def started(revs: dict[str, str], scratch: Path) -> Iterator[dict[str, Side]]:
+def started(
+    trees: dict[str, tuple[Path, str]], scratch: Path, pair: int
+) -> Iterator[dict[str, Side]]:
+    """Pair number `pair` of workers, one per tree (path, label). Every other pair starts
+    the head first, and lets it go first in the rounds."""
+    names = list(trees) if pair % 2 == 0 else list(reversed(trees))
     sides: dict[str, Side] = {}
     try:
-        for name, rev in revs.items():
-            tree, label = source_tree(rev, scratch / name / "tree")
-            sides[name] = Side(name, tree, label, scratch / name)
-            log(f"{name}: {sides[name].label}, session_ledger.domain from {sides[name].domain}")
+        for name in names:
+            side = Side(name, *trees[name], scratch / f"{name}-{pair}", seed=pair)
+            sides[name] = side
+            log(f"pair {pair + 1}, {name}: {side.label}, session_ledger.domain from {side.domain}")
         yield sides
     finally:
         for side in sides.values():
@@ -180,7 +195,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--workloads", default="W1,W3,W4", help="some of W1, W3, W4")
     parser.add_argument("--stores", default=",".join(STORES), help="some of sqlite, postgres")
     parser.add_argument("--quick", action="store_true", help="fewer, smaller blocks: a minute")
-    parser.add_argument("--rounds", type=int, help="blocks of each workload per side")
+    parser.add_argument("--pairs", type=int, help="pairs of worker processes, one after another")
+    parser.add_argument("--rounds", type=int, help="rounds per pair of processes")
     parser.add_argument("--tolerance", type=float, default=0.05, help="head/base allowed: 1+x")
     parser.add_argument("--workdir", type=Path, default=Path("var/bench"), help="on a disk")
     parser.add_argument("--out", type=Path, default=RESULTS, help="where the JSON goes")
@@ -198,8 +214,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     raw = sys.argv[1:] if argv is None else argv
     args = parse(raw)
     plan = QUICK if args.quick else FULL
-    if args.rounds:
-        plan = Plan(**{**asdict(plan), "rounds": args.rounds})
+    plan = Plan(**{**asdict(plan), "pairs": args.pairs or plan.pairs})
+    plan = Plan(**{**asdict(plan), "rounds": args.rounds or plan.rounds})
     databases: ScratchDatabases | None = None
     if "postgres" in args.stores:
         databases = ScratchDatabases(server_url())
@@ -208,29 +224,41 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             log(f"PostgreSQL unreachable, left out: {why}")
             args.stores.remove("postgres")
             databases = None
-    results: dict[str, dict[str, Comparison]] = {}
+    blocks: dict[str, Blocks] = {
+        store: {w: {name: [] for name in SIDES} for w in args.workloads} for store in args.stores
+    }
     opened: dict[str, dict[str, Any]] = {}
+    imported: list[dict[str, dict[str, str]]] = []
     load = [os.getloadavg()[0]]
     started_at = time.time()
     args.workdir.mkdir(parents=True, exist_ok=True)
-    with (
-        tempfile.TemporaryDirectory(prefix="ab-", dir=args.workdir) as scratch,
-        started({"base": args.base, "head": args.head}, Path(scratch)) as sides,
-    ):
-        for store in args.stores:
-            results[store], opened[store] = measure(
-                sides, store, args.workloads, plan, Path(scratch), databases
-            )
-        labels = {name: side.label for name, side in sides.items()}
-        imported = {name: side.imported_from for name, side in sides.items()}
+    with tempfile.TemporaryDirectory(prefix="ab-", dir=args.workdir) as scratch:
+        trees = {
+            name: source_tree(rev, Path(scratch) / f"{name}-tree")
+            for name, rev in zip(SIDES, (args.base, args.head), strict=True)
+        }
+        for pair in range(plan.pairs):
+            with started(trees, Path(scratch), pair) as sides:
+                imported.append({name: side.imported_from for name, side in sides.items()})
+                for store in args.stores:
+                    workdir = Path(scratch) / f"pair-{pair}"
+                    opened[store] = measure(
+                        sides, store, args.workloads, plan, workdir, databases, blocks[store]
+                    )
     load.append(os.getloadavg()[0])
-    text = table(results, args.tolerance)
+    labels = {name: label for name, (_, label) in trees.items()}
+    results = {
+        store: {w: Comparison(tuple(b["base"]), tuple(b["head"])) for w, b in by_w.items()}
+        for store, by_w in blocks.items()
+    }
+    text = table(results, args.tolerance, plan.pairs)
     handed = {f"{s} {n}": o["messages"] for s, by in opened.items() for n, o in by.items()}
     print(
-        f"\nbase {labels['base']} against head {labels['head']}: {plan.rounds} rounds in "
-        f"turns, {time.time() - started_at:.0f} s, load average {load[0]:.1f} then "
-        f"{load[1]:.1f}; medians of the blocks, head/base the median of the rounds' "
-        f"ratios (above 1: the head took longer) and where it lies with 95% confidence:\n"
+        f"\nbase {labels['base']} against head {labels['head']}: {plan.pairs} pair(s) of "
+        f"processes, {plan.rounds} rounds each, in turns, {time.time() - started_at:.0f} s, "
+        f"load average {load[0]:.1f} then {load[1]:.1f}; medians of the blocks, head/base "
+        "the median of the rounds' ratios (above 1: the head took longer) and where it "
+        "lies with 95% confidence:\n"
     )
     print(text)
     print()
@@ -247,7 +275,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "messages_handed_as": handed,
         "tolerance": args.tolerance,
         "results": {
-            store: {w: {"unit": WORKLOADS[w][0], **figures(c)} for w, c in by_workload.items()}
+            store: {
+                w: {"unit": WORKLOADS[w][0], **figures(c, plan.pairs)}
+                for w, c in by_workload.items()
+            }
             for store, by_workload in results.items()
         },
         "table_markdown": text,

@@ -80,9 +80,9 @@ def import_dir(tree: Path, into: Path) -> Path:
 class Side:
     """One revision and its worker, driven one JSON line at a time."""
 
-    def __init__(self, name: str, tree: Path, label: str, scratch: Path) -> None:
-        """A worker importing `session_ledger` from `tree` (see `source_tree`); its
-        symlinks go into `scratch`."""
+    def __init__(self, name: str, tree: Path, label: str, scratch: Path, seed: int) -> None:
+        """A worker importing `session_ledger` from `tree` (see `source_tree`), its
+        symlinks in `scratch`, its string hashes seeded with `seed`."""
         self.name = name
         self.label = label
         self.tree = tree.resolve()
@@ -91,7 +91,7 @@ class Side:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "bench.ab_worker"],
             cwd=ROOT,  # the worker's `bench` is this work tree's
-            env={**os.environ, "PYTHONPATH": os.pathsep.join(path)},
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(path), "PYTHONHASHSEED": str(seed)},
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,

@@ -27,7 +27,7 @@ def test_a_worker_imports_the_tree_it_is_given_as_that_tree_lays_itself_out(
         '[tool.setuptools.package-dir]\n"session_ledger.domain" = "core"\n'
         '"session_ledger.api" = "web"\n'
     )
-    side = Side("head", tree, "a renamed layout", tmp_path / "scratch")
+    side = Side("head", tree, "a renamed layout", tmp_path / "scratch", seed=0)
     try:
         # Not the work tree's domain/, which the editable install also offers.
         assert side.imported_from == {
@@ -51,18 +51,20 @@ def test_the_work_tree_against_head_in_turns(
         monkeypatch.setenv("LEDGER_BENCH_POSTGRES_URL", postgres_server_url())
     out, workdir = tmp_path / "out", tmp_path / "work"
     record = ab.main(
-        ["--base", "HEAD", "--quick", "--rounds", "2", "--stores", store,
+        ["--base", "HEAD", "--quick", "--pairs", "2", "--rounds", "2", "--stores", store,
          "--workdir", str(workdir), "--out", str(out)]
     )  # fmt: skip
     assert record["sides"]["base"].startswith("HEAD (")
     assert record["sides"]["head"].startswith("worktree (")
-    base, head = (record["imported_from"][s]["session_ledger.domain"] for s in ab.SIDES)
-    assert Path(base).is_relative_to(workdir.resolve())  # the export of HEAD
-    assert Path(head) == ROOT / "domain" / "__init__.py"
+    assert len(record["imported_from"]) == 2  # a pair of workers, then another
+    for pair in record["imported_from"]:
+        base, head = (pair[side]["session_ledger.domain"] for side in ab.SIDES)
+        assert Path(base).is_relative_to(workdir.resolve())  # the export of HEAD
+        assert Path(head) == ROOT / "domain" / "__init__.py"
     results = record["results"][store]
     assert set(results) == {"W1", "W3", "W4"}
     for figures in results.values():
-        assert len(figures["round_ratios"]) == 2
+        assert len(figures["round_ratios"]) == 2 * 2 and len(figures["pair_ratios"]) == 2
         assert figures["base"] > 0 and figures["head"] > 0
     assert record["table_markdown"].count("\n") == 1 + 3
     (written,) = out.glob("ab-*.json")
