@@ -65,4 +65,4 @@ bench-ab: $(STAMP)
 	$(BIN)/python -m bench.ab --base $(BASE) --head $(HEAD) $(AB_ARGS)
 
 test-bench: $(STAMP)
-	$(BIN)/python -m pytest -m bench
+	$(BIN)/python -m pytest -m bench tests/bench

@@ -2,8 +2,8 @@
 
 Started as `python -m bench.ab_worker` with a directory first on PYTHONPATH that maps
 `session_ledger` to that revision's tree, it imports `session_ledger`'s subpackages from
-there (and says from where, so the parent can check), then answers one JSON request per line on
-stdin with one JSON line on stdout. It drives the revision only through
+there (and says from where, so the parent can check), then answers one JSON request per
+line on stdin with one JSON line on stdout. It drives the revision only through
 `bench.ledger.LedgerStore`, the public API (`migrate`, `open_ledger`, `put`, `get`,
 `get_all`), so the two revisions may lay out their insides differently.
 
