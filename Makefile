@@ -39,7 +39,7 @@ clean:
 # Benchmarks against the stores users would pick instead (bench/README.md).
 BENCH_STAMP := $(VENV)/.bench-installed
 
-.PHONY: bench bench-quick bench-replay bench-writes bench-layouts bench-phases bench-floor
+.PHONY: bench bench-quick bench-replay bench-writes bench-ab test-bench
 
 $(BENCH_STAMP): $(STAMP) pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev,llamaindex,bench]'
@@ -55,13 +55,14 @@ bench-replay: $(STAMP)
 	$(BIN)/python -m bench.replay
 
 bench-writes: $(BENCH_STAMP)
-	$(BIN)/python -m bench.write_cost
+	$(BIN)/python -m bench.diagnostics.write_cost
 
-bench-layouts: $(STAMP)
-	$(BIN)/python -m bench.layout_cost
+# The same workloads on two revisions, taking turns (bench/README.md):
+# make bench-ab BASE=<rev> [HEAD=<rev>, default the work tree] [AB_ARGS=--quick]
+HEAD ?= worktree
+bench-ab: $(STAMP)
+	$(if $(BASE),,$(error give the revision to compare with: make bench-ab BASE=<rev>))
+	$(BIN)/python -m bench.ab --base $(BASE) --head $(HEAD) $(AB_ARGS)
 
-bench-phases: $(STAMP)
-	$(BIN)/python -m bench.put_phases
-
-bench-floor: $(STAMP)
-	$(BIN)/python -m bench.put_floor
+test-bench: $(STAMP)
+	$(BIN)/python -m pytest -m bench tests/bench

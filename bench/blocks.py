@@ -1,61 +1,75 @@
-"""Timed blocks that take turns: how the diagnostics compare writers at one machine speed.
+"""Blocks that take turns: how an A/B run compares two revisions at one machine speed.
 
-Each writer runs a block of puts per round, in a new random order every round, so a
-slow or fast moment of the machine falls on all of them; a writer's figure is the
-median of its blocks.
+This machine's CPU and fsync speed drift several-fold within minutes, so two things
+compared are measured in alternating blocks, seconds apart: each round runs one block of
+each, the one that goes first changing every round. A figure is the median of its blocks,
+and a ratio is taken block by block within each round, then its median reported, so a
+slow or fast moment falls on both sides of every ratio. How far that median can be
+trusted is an interval that assumes nothing of the noise's shape (`median_interval`).
 """
 
 from __future__ import annotations
 
-import argparse
-import random
-import tempfile
-import time
-from collections.abc import Callable, Mapping
-from pathlib import Path
-from typing import Any, TypeVar
-
-from bench.results import write_diagnostic
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TypeVar
 
 K = TypeVar("K")
-R = TypeVar("R")
 
 
-def in_turns(
-    writers: Mapping[K, Callable[[], None]], rounds: int, block: int, rng: random.Random
-) -> dict[K, list[float]]:
-    """µs per call of each writer, one figure per block of `block` calls."""
-    times: dict[K, list[float]] = {name: [] for name in writers}
-    names = list(writers)
-    for _ in range(rounds):
-        for name in rng.sample(names, len(names)):  # a new order every round
-            put = writers[name]
-            t0 = time.perf_counter_ns()
-            for _ in range(block):
-                put()
-            times[name].append((time.perf_counter_ns() - t0) / block / 1000)
-    return times
+def turn_orders(names: Sequence[K], rounds: int) -> list[list[K]]:
+    """The order of each round: every name once, starting with the next name each round
+    (for two: a b, b a, a b, ...), so that neither side always runs right after the other."""
+    n = len(names)
+    return [[names[(r + i) % n] for i in range(n)] for r in range(rounds)]
 
 
-def run_diagnostic(
-    doc: str,
-    kind: str,
-    defaults: tuple[int, int],
-    measure: Callable[[Path, int, int], R],
-    table: Callable[[R], str],
-    record: Callable[[R], dict[str, Any]],
-) -> None:
-    """The command line of a diagnostic timed in turns (--rounds, --block, --dir): measure
-    in a scratch directory, print the table, write bench/results/<kind>-latest.json."""
-    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=defaults[0])
-    parser.add_argument("--block", type=int, default=defaults[1], help="puts per writer a round")
-    parser.add_argument("--dir", type=Path, default=None, help="default: a temporary dir")
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix=f"{kind}-", dir=args.dir) as scratch:
-        result = measure(Path(scratch), args.rounds, args.block)
-    print(f"{args.rounds} rounds of {args.block} single-message puts per writer; medians:\n")
-    print(table(result))
-    write_diagnostic(
-        f"{kind}-latest.json", {"rounds": args.rounds, "block": args.block, **record(result)}
-    )
+@dataclass(frozen=True)
+class Comparison:
+    """Two sides' blocks of one workload: each block's figure is a time per call."""
+
+    base_blocks: tuple[float, ...]
+    head_blocks: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if not self.base_blocks or len(self.base_blocks) != len(self.head_blocks):
+            raise ValueError("a comparison needs one block of each side per round")
+
+    @property
+    def base(self) -> float:
+        return statistics.median(self.base_blocks)
+
+    @property
+    def head(self) -> float:
+        return statistics.median(self.head_blocks)
+
+    @property
+    def block_ratios(self) -> list[float]:
+        """head / base within each round: above 1, the head took longer."""
+        return [h / b for b, h in zip(self.base_blocks, self.head_blocks, strict=True)]
+
+    @property
+    def ratio(self) -> float:
+        """The median of the ratios of the rounds (not the ratio of the medians)."""
+        return statistics.median(self.block_ratios)
+
+    @property
+    def ratio_interval(self) -> tuple[float, float]:
+        """Where the rounds' median ratio lies, with 95% confidence."""
+        return median_interval(self.block_ratios)
+
+
+def median_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float]:
+    """A confidence interval for the median of what `values` sample, whatever the
+    distribution: from the k-th smallest to the k-th largest value, k as large as the
+    binomial tails allow. At 95%, eight values or fewer give their whole range."""
+    n, ordered = len(values), sorted(values)
+    tail = (1 - confidence) / 2
+    k, below = 0, 0.0  # below: the chance that fewer than k values fall under the median
+    while k < n and below + math.comb(n, k) / 2**n <= tail:
+        below += math.comb(n, k) / 2**n
+        k += 1
+    k = max(k, 1)  # too few values for the confidence asked: all of them
+    return ordered[k - 1], ordered[n - k]

@@ -106,11 +106,11 @@ def write(
     return path
 
 
-def write_diagnostic(name: str, fields: dict[str, Any]) -> Path:
-    """A diagnostic's JSON (bench/results/`name`): when it ran, the revision it measured,
-    and `fields`."""
+def write_diagnostic(name: str, fields: dict[str, Any], out: Path = RESULTS) -> Path:
+    """A diagnostic's JSON (`out`/`name`, by default in bench/results/): when it ran, the
+    revision of the work tree it ran from, and `fields`."""
     record = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "revision": revision()}
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / name
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / name
     path.write_text(json.dumps({**record, **fields}, indent=1) + "\n")
     return path
