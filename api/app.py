@@ -24,6 +24,8 @@ from .middleware import BodyLimit, RawSessionPath
 from .routes import export, health, history, keys, sessions
 from .settings import Settings
 
+DISTRIBUTION = "session-audit-ledger"  # the package index name (pyproject.toml)
+
 DESCRIPTION = """Event-sourced conversation memory for LLM agents.
 
 Authenticate with `Authorization: Bearer <API key>`. Session keys are sent
@@ -34,7 +36,7 @@ percent-encoded as one path segment (`/` as `%2F`). Every error answers
 
 def _version() -> str:
     try:
-        return version("session-ledger")
+        return version(DISTRIBUTION)
     except PackageNotFoundError:
         return "0"
 
