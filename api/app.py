@@ -51,7 +51,9 @@ def create_app(
         from .bootstrap import open_ledger  # the composition root picks the store
 
         if ledger is None:
-            app.state.ledger = open_ledger(settings)
+            # `serve` made the tables already unless LEDGER_MIGRATE_ON_START=false, which
+            # asks for an explicit `migrate`: the server never makes them on its own.
+            app.state.ledger = open_ledger(settings, auto_migrate=False)
         if key_store is None:
             app.state.key_store = open_key_store(
                 settings.database_url,
