@@ -130,7 +130,7 @@ def _migrate_key_store(settings: Settings) -> None:
 
 
 def _layout(settings: Settings, env: dict[str, str]) -> str:
-    """"none" (no ledger tables), "current", or "older" (tables `migrate` must move)."""
+    """The store's tables: `none` yet, `current`, or `older` (a layout `migrate` moves)."""
     if env["PERSISTENCE_MODULE"] == SQLITE_FACTORY:
         path = env["SQLITE_DBNAME"]
         if not Path(path).exists():
