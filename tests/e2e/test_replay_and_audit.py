@@ -4,7 +4,7 @@ the archive, through the client against a real server on each store."""
 from __future__ import annotations
 
 import uuid
-from datetime import timezone
+from datetime import UTC
 
 import pytest
 
@@ -81,7 +81,7 @@ def test_a_time_whose_plus_arrived_as_a_space_says_to_encode_it(
 ) -> None:
     with deployment.client("a_agent") as api:
         api.put(session_key, msg("x"))
-        then = api.head(session_key).updated_at.astimezone(timezone.utc)
+        then = api.head(session_key).updated_at.astimezone(UTC)
     typed = then.strftime("%Y-%m-%dT%H:%M:%S.%f") + "+00:00"  # as a person types it
     with deployment.raw("a_agent") as http:
         path = session_path(session_key, "/messages")
