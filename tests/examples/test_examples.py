@@ -1,24 +1,20 @@
-"""Every script in `examples/` runs as it is, with no network, and prints what it says:
-the Python ones on SQLite and PostgreSQL (the agent over HTTP on SQLite: it starts its
-own server), the curl one against a real server on each store."""
+"""Every Python script in `examples/` runs as it is, with no network, and prints what it
+says, on SQLite and PostgreSQL (the agent over HTTP on SQLite: it starts its own
+server). The curl one runs against the e2e servers (tests/e2e/test_http_api_example.py)."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import fresh_postgres_database
-from tests.e2e import conftest as e2e
-from tests.e2e.conftest import Deployment
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-deployment = e2e.deployment
 # llama-index's workflows read the agent's deprecated pydantic attributes: warnings only.
 QUIET = {"PYTHONWARNINGS": "ignore::DeprecationWarning"}
 
@@ -95,19 +91,3 @@ def test_compliance_export(database_url: str) -> None:
     )
     assert "is in the file: True" in printed
     assert "verify-export loan-advice-edited.jsonl: exit 1: broken at line 3: " in printed
-
-
-def test_http_api_script(deployment: Deployment) -> None:
-    env = {"LEDGER_URL": deployment.base_url, "LEDGER_API_KEY": deployment.keys["a_admin"],
-           "SESSION": f"curl-{uuid.uuid4().hex[:8]}%2Fdemo"}  # fmt: skip
-    printed = run("bash", str(EXAMPLES / "http_api.sh"), env=env)
-    answers = [line for line in printed.splitlines() if not line.startswith("#")]
-    assert answers[0] == '{"version":2,"message_count":2,"replayed":false,"removed":[]}'
-    assert answers[1] == '{"version":3,"message_count":3,"replayed":false,"removed":[]}'
-    assert answers[2].count('"role"') == 3 and "And of Italy?" in answers[2]
-    assert answers[3].startswith('{"version":4,"message_count":1,')
-    assert answers[4] == answers[2]  # version 3 replayed, as the window showed it then
-    assert '"event_type":"HistoryReplaced"' in answers[5] and '"reason":"compacted"' in answers[5]
-    assert answers[6].startswith('{"record":"header"') and answers[-2].startswith(
-        '{"record":"trailer","events":4,'
-    )
