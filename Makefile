@@ -2,13 +2,22 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+# Two installs: serving needs the runtime dependencies only; the tests, lint and the
+# benchmarks add the dev extra (pytest, mypy, ruff, ...) and LlamaIndex.
+SERVE_STAMP := $(VENV)/.installed-serve
+STAMP := $(VENV)/.installed-dev
 
 .PHONY: install test serve migrate lint clean
 
-$(STAMP): pyproject.toml
+$(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(SERVE_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+	touch $(SERVE_STAMP)
+
+$(STAMP): $(SERVE_STAMP) pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev,llamaindex]'
 	touch $(STAMP)
 
@@ -17,15 +26,15 @@ install: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
-serve: $(STAMP)
+serve: $(SERVE_STAMP)
 	$(BIN)/session-ledger serve
 
-migrate: $(STAMP)
+migrate: $(SERVE_STAMP)
 	$(BIN)/session-ledger migrate
 
 lint: $(STAMP)
-	$(BIN)/ruff check domain projections api tests bench
-	$(BIN)/ruff format --check domain projections api tests bench
+	$(BIN)/ruff check domain projections api tests bench examples
+	$(BIN)/ruff format --check domain projections api tests bench examples
 	@# mypy cannot follow the editable install's package mapping: give it the same
 	@# mapping as symlinks (session_ledger/domain -> domain, ...).
 	@rm -rf $(VENV)/typecheck && mkdir -p $(VENV)/typecheck/session_ledger

@@ -24,6 +24,8 @@ from .middleware import BodyLimit, RawSessionPath
 from .routes import events, export, health, keys, messages, sessions
 from .settings import Settings
 
+DISTRIBUTION = "session-audit-ledger"  # the package index name (pyproject.toml)
+
 DESCRIPTION = """Event-sourced conversation memory for LLM agents.
 
 Authenticate with `Authorization: Bearer <API key>`. Session keys are sent
@@ -34,7 +36,7 @@ percent-encoded as one path segment (`/` as `%2F`). Every error answers
 
 def _version() -> str:
     try:
-        return version("session-ledger")
+        return version(DISTRIBUTION)
     except PackageNotFoundError:
         return "0"
 
@@ -49,7 +51,9 @@ def create_app(
         from .bootstrap import open_ledger  # the composition root picks the store
 
         if ledger is None:
-            app.state.ledger = open_ledger(settings)
+            # `serve` made the tables already unless LEDGER_MIGRATE_ON_START=false, which
+            # asks for an explicit `migrate`: the server never makes them on its own.
+            app.state.ledger = open_ledger(settings, auto_migrate=False)
         if key_store is None:
             app.state.key_store = open_key_store(
                 settings.database_url,

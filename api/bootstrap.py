@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sqlite3
 import uuid
+from contextlib import closing
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -60,16 +62,26 @@ def store_env(settings: Settings, *, create_tables: bool) -> dict[str, str]:
     )
 
 
-def open_ledger(settings: Settings, *, create_tables: bool = False) -> Ledger:
-    """A Ledger on the configured store, whose tables must exist unless `create_tables`
-    (a `memory://` store is new each time, so it always makes its tables)."""
+def open_ledger(
+    settings: Settings, *, create_tables: bool = False, auto_migrate: bool | None = None
+) -> Ledger:
+    """A Ledger on the configured store.
+
+    A store with no ledger tables yet gets them on first use (`migrate`, under its lock)
+    when `auto_migrate` (default: `settings.auto_migrate`); otherwise, and for tables of
+    an older layout, which only an explicit `migrate` moves, it raises `StoreNotReady`.
+    A `memory://` store is new each time, so it always makes its tables."""
     create_tables = create_tables or settings.database_url.startswith("memory://")
     env = store_env(settings, create_tables=create_tables)
-    if not create_tables and not _tables_exist(settings, env):
-        raise StoreNotReady(
-            f"the store at {redact(settings.database_url)} has no ledger tables, or those of "
-            "an older layout: run `session-ledger migrate` first"
-        )
+    if not create_tables:
+        layout = _layout(settings, env)
+        if layout == "none" and (settings.auto_migrate if auto_migrate is None else auto_migrate):
+            migrate(settings)
+        elif layout != "current":
+            raise StoreNotReady(
+                f"the store at {redact(settings.database_url)} has no ledger tables, or those "
+                "of an older layout: run `session-ledger migrate` first"
+            )
     return Ledger(
         env,
         tokenizer=load_tokenizer(settings.tokenizer),
@@ -117,18 +129,29 @@ def _migrate_key_store(settings: Settings) -> None:
         store.close()
 
 
-def _tables_exist(settings: Settings, env: dict[str, str]) -> bool:
+def _layout(settings: Settings, env: dict[str, str]) -> str:
+    """The store's tables: `none` yet, `current`, or `older` (a layout `migrate` moves)."""
     if env["PERSISTENCE_MODULE"] == SQLITE_FACTORY:
-        return Path(env["SQLITE_DBNAME"]).exists() and sqlite_tables_exist(env["SQLITE_DBNAME"])
+        path = env["SQLITE_DBNAME"]
+        if not Path(path).exists():
+            return "none"
+        with closing(sqlite3.connect(path)) as conn:
+            found = conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'ledger_events'"
+            ).fetchone()
+        if found is None:
+            return "none"
+        return "current" if sqlite_tables_exist(path) else "older"
     try:
         with psycopg.connect(settings.database_url, connect_timeout=10) as conn:
             row = conn.execute(
-                "SELECT to_regclass('ledger_events') IS NOT NULL"
-                " AND to_regclass('ledger_ended_messages') IS NOT NULL"
+                "SELECT to_regclass('ledger_events') IS NOT NULL,"
+                " to_regclass('ledger_ended_messages') IS NOT NULL"
             ).fetchone()
     except psycopg.OperationalError as e:
         raise StoreNotReady(f"cannot reach {redact(settings.database_url)}: {e}") from None
-    return bool(row and row[0])
+    events, ended = row if row else (False, False)
+    return "none" if not events else "current" if ended else "older"
 
 
 def redact(url: str) -> str:

@@ -370,7 +370,8 @@ def verify_export(
 def opened_ledger(settings: Settings) -> Iterator[Ledger]:
     from .bootstrap import open_ledger
 
-    ledger = open_ledger(settings)
+    # An operator's command on a mistyped store path says so instead of making a new one.
+    ledger = open_ledger(settings, auto_migrate=False)
     try:
         yield ledger
     finally:

@@ -4,8 +4,10 @@
         ledger.put("user-42/chat", {"role": "user", "content": "hi"})
         ledger.get("user-42/chat", token_limit=3000)
 
-Both build the same requests (`Request`); only sending differs. A 4xx/5xx answer raises
-`LedgerAPIError` carrying the API's error code, message and details.
+Both build the same requests (`Request`); only sending differs. Reads return the same
+`ChatMessage` values as the in-process `Ledger` (`.role`, `.blocks`, `.content`,
+`to_dict()`). A 4xx/5xx answer raises `LedgerAPIError` carrying the API's error code,
+message and details.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from datetime import datetime
 
 import httpx
 from typing_extensions import Unpack
+
+from session_ledger.domain.messages import ChatMessage
 
 from .client_requests import (
     AsOf,
@@ -26,13 +30,14 @@ from .client_requests import (
     WriteOptions,
     client_kwargs,
     export_request,
+    read_messages,
     session_path,
 )  # fmt: skip
 from .schemas import (
     ApiKey,
     AuditTrail,
     CreatedApiKey,
-    Message,
+    MessageList,
     SessionHead,
     SessionKeys,
     Status,
@@ -64,10 +69,15 @@ class LedgerClient:
         self.http.close()
 
     def _send(self, call: Request[T]) -> T:
-        response = self.http.request(
+        return call.parse(self._request(call))
+
+    def _request(self, call: Request[T]) -> httpx.Response:
+        return self.http.request(
             call.method, call.path, params=call.params, headers=call.headers, json=call.json
         )
-        return call.parse(response)
+
+    def _messages(self, call: Request[MessageList]) -> list[ChatMessage]:
+        return read_messages(self._request(call))
 
     def metrics(self) -> str:
         """The Prometheus text of the server process that answered."""
@@ -111,18 +121,18 @@ class LedgerClient:
     def get(
         self, key: str, *, token_limit: int | None = None, initial_token_count: int = 0,
         as_of_version: int | None = None, as_of: datetime | None = None,
-    ) -> list[Message]:  # fmt: skip
+    ) -> list[ChatMessage]:  # fmt: skip
         """The context window (ChatMemoryBuffer.get semantics), now or at a past point."""
         past = AsOf(as_of_version, as_of)
-        return (self._send(Requests.get(key, token_limit, initial_token_count, past))).messages
+        return self._messages(Requests.get(key, token_limit, initial_token_count, past))
 
     def get_all(
         self, key: str, *, status: str = "active", offset: int = 0, limit: int | None = None,
         as_of_version: int | None = None, as_of: datetime | None = None,
-    ) -> list[Message]:  # fmt: skip
+    ) -> list[ChatMessage]:  # fmt: skip
         """The whole history (or a page of it), oldest first, now or at a past point."""
         past = AsOf(as_of_version, as_of)
-        return (self._send(Requests.get_all(key, status, offset, limit, past))).messages
+        return self._messages(Requests.get_all(key, status, offset, limit, past))
 
     def events(self, key: str, *, after: int = 0, limit: int = 100) -> AuditTrail:
         """A page of the session's audit trail; pass `next_after` back as `after`."""
@@ -203,10 +213,15 @@ class AsyncLedgerClient:
         await self.http.aclose()
 
     async def _send(self, call: Request[T]) -> T:
-        response = await self.http.request(
+        return call.parse(await self._request(call))
+
+    async def _request(self, call: Request[T]) -> httpx.Response:
+        return await self.http.request(
             call.method, call.path, params=call.params, headers=call.headers, json=call.json
         )
-        return call.parse(response)
+
+    async def _messages(self, call: Request[MessageList]) -> list[ChatMessage]:
+        return read_messages(await self._request(call))
 
     async def metrics(self) -> str:
         """The Prometheus text of the server process that answered."""
@@ -250,20 +265,18 @@ class AsyncLedgerClient:
     async def get(
         self, key: str, *, token_limit: int | None = None, initial_token_count: int = 0,
         as_of_version: int | None = None, as_of: datetime | None = None,
-    ) -> list[Message]:  # fmt: skip
+    ) -> list[ChatMessage]:  # fmt: skip
         """The context window (ChatMemoryBuffer.get semantics), now or at a past point."""
         past = AsOf(as_of_version, as_of)
-        return (
-            await self._send(Requests.get(key, token_limit, initial_token_count, past))
-        ).messages
+        return await self._messages(Requests.get(key, token_limit, initial_token_count, past))
 
     async def get_all(
         self, key: str, *, status: str = "active", offset: int = 0, limit: int | None = None,
         as_of_version: int | None = None, as_of: datetime | None = None,
-    ) -> list[Message]:  # fmt: skip
+    ) -> list[ChatMessage]:  # fmt: skip
         """The whole history (or a page of it), oldest first, now or at a past point."""
         past = AsOf(as_of_version, as_of)
-        return (await self._send(Requests.get_all(key, status, offset, limit, past))).messages
+        return await self._messages(Requests.get_all(key, status, offset, limit, past))
 
     async def events(self, key: str, *, after: int = 0, limit: int = 100) -> AuditTrail:
         """A page of the session's audit trail; pass `next_after` back as `after`."""

@@ -11,6 +11,9 @@ from urllib.parse import quote
 
 import httpx
 from pydantic import BaseModel
+from pydantic_core import from_json
+
+from session_ledger.domain.messages import ChatMessage
 
 from .schemas import (
     ApiKey,
@@ -84,6 +87,18 @@ class Request(Generic[T]):
         if response.status_code >= 400:
             raise LedgerAPIError.from_response(response)
         return self.model.model_validate_json(response.content)
+
+
+def read_messages(response: httpx.Response) -> list[ChatMessage]:
+    """A `MessageList` answer as the values the in-process `Ledger` reads return. The
+    server sends each message's stored canonical JSON, validated when it was written,
+    so its fields are taken as they are."""
+    if response.status_code >= 400:
+        raise LedgerAPIError.from_response(response)
+    return [
+        ChatMessage(m["role"], m["blocks"], m["additional_kwargs"])
+        for m in from_json(response.content)["messages"]
+    ]
 
 
 def _write(

@@ -125,7 +125,11 @@ async def handle_validation(request: Request, exc: Exception) -> JSONResponse:
                               {"errors": errors})  # fmt: skip
     first = errors[0] if errors else {"loc": [], "msg": "invalid request"}
     where = ".".join(first["loc"])
-    return error_response(422, "invalid_request", f"{where}: {first['msg']}", {"errors": errors})
+    message = f"{where}: {first['msg']}"
+    if first["loc"] == ["query", "as_of"] and " " in request.query_params.get("as_of", ""):
+        # A '+' typed into a URL's query string arrives as a space: the offset was lost.
+        message += " (a '+' in a query string means a space: send the offset as %2B00:00)"
+    return error_response(422, "invalid_request", message, {"errors": errors})
 
 
 async def handle_http(request: Request, exc: Exception) -> JSONResponse:

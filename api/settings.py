@@ -28,6 +28,11 @@ class Settings(BaseSettings):
         description="`serve` creates missing tables before it starts (under a lock, so "
         "racing processes are safe). Set false to require an explicit `migrate`.",
     )
+    auto_migrate: bool = Field(
+        True,
+        description="An in-process ledger (`open_ledger`, `LedgerMemory(url=...)`) creates "
+        "the tables of a new store on first use. Set false to require an explicit `migrate`.",
+    )
     bootstrap_key: str | None = Field(
         None,
         description="Admin API key created on first start; if unset one is generated "

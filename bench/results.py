@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 _PACKAGES = (
-    "session-ledger",
+    "session-audit-ledger",
     "eventsourcing",
     "psycopg",
     "llama-index-core",

@@ -5,7 +5,8 @@
 
 - `LedgerChatStore`: `BaseChatStore`, answering as `SimpleChatStore`.
 - `LedgerDBChatStore`: `AsyncDBChatStore`, the store of LlamaIndex's `Memory` class.
-- `LedgerMemory`: `BaseMemory`, `ChatMemoryBuffer`'s window served by the ledger.
+- `LedgerMemory`: `BaseChatStoreMemory`, `ChatMemoryBuffer`'s window served by the ledger;
+  its `chat_store` is a `LedgerChatStore` on the same session.
 - `record_response`: an agent's answer with its tool outputs and source nodes.
 Each works on an in-process `Ledger` (`ledger=`, or a database `url=`) or on a
 session-ledger server (`url="http(s)://..."`, API key from `api_key=` or LEDGER_API_KEY).

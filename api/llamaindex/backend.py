@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 from session_ledger.domain import errors
 from session_ledger.domain.errors import InvalidInput, LedgerError, SessionNotFound
 from session_ledger.domain.ledger import Ledger
+from session_ledger.domain.messages import ChatMessage
 from session_ledger.domain.tokens import NamedTokenizer
 
 from ..client import AsyncLedgerClient, LedgerAPIError, LedgerClient
@@ -240,8 +241,8 @@ def _wire(message: Message) -> dict[str, Any]:
     return message.model_dump()
 
 
-def _wires(messages: list[Message]) -> list[dict[str, Any]]:
-    return [m.model_dump() for m in messages]
+def _wires(messages: list[ChatMessage]) -> list[dict[str, Any]]:
+    return [m.to_dict() for m in messages]
 
 
 # -- choosing a backend ------------------------------------------------------------------

@@ -1,10 +1,13 @@
-"""`LedgerMemory`: a LlamaIndex `BaseMemory` whose `get` is the ledger's context window.
+"""`LedgerMemory`: a LlamaIndex `BaseChatStoreMemory` whose `get` is the ledger's context
+window, and whose `chat_store` is a `LedgerChatStore` on the same ledger.
 
 `get` returns exactly what `ChatMemoryBuffer.get` returns for the same history, token
 limit and tokenizer, but reads only the newest messages' stored token counts (O(window))
 instead of re-tokenizing the whole history on every turn. Every method has a native
 async twin. `to_dict()` / `from_dict()` round-trip (LlamaIndex workflows save memory
-that way) and never hold a secret; see `target` for how the key comes back.
+that way) and never hold a secret; see `target` for how the key comes back. Code
+written against `ChatMemoryBuffer` that reaches `memory.chat_store` (with
+`memory.chat_store_key`) reads and writes the same session.
 """
 
 from __future__ import annotations
@@ -15,18 +18,24 @@ from typing import Any
 from llama_index.core.base.llms.types import ChatMessage as LlamaMessage
 from llama_index.core.llms.llm import LLM
 from llama_index.core.memory.chat_memory_buffer import DEFAULT_TOKEN_LIMIT_RATIO
-from llama_index.core.memory.types import DEFAULT_CHAT_STORE_KEY, BaseMemory
+from llama_index.core.memory.types import DEFAULT_CHAT_STORE_KEY, BaseChatStoreMemory
 from pydantic import Field
 
 from session_ledger.domain.ledger import Ledger
 
 from . import plans
+from .chat_store import LedgerChatStore
 from .target import LedgerTarget, from_wires, to_wire, to_wires
 
 
-class LedgerMemory(LedgerTarget, BaseMemory):
+class LedgerMemory(LedgerTarget, BaseChatStoreMemory):
     """Chat memory in one ledger session: a drop-in for `ChatMemoryBuffer`."""
 
+    chat_store: LedgerChatStore = Field(  # type: ignore[assignment]
+        default=None,
+        exclude=True,  # made from the fields below: saving it would save them twice
+        description="A LedgerChatStore on the same ledger; `chat_store_key` is its key.",
+    )
     chat_store_key: str = Field(
         default=DEFAULT_CHAT_STORE_KEY, description="The session key of this conversation."
     )
@@ -34,6 +43,13 @@ class LedgerMemory(LedgerTarget, BaseMemory):
         default=None,
         description="Token limit of `get`; None: the ledger's (LEDGER_TOKEN_LIMIT, 3000).",
     )
+
+    def __init__(self, **data: Any) -> None:
+        data.pop("chat_store", None)  # always the ledger's own, on this memory's connection
+        super().__init__(**data)
+        self.chat_store = LedgerChatStore(
+            backend=self._backend, url=self.url, tenant=self.tenant, actor=self.actor
+        )
 
     @classmethod
     def class_name(cls) -> str:

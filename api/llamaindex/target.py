@@ -43,13 +43,15 @@ class LedgerTarget(BaseModel):
 
     def __init__(
         self, *, ledger: Ledger | None = None, api_key: str | None = None,
-        tokenizer_fn: Callable[[str], Any] | None = None, **data: Any,
+        tokenizer_fn: Callable[[str], Any] | None = None, backend: Backend | None = None,
+        **data: Any,
     ) -> None:  # fmt: skip
+        """`backend=` shares another adapter's connection (LedgerMemory's chat_store)."""
         url = data.get("url")
         if url is not None:
             data["url"] = without_password(url)
         super().__init__(**data)
-        self._backend = make_backend(
+        self._backend = backend or make_backend(
             ledger=ledger, url=url, api_key=api_key, tenant=self.tenant, actor=self.actor,
             tokenizer=tokenizer_fn,
         )  # fmt: skip

@@ -139,3 +139,9 @@ def test_the_cli_exports_and_verifies(
     assert missing.returncode == 1 and "not found" in missing.stderr
     assert run_cli(env, "export", session_key, "--format", "xml").returncode == 2
     assert run_cli(env, "verify-export", str(tmp_path / "absent.jsonl")).returncode == 2
+    # An export that fails writes no file: not an empty one, not a partial one.
+    csv_out = str(tmp_path / "chat-1.csv")
+    beyond = str(version + 9)
+    past_the_end = run_cli(env, "export", session_key, "--as-of-version", beyond, "-o", csv_out)
+    assert past_the_end.returncode == 1 and "version" in past_the_end.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["export.jsonl"]

@@ -4,6 +4,7 @@ the archive, through the client against a real server on each store."""
 from __future__ import annotations
 
 import uuid
+from datetime import UTC
 
 import pytest
 
@@ -73,6 +74,22 @@ def test_points_without_state_are_404_and_both_at_once_422(
     with deployment.raw("a_agent") as http:
         path = f"/v1/sessions/{uuid.uuid4().hex}/messages?as_of=not-a-time"
         assert http.get(path).status_code == 422
+
+
+def test_a_time_whose_plus_arrived_as_a_space_says_to_encode_it(
+    deployment: Deployment, session_key: str
+) -> None:
+    with deployment.client("a_agent") as api:
+        api.put(session_key, msg("x"))
+        then = api.head(session_key).updated_at.astimezone(UTC)
+    typed = then.strftime("%Y-%m-%dT%H:%M:%S.%f") + "+00:00"  # as a person types it
+    with deployment.raw("a_agent") as http:
+        path = session_path(session_key, "/messages")
+        answer = http.get(f"{path}?as_of={typed}")
+        assert answer.status_code == 422
+        assert "%2B" in answer.json()["error"]["message"], answer.text
+        encoded = http.get(f"{path}?as_of={typed.replace('+', '%2B')}")
+        assert encoded.status_code == 200 and len(encoded.json()["messages"]) == 1
 
 
 def test_the_audit_trail_names_who_why_and_what(deployment: Deployment, session_key: str) -> None:

@@ -7,6 +7,7 @@ import uuid
 import pytest
 
 from session_ledger.api.client import LedgerAPIError, session_path
+from session_ledger.domain.messages import ChatMessage
 
 from .conftest import Deployment
 
@@ -92,7 +93,25 @@ def test_llamaindex_blocks_round_trip_exactly(deployment: Deployment, session_ke
     }
     with deployment.client("a_agent") as api:
         api.put(session_key, message)
-        assert api.get_all(session_key)[0].model_dump() == message
+        assert api.get_all(session_key)[0].to_dict() == message
+
+
+def test_client_reads_are_the_ledgers_chat_messages(
+    deployment: Deployment, session_key: str
+) -> None:
+    """One message type on every way in: what LedgerClient reads is what Ledger reads."""
+    with deployment.client("a_agent") as api:
+        api.put_messages(session_key, [msg("user", "hi"), msg("assistant", "hello")])
+        history = api.get_all(session_key)
+        window = api.get(session_key, token_limit=1)
+    assert all(type(m) is ChatMessage for m in [*history, *window])
+    assert history == [
+        ChatMessage.parse(msg("user", "hi")),
+        ChatMessage.parse(msg("assistant", "hello")),
+    ]
+    assert [(m.role, m.content) for m in history] == [("user", "hi"), ("assistant", "hello")]
+    assert history[0].blocks == ({"block_type": "text", "text": "hi"},)
+    assert window == history[1:]
 
 
 def test_list_sessions_pages_with_a_cursor(deployment: Deployment) -> None:
@@ -188,7 +207,7 @@ def test_message_reads_answer_the_stored_json_as_valid_json(
     ]  # fmt: skip
     with deployment.client("a_agent") as api:
         version = api.put_messages(session_key, tricky).version
-        expected = [m.model_dump() for m in api.get_all(session_key)]
+        expected = [m.to_dict() for m in api.get_all(session_key)]
     assert [m["additional_kwargs"] for m in expected][1]["nested"]["s"] == "tab\there"
     with deployment.raw("a_agent") as http:
         for path, params in (("/context", {"token_limit": 100000}), ("/messages", {})):
