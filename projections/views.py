@@ -106,6 +106,18 @@ def utc_text(value: datetime) -> str:
     return value.isoformat(timespec="microseconds")[:-6] + "Z"  # less its "+00:00"
 
 
+def prefix_upper_bound(prefix: str) -> str | None:
+    """The least text above every text that starts with `prefix` (code point order), or
+    None when nothing is: `prefix + MAX_CHAR` would leave out keys that go on with it."""
+    kept = prefix.rstrip(MAX_CHAR)
+    if not kept:
+        return None
+    following = ord(kept[-1]) + 1
+    if 0xD800 <= following <= 0xDFFF:  # surrogates are no characters of stored text
+        following = 0xE000
+    return kept[:-1] + chr(following)
+
+
 def _portable(value: Any) -> Any:
     if isinstance(value, uuid.UUID):
         return value.hex
@@ -597,13 +609,15 @@ class SQLViews(ABC):
         self, tenant: str, prefix: str, after: str | None, limit: int, exclude_cleared: bool = False
     ) -> list[str]:
         cleared = NOT_CLEARED if exclude_cleared else ""
+        bound = prefix_upper_bound(prefix)
+        upper, below = ((), "") if bound is None else ((bound,), " AND session_key < ?")
         with self._reading() as read:
             rows = self._fetch(
                 read,
                 "SELECT session_key FROM ledger_sessions s WHERE tenant = ? AND session_key > ? "
-                "AND session_key >= ? AND session_key < ? AND substr(session_key, 1, ?) = ?"
+                f"AND session_key >= ?{below} AND substr(session_key, 1, ?) = ?"
                 f"{cleared} ORDER BY session_key LIMIT ?",
-                (tenant, after or "", prefix, prefix + MAX_CHAR, len(prefix), prefix, limit),
+                (tenant, after or "", prefix, *upper, len(prefix), prefix, limit),
             )
         return [r["session_key"] for r in rows]
 

@@ -5,12 +5,11 @@ as `ETag: "<version>"`, the value a conditional write sends back in If-Match.
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Response
 
-from ..deps import TEXT_PATTERN, LedgerDep, ReaderDep, SessionKeyDep
+from ..deps import TEXT_PATTERN, AsOf, LedgerDep, ReaderDep, SessionKeyDep
 from ..errors import ERROR_RESPONSES
 from ..schemas import AuditEvent, AuditTrail, MessageList, SessionHead, SessionKeys
 
@@ -19,10 +18,6 @@ BIG = 2**62  # larger numbers are no real position and would overflow the SQL co
 AsOfVersion = Annotated[
     int | None,
     Query(ge=1, le=BIG, description="Read the session as it was at this version (replay)."),
-]
-AsOf = Annotated[
-    datetime | None,
-    Query(description="Read the session as it was at this time (ISO 8601; no zone: UTC)."),
 ]
 
 
