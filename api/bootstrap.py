@@ -13,6 +13,7 @@ from session_ledger.domain.ledger import Ledger, Limits
 from session_ledger.domain.tokens import load_tokenizer
 from session_ledger.projections.sqlite import sqlite_tables_exist
 
+from .durability import postgres_durability_problems, refuse_unsafe, sqlite_durability_problems
 from .keystore import open_key_store
 from .settings import Settings
 
@@ -53,7 +54,8 @@ def store_env(settings: Settings, *, create_tables: bool) -> dict[str, str]:
             "POSTGRES_PASSWORD": unquote(parts.password or ""),
             "POSTGRES_POOL_SIZE": str(settings.pool_size),
             "POSTGRES_LOCK_TIMEOUT": str(settings.lock_timeout_seconds),
-            "POSTGRES_CONNECT_TIMEOUT": "10",
+            # The library's name for how long a call waits for a pooled connection.
+            "POSTGRES_CONNECT_TIMEOUT": str(settings.store_wait_seconds),
         }
     raise InvalidInput(
         f"unsupported database URL {url!r}: use memory://, sqlite:///path or postgresql://..."
@@ -70,6 +72,8 @@ def open_ledger(settings: Settings, *, create_tables: bool = False) -> Ledger:
             f"the store at {redact(settings.database_url)} has no ledger tables, or those of "
             "an older layout: run `session-ledger migrate` first"
         )
+    if not settings.database_url.startswith("memory://"):
+        check_durability(settings, env)
     return Ledger(
         env,
         tokenizer=load_tokenizer(settings.tokenizer),
@@ -129,6 +133,16 @@ def _tables_exist(settings: Settings, env: dict[str, str]) -> bool:
     except psycopg.OperationalError as e:
         raise StoreNotReady(f"cannot reach {redact(settings.database_url)}: {e}") from None
     return bool(row and row[0])
+
+
+def check_durability(settings: Settings, env: dict[str, str]) -> None:
+    """UnsafeDurability when the store can lose acknowledged writes (durability.py)."""
+    if env["PERSISTENCE_MODULE"] == SQLITE_FACTORY:
+        store, problems = "SQLite", sqlite_durability_problems(env["SQLITE_DBNAME"])
+    else:
+        store = "PostgreSQL"
+        problems = postgres_durability_problems(settings.database_url, settings.store_wait_seconds)
+    refuse_unsafe(store, problems, settings.allow_unsafe_durability)
 
 
 def redact(url: str) -> str:

@@ -110,7 +110,8 @@ def serve(
         raise typer.Exit(2)
     with failing_cleanly():
         store = open_key_store(settings.database_url, pool_size=settings.pool_size,
-                               lock_timeout=settings.lock_timeout_seconds)  # fmt: skip
+                               lock_timeout=settings.lock_timeout_seconds,
+                               connect_wait=settings.store_wait_seconds)  # fmt: skip
         if settings.migrate_on_start or in_memory:
             migrate_store(settings, store)
     base = f"http://{settings.host}:{settings.port}"
