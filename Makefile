@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test serve migrate lint clean
+.PHONY: install test test-reliability serve migrate lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,6 +16,10 @@ install: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+# The long runs of tests/reliability (make test runs them short); docs/reliability.md.
+test-reliability: $(STAMP)
+	$(BIN)/python -m pytest -m long_run -s -p no:cacheprovider tests/reliability
 
 serve: $(STAMP)
 	$(BIN)/session-ledger serve

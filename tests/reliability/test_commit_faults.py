@@ -36,7 +36,8 @@ def test_commits_cut_short_run(shared_server_service: Service, keyed: bool) -> N
 
 @pytest.mark.postgres
 @pytest.mark.long_run
+@pytest.mark.timeout(3600)
 @pytest.mark.parametrize("keyed", [True, pytest.param(False, marks=UNKEYED_DUPLICATES)],
                          ids=["keyed", "unkeyed"])  # fmt: skip
 def test_commits_cut_long_run(shared_server_service: Service, keyed: bool) -> None:
-    run_with_commit_faults(shared_server_service, keyed, per_thread=600, rate=0.1)
+    run_with_commit_faults(shared_server_service, keyed, per_thread=600, rate=0.15)

@@ -96,7 +96,7 @@ def state_machine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ty
         yield Authenticated
 
 
-LONG = pytest.param(200, id="long", marks=pytest.mark.long_run)
+LONG = pytest.param(200, id="long", marks=[pytest.mark.long_run, pytest.mark.timeout(3600)])
 
 
 @pytest.mark.parametrize("scenarios", [pytest.param(15, id="short"), LONG])
