@@ -43,10 +43,12 @@ def _probe(service: Service, probes: Probes) -> None:
             probes.reads.append((answer.status_code, code, answer.headers.get("Retry-After")))
 
 
-def _wait_until_ready(service: Service) -> None:
+def _wait_until_ready(service: Service) -> float:
+    """Seconds until both processes' /readyz turn green again (a figure, not a check)."""
+    started = time.monotonic()
     for _ in range(RECOVERY_PROBES):
         if all(httpx.get(f"{url}/readyz", timeout=60).status_code == 200 for url in service.urls):
-            return
+            return time.monotonic() - started
         time.sleep(0.25)
     pytest.fail("the service did not turn ready again after the store came back")
 
@@ -65,21 +67,22 @@ def under_load(
     try:
         time.sleep(1)
         away()
-        ends = time.monotonic() + seconds
-        while time.monotonic() < ends:
+        went = time.monotonic()
+        while time.monotonic() < went + seconds:
             if probe:
                 _probe(service, probes)
             else:
                 time.sleep(0.1)
+        away_for = time.monotonic() - went
         back()
-        _wait_until_ready(service)
+        ready_after = _wait_until_ready(service)
         time.sleep(1)  # writes go through again
     finally:
         done.set()
         writers.join()
     tally = workload.check(service.urls[0])
     tally.faults = dict(service.proxy.faults) or {name: 1}
-    print(tally.line(name))
+    print(f"{tally.line(name)}; away {away_for:.1f} s, ready again {ready_after:.1f} s later")
     return tally, probes
 
 
