@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 SERVE_STAMP := $(VENV)/.installed-serve
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: install test serve migrate lint clean
+.PHONY: install test test-reliability serve migrate lint clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,10 @@ install: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+# The long runs of tests/reliability (make test runs them short); docs/reliability.md.
+test-reliability: $(STAMP)
+	$(BIN)/python -m pytest -m long_run -s -p no:cacheprovider tests/reliability
 
 serve: $(SERVE_STAMP)
 	$(BIN)/session-ledger serve

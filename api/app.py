@@ -59,6 +59,7 @@ def create_app(
                 settings.database_url,
                 pool_size=settings.pool_size,
                 lock_timeout=settings.lock_timeout_seconds,
+                connect_wait=settings.store_wait_seconds,
             )
         # What start-up made lives as long as the process: keep it out of the collector's
         # full passes, which otherwise rescan it on every few large reads.

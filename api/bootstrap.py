@@ -13,8 +13,10 @@ import psycopg
 from session_ledger.domain.errors import InvalidInput, StoreNotReady
 from session_ledger.domain.ledger import Ledger, Limits
 from session_ledger.domain.tokens import load_tokenizer
-from session_ledger.projections.sqlite import sqlite_tables_exist
+from session_ledger.projections.postgres_schema import layout as postgres_layout
+from session_ledger.projections.sqlite import sqlite_layout
 
+from .durability import postgres_durability_problems, refuse_unsafe, sqlite_durability_problems
 from .keystore import open_key_store
 from .settings import Settings
 
@@ -55,7 +57,8 @@ def store_env(settings: Settings, *, create_tables: bool) -> dict[str, str]:
             "POSTGRES_PASSWORD": unquote(parts.password or ""),
             "POSTGRES_POOL_SIZE": str(settings.pool_size),
             "POSTGRES_LOCK_TIMEOUT": str(settings.lock_timeout_seconds),
-            "POSTGRES_CONNECT_TIMEOUT": "10",
+            # The library's name for how long a call waits for a pooled connection.
+            "POSTGRES_CONNECT_TIMEOUT": str(settings.store_wait_seconds),
         }
     raise InvalidInput(
         f"unsupported database URL {url!r}: use memory://, sqlite:///path or postgresql://..."
@@ -82,6 +85,8 @@ def open_ledger(
                 f"the store at {redact(settings.database_url)} has no ledger tables, or those "
                 "of an older layout: run `session-ledger migrate` first"
             )
+    if not settings.database_url.startswith("memory://"):
+        check_durability(settings, env)
     return Ledger(
         env,
         tokenizer=load_tokenizer(settings.tokenizer),
@@ -132,26 +137,22 @@ def _migrate_key_store(settings: Settings) -> None:
 def _layout(settings: Settings, env: dict[str, str]) -> str:
     """The store's tables: `none` yet, `current`, or `older` (a layout `migrate` moves)."""
     if env["PERSISTENCE_MODULE"] == SQLITE_FACTORY:
-        path = env["SQLITE_DBNAME"]
-        if not Path(path).exists():
-            return "none"
-        with closing(sqlite3.connect(path)) as conn:
-            found = conn.execute(
-                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'ledger_events'"
-            ).fetchone()
-        if found is None:
-            return "none"
-        return "current" if sqlite_tables_exist(path) else "older"
+        return sqlite_layout(env["SQLITE_DBNAME"])
     try:
         with psycopg.connect(settings.database_url, connect_timeout=10) as conn:
-            row = conn.execute(
-                "SELECT to_regclass('ledger_events') IS NOT NULL,"
-                " to_regclass('ledger_ended_messages') IS NOT NULL"
-            ).fetchone()
+            return postgres_layout(conn.cursor())
     except psycopg.OperationalError as e:
         raise StoreNotReady(f"cannot reach {redact(settings.database_url)}: {e}") from None
-    events, ended = row if row else (False, False)
-    return "none" if not events else "current" if ended else "older"
+
+
+def check_durability(settings: Settings, env: dict[str, str]) -> None:
+    """UnsafeDurability when the store can lose acknowledged writes (durability.py)."""
+    if env["PERSISTENCE_MODULE"] == SQLITE_FACTORY:
+        store, problems = "SQLite", sqlite_durability_problems(env["SQLITE_DBNAME"])
+    else:
+        store = "PostgreSQL"
+        problems = postgres_durability_problems(settings.database_url, settings.store_wait_seconds)
+    refuse_unsafe(store, problems, settings.allow_unsafe_durability)
 
 
 def redact(url: str) -> str:

@@ -102,6 +102,7 @@ def serve(
     import uvicorn
 
     from .app import create_app
+    from .bootstrap import check_durability, store_env
 
     settings = load_settings(database_url, host=host, port=port, workers=workers)
     in_memory = settings.database_url.startswith("memory://")
@@ -110,9 +111,12 @@ def serve(
         raise typer.Exit(2)
     with failing_cleanly():
         store = open_key_store(settings.database_url, pool_size=settings.pool_size,
-                               lock_timeout=settings.lock_timeout_seconds)  # fmt: skip
+                               lock_timeout=settings.lock_timeout_seconds,
+                               connect_wait=settings.store_wait_seconds)  # fmt: skip
         if settings.migrate_on_start or in_memory:
             migrate_store(settings, store)
+        if not in_memory:  # said here, once, rather than as a traceback of each worker
+            check_durability(settings, store_env(settings, create_tables=False))
     base = f"http://{settings.host}:{settings.port}"
     typer.echo(
         f"session-ledger serves {base} (API docs: {base}/docs).\n"

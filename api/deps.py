@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any
 from urllib.parse import unquote_to_bytes
 
 from fastapi import Depends, Header, Path, Query, Request
+from pydantic import AfterValidator
 
 from session_ledger.domain.errors import InvalidInput, InvalidSessionKey
 from session_ledger.domain.ledger import Ledger
@@ -28,6 +29,25 @@ from .keystore import KeyStore
 
 TEXT_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]*$"  # no control characters, as the ledger demands
 ETAG = re.compile(r'^\s*"(\d{1,18})"\s*$|^\s*(\d{1,18})\s*$')
+
+
+def moment_in_range(value: datetime | None) -> datetime | None:
+    """A time the stores can hold: its UTC moment within years 1 to 9999 (an offset can
+    move `0001-01-01T00:00:00+01:00` before year 1, which no conversion survives)."""
+    if value is None or value.tzinfo is None:  # no zone: UTC, as given
+        return value
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise ValueError("the time in UTC must lie within years 1 to 9999") from None
+
+
+# Every time a route takes goes through this type, so none reaches a store out of range.
+AsOf = Annotated[
+    datetime | None,
+    AfterValidator(moment_in_range),
+    Query(description="Read the session as it was at this time (ISO 8601; no zone: UTC)."),
+]
 
 
 async def get_ledger(request: Request) -> Ledger:
@@ -142,8 +162,4 @@ BIG = 2**62  # larger numbers are no real position and would overflow the SQL co
 AsOfVersion = Annotated[
     int | None,
     Query(ge=1, le=BIG, description="Read the session as it was at this version (replay)."),
-]
-AsOf = Annotated[
-    datetime | None,
-    Query(description="Read the session as it was at this time (ISO 8601; no zone: UTC)."),
 ]

@@ -9,6 +9,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import psycopg
+from eventsourcing import persistence
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -52,9 +54,15 @@ STATUS: dict[type[Exception], tuple[int, str]] = {
     domain.StateNotFound: (404, "state_not_found"),
     domain.VersionConflict: (412, "version_conflict"),
     domain.IdempotencyKeyReused: (422, "idempotency_key_reused"),
+    domain.StoreUnavailable: (503, "store_unavailable"),
     domain.StoreNotReady: (503, "store_not_ready"),
     domain.LedgerError: (500, "ledger_error"),
 }
+# A connection lost, refused or not had in time: the store, not the request, failed.
+CONNECTION_ERRORS = (
+    persistence.OperationalError, persistence.InterfaceError,
+    psycopg.OperationalError, psycopg.InterfaceError,
+)  # fmt: skip
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorResponse, "description": description}
     for status, description in {
@@ -66,7 +74,8 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         412: "If-Match / If-None-Match precondition failed; nothing written.",
         413: "Body, message or write over the configured limits.",
         422: "Invalid input: fields, headers, messages, session key.",
-        503: "The store is unreachable or not migrated.",
+        503: "The store is unreachable (store_unavailable, with Retry-After) or not "
+        "migrated (store_not_ready).",
     }.items()
 }
 
@@ -87,7 +96,21 @@ def _lookup(exc: BaseException) -> tuple[int, str]:
     return 500, "internal_error"
 
 
+def store_unavailable(exc: BaseException) -> domain.StoreUnavailable | None:
+    """The typed error for a library or driver error that says the store is unreachable."""
+    if isinstance(exc, domain.StoreUnavailable):
+        return exc
+    if isinstance(exc, CONNECTION_ERRORS):
+        # The driver's message names hosts and ports: it goes to the log, not the client.
+        return domain.StoreUnavailable("the store is unavailable; retry later")
+    return None
+
+
 async def handle_error(request: Request, exc: Exception) -> JSONResponse:
+    unavailable = store_unavailable(exc)
+    if unavailable is not None:
+        log.warning("store unavailable on %s %s: %s", request.method, request.url.path, exc)
+        exc = unavailable
     status, code = _lookup(exc)
     details: dict[str, Any] = {}
     headers: dict[str, str] = {}
@@ -100,6 +123,8 @@ async def handle_error(request: Request, exc: Exception) -> JSONResponse:
             status, code = 409, "write_conflict"
     elif isinstance(exc, domain.InvalidMessage) and exc.index is not None:
         details = {"index": exc.index}
+    elif isinstance(exc, domain.StoreUnavailable):
+        headers["Retry-After"] = str(request.app.state.settings.retry_after_seconds)
     elif isinstance(exc, Unauthenticated):
         headers["WWW-Authenticate"] = 'Bearer realm="session-ledger"'
     if status == 500:
@@ -144,6 +169,6 @@ def register(app: FastAPI) -> None:
     """Install the handlers: once, for every route."""
     app.add_exception_handler(RequestValidationError, handle_validation)
     app.add_exception_handler(StarletteHTTPException, handle_http)
-    for cls in STATUS:
+    for cls in (*STATUS, *CONNECTION_ERRORS):
         app.add_exception_handler(cls, handle_error)
     app.add_exception_handler(Exception, handle_error)

@@ -111,6 +111,8 @@ class KeyStore(ABC):
 
     def revoke(self, key_id: str, tenant: str | None = None) -> KeyRecord:
         """Revoke a key (of `tenant`, when given); revoking twice keeps the first time."""
+        if "\x00" in key_id:  # no key has one, and PostgreSQL's text refuses it
+            raise KeyNotFound(f"API key {key_id!r} not found")
         if not self._set_revoked(key_id, tenant, datetime.now(UTC)):
             raise KeyNotFound(f"API key {key_id!r} not found")
         return next(r for r in self.list(tenant) if r.id == key_id)
@@ -170,8 +172,11 @@ class MemoryKeyStore(KeyStore):
             return True
 
 
-def open_key_store(database_url: str, *, pool_size: int = 4, lock_timeout: float = 30) -> KeyStore:
-    """The key store for the same URL the ledger uses."""
+def open_key_store(
+    database_url: str, *, pool_size: int = 4, lock_timeout: float = 30, connect_wait: float = 30
+) -> KeyStore:
+    """The key store for the same URL the ledger uses; on PostgreSQL a request waits at
+    most `connect_wait` seconds for a connection."""
     if database_url.startswith("memory://"):
         return MemoryKeyStore()
     if database_url.startswith("sqlite://"):
@@ -181,5 +186,5 @@ def open_key_store(database_url: str, *, pool_size: int = 4, lock_timeout: float
     if database_url.startswith(("postgresql://", "postgres://")):
         from .keystore_sql import PostgresKeyStore
 
-        return PostgresKeyStore(database_url, pool_size=pool_size, lock_timeout=lock_timeout)
+        return PostgresKeyStore(database_url, pool_size=pool_size, connect_wait=connect_wait)
     raise InvalidInput(f"unsupported database URL {database_url.split(':', 1)[0]!r}")

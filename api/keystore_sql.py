@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
-from session_ledger.domain.errors import StoreNotReady
+from session_ledger.domain.errors import StoreNotReady, StoreUnavailable
 
 from .keystore import KeyRecord, KeyStore
 
@@ -161,11 +161,13 @@ class PostgresKeyStore(_SQLKeyStore):
 
     placeholder = "%s"
 
-    def __init__(self, database_url: str, *, pool_size: int = 4, lock_timeout: float = 30) -> None:
+    def __init__(self, database_url: str, *, pool_size: int = 4, connect_wait: float = 30) -> None:
         from psycopg_pool import ConnectionPool
 
+        # Every request authenticates here first: during an outage it waits `connect_wait`
+        # for a connection, then answers 503, rather than holding the request.
         self.pool = ConnectionPool(
-            database_url, min_size=1, max_size=pool_size, timeout=lock_timeout, open=True
+            database_url, min_size=1, max_size=pool_size, timeout=connect_wait, open=True
         )
 
     def close(self) -> None:
@@ -186,4 +188,4 @@ class PostgresKeyStore(_SQLKeyStore):
         except psycopg.errors.UndefinedTable:
             raise StoreNotReady(NOT_MIGRATED) from None
         except (psycopg.OperationalError, PoolTimeout) as exc:
-            raise StoreNotReady(f"PostgreSQL unreachable: {exc}") from None
+            raise StoreUnavailable(f"PostgreSQL unreachable: {exc}") from None

@@ -70,3 +70,18 @@ class Settings(BaseSettings):
     lock_timeout_seconds: int = Field(
         30, ge=1, description="How long a write waits for a database lock."
     )
+    store_wait_seconds: int = Field(
+        5,
+        ge=1,
+        description="How long a request waits for a PostgreSQL connection before it "
+        "answers 503 store_unavailable (an outage fails fast instead of piling up requests).",
+    )
+    retry_after_seconds: int = Field(
+        2, ge=0, description="`Retry-After` of a 503 answer while the store is unavailable."
+    )
+    allow_unsafe_durability: bool = Field(
+        False,
+        description="Start even when the store can lose acknowledged writes (PostgreSQL "
+        "fsync, synchronous_commit or full_page_writes off; SQLite not WAL with "
+        "synchronous=FULL). Only for throwaway data.",
+    )

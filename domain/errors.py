@@ -94,3 +94,10 @@ class StoreNotReady(LedgerError):
     """The store is unreachable or its tables do not exist (run `migrate`)."""
 
     code = "store_not_ready"
+
+
+class StoreUnavailable(StoreNotReady):
+    """The store cannot be reached now (an outage, a restart); retry later. A write that
+    failed so may or may not have been stored: retry it with the same idempotency key."""
+
+    code = "store_unavailable"

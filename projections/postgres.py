@@ -27,7 +27,9 @@ from eventsourcing.postgres import (
 )
 from eventsourcing.utils import retry
 from psycopg.rows import tuple_row
+from psycopg_pool import PoolTimeout
 
+from session_ledger.domain.errors import StoreUnavailable
 from session_ledger.domain.integrity import chain_hashes, record_bytes
 from session_ledger.domain.ports import ACTIVE
 
@@ -192,12 +194,21 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder, SQLViews):
 
     @contextmanager
     def _connection(self) -> Iterator[Any]:
-        """A pooled connection, set once for the ledger's statements (PLANNER_SETTINGS)."""
-        with self.datastore.get_connection() as conn:
-            if conn not in self._planned:
-                conn.execute(PLANNER_SETTINGS)
-                self._planned.add(conn)
-            yield conn
+        """A pooled connection, set once for the ledger's statements (PLANNER_SETTINGS).
+
+        No connection within the pool's wait means the server is out of reach: nothing
+        was sent, so StoreUnavailable (which no retry catches) ends the call at once
+        instead of waiting again per retry."""
+        try:
+            with self.datastore.get_connection() as conn:
+                if conn not in self._planned:
+                    conn.execute(PLANNER_SETTINGS)
+                    self._planned.add(conn)
+                yield conn
+        except OperationalError as exc:
+            if isinstance(exc.__cause__, PoolTimeout):
+                raise StoreUnavailable(f"no PostgreSQL connection: {exc}") from exc
+            raise
 
     @contextmanager
     def _reading(self) -> Iterator[Reader]:

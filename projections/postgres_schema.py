@@ -107,3 +107,12 @@ def schema_version(c: Any) -> int:
 
 def _first(row: Any) -> Any:
     return next(iter(row.values())) if isinstance(row, dict) else row[0]
+
+
+def layout(c: Any) -> str:
+    """The store's tables: `none` yet, `current` (to the latest migration), or `older`."""
+    c.execute("SELECT to_regclass('ledger_events') IS NOT NULL")
+    row = c.fetchone()
+    if not (row and _first(row)):
+        return "none"
+    return "current" if schema_version(c) == LATEST else "older"

@@ -82,6 +82,18 @@ def utc_text(value: datetime) -> str:
     return value.isoformat(timespec="microseconds")[:-6] + "Z"  # less its "+00:00"
 
 
+def prefix_upper_bound(prefix: str) -> str | None:
+    """The least text above every text that starts with `prefix` (code point order), or
+    None when nothing is: `prefix + MAX_CHAR` would leave out keys that go on with it."""
+    kept = prefix.rstrip(MAX_CHAR)
+    if not kept:
+        return None
+    following = ord(kept[-1]) + 1
+    if 0xD800 <= following <= 0xDFFF:  # surrogates are no characters of stored text
+        following = 0xE000
+    return kept[:-1] + chr(following)
+
+
 class Reader(Protocol):
     def __call__(self, sql: str, params: Sequence[Any]) -> list[Any]:
         """Rows whose columns are read by name."""

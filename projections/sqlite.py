@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from eventsourcing.persistence import AggregateRecorder, ApplicationRecorder, StoredEvent
@@ -162,9 +163,14 @@ class SQLiteLedgerFactory(SQLiteFactory):
         return recorder
 
 
-def sqlite_tables_exist(db_name: str) -> bool:
-    """Whether `migrate` has made this database's tables, to the code's latest layout."""
-    with sqlite3.connect(db_name, uri=True) as conn:
+def sqlite_layout(db_name: str) -> str:
+    """This database's tables: `none` yet, `current` (made by `migrate` to the code's latest
+    migration), or `older` (a layout `migrate` moves)."""
+    if not Path(db_name).exists():
+        return "none"
+    with closing(sqlite3.connect(db_name, uri=True)) as conn:
         c = conn.cursor()
         c.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'ledger_events'")
-        return c.fetchone() is not None and schema_version(c) == LATEST
+        if c.fetchone() is None:
+            return "none"
+        return "current" if schema_version(c) == LATEST else "older"

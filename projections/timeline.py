@@ -9,7 +9,7 @@ from datetime import datetime
 from session_ledger.domain.ports import PriorWrite, SessionHead
 
 from .dialect import ViewStore
-from .sql import MAX_CHAR, NOT_CLEARED, VERSION_AT
+from .sql import NOT_CLEARED, VERSION_AT, prefix_upper_bound
 
 
 class TimelineReads(ViewStore):
@@ -49,13 +49,15 @@ class TimelineReads(ViewStore):
         self, tenant: str, prefix: str, after: str | None, limit: int, exclude_cleared: bool = False
     ) -> list[str]:
         cleared = NOT_CLEARED if exclude_cleared else ""
+        bound = prefix_upper_bound(prefix)
+        upper, below = ((), "") if bound is None else ((bound,), " AND session_key < ?")
         with self._reading() as read:
             rows = self._fetch(
                 read,
                 "SELECT session_key FROM ledger_sessions s WHERE tenant = ? AND session_key > ? "
-                "AND session_key >= ? AND session_key < ? AND substr(session_key, 1, ?) = ?"
+                f"AND session_key >= ?{below} AND substr(session_key, 1, ?) = ?"
                 f"{cleared} ORDER BY session_key LIMIT ?",
-                (tenant, after or "", prefix, prefix + MAX_CHAR, len(prefix), prefix, limit),
+                (tenant, after or "", prefix, *upper, len(prefix), prefix, limit),
             )
         return [r["session_key"] for r in rows]
 
