@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import sqlite3
 import uuid
-from contextlib import closing
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
