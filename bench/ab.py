@@ -59,7 +59,7 @@ class Plan:
 # second to the next, and the median of many rounds' ratios is what stays put. Several
 # pairs of processes: one process can run the same code a few percent faster than
 # another for all of a run (its memory layout, its hash seed), which rounds cannot average.
-FULL = Plan(pairs=3, rounds=20, w1_block=50, w3_block=20, w4_block=2, history=10_000)
+FULL = Plan(pairs=5, rounds=12, w1_block=50, w3_block=20, w4_block=2, history=10_000)
 QUICK = Plan(pairs=1, rounds=10, w1_block=20, w3_block=10, w4_block=1, history=1_000)
 
 Blocks = dict[str, dict[str, list[float]]]  # workload -> side -> each block's figure
