@@ -138,7 +138,7 @@ class MemoryLimitStore(LimitStore):
         with self._lock:
             moved, waits = settle([self._levels.get(b.scope) for b in buckets], buckets, now)
             if not any(waits):
-                self._levels.update((b.scope, level) for b, level in zip(buckets, moved))
+                self._levels.update(zip([b.scope for b in buckets], moved, strict=True))
             return waits
 
     def count(self, scope: str, limit: int, start: Callable[[], int]) -> bool:

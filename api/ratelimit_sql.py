@@ -29,8 +29,7 @@ START = f"INSERT INTO {TABLE} (scope, level) VALUES (?, ?) ON CONFLICT (scope) D
 UNCOUNT = f"UPDATE {TABLE} SET level = level - 1 WHERE scope = ? AND level >= 1"
 
 POSTGRES_SCHEMA = (
-    f"CREATE TABLE IF NOT EXISTS {TABLE} (scope TEXT PRIMARY KEY, "
-    "level DOUBLE PRECISION NOT NULL)",
+    f"CREATE TABLE IF NOT EXISTS {TABLE} (scope TEXT PRIMARY KEY, level DOUBLE PRECISION NOT NULL)",
     # The same arithmetic as ratelimit.settle, where the rows are.
     f"""CREATE OR REPLACE FUNCTION ledger_rate_take(
         scopes TEXT[], steps DOUBLE PRECISION[], spans DOUBLE PRECISION[],
