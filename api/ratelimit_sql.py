@@ -8,6 +8,7 @@ transaction on the ledger's file, shared by the processes of the host.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
 from abc import abstractmethod
@@ -30,7 +31,9 @@ UNCOUNT = f"UPDATE {TABLE} SET level = level - 1 WHERE scope = ? AND level >= 1"
 
 POSTGRES_SCHEMA = (
     f"CREATE TABLE IF NOT EXISTS {TABLE} (scope TEXT PRIMARY KEY, level DOUBLE PRECISION NOT NULL)",
-    # The same arithmetic as ratelimit.settle, where the rows are.
+    # The same arithmetic as ratelimit.settle, where the rows are. A first look takes no
+    # lock: a bucket's level only grows, so what it refuses a locked look refuses too,
+    # and a refusal (a flood's usual answer) writes nothing and waits for no writer.
     f"""CREATE OR REPLACE FUNCTION ledger_rate_take(
         scopes TEXT[], steps DOUBLE PRECISION[], spans DOUBLE PRECISION[],
         at DOUBLE PRECISION) RETURNS DOUBLE PRECISION[] LANGUAGE plpgsql AS $$
@@ -38,24 +41,37 @@ POSTGRES_SCHEMA = (
         moved DOUBLE PRECISION[] := steps;
         waits DOUBLE PRECISION[] := steps;
         found_level DOUBLE PRECISION;
-        admitted BOOLEAN := TRUE;
+        admitted BOOLEAN;
     BEGIN
-        INSERT INTO {TABLE} (scope, level) SELECT s, at FROM unnest(scopes) AS s
-            ORDER BY s ON CONFLICT (scope) DO NOTHING;
-        FOR i IN 1 .. cardinality(scopes) LOOP
-            SELECT r.level INTO found_level FROM {TABLE} r WHERE r.scope = scopes[i] FOR UPDATE;
-            moved[i] := GREATEST(found_level, at) + steps[i];
-            waits[i] := moved[i] - spans[i] - at;
-            IF waits[i] > {SLACK} THEN
-                admitted := FALSE;
-            ELSE
-                waits[i] := 0;
+        FOR locked IN 0 .. 1 LOOP
+            admitted := TRUE;
+            FOR i IN 1 .. cardinality(scopes) LOOP
+                IF locked = 0 THEN
+                    SELECT r.level INTO found_level FROM {TABLE} r WHERE r.scope = scopes[i];
+                ELSE
+                    INSERT INTO {TABLE} (scope, level) VALUES (scopes[i], at)
+                        ON CONFLICT (scope) DO NOTHING;
+                    SELECT r.level INTO found_level FROM {TABLE} r
+                        WHERE r.scope = scopes[i] FOR UPDATE;
+                END IF;
+                moved[i] := GREATEST(COALESCE(found_level, at), at) + steps[i];
+                waits[i] := moved[i] - spans[i] - at;
+                IF waits[i] > {SLACK} THEN
+                    admitted := FALSE;
+                ELSE
+                    waits[i] := 0;
+                END IF;
+            END LOOP;
+            IF NOT admitted THEN
+                RETURN waits;
             END IF;
         END LOOP;
-        IF admitted THEN
-            UPDATE {TABLE} r SET level = m.level
-                FROM unnest(scopes, moved) AS m(scope, level) WHERE r.scope = m.scope;
-        END IF;
+        -- A bucket lost to a crash costs a burst, never a message: this transaction's
+        -- commit need not wait for the WAL to reach the disk.
+        PERFORM set_config('synchronous_commit', 'off', true);
+        FOR i IN 1 .. cardinality(scopes) LOOP
+            UPDATE {TABLE} SET level = moved[i] WHERE scope = scopes[i];
+        END LOOP;
         RETURN waits;
     END $$""",
 )
@@ -110,9 +126,16 @@ class SQLiteLimitStore(_SQLLimitStore):
 
     def take(self, buckets: Sequence[Bucket], now: float) -> list[float]:
         scopes = [b.scope for b in buckets]
-        marks = ", ".join("?" * len(scopes))
+        read = f"SELECT scope, level FROM {TABLE} WHERE scope IN ({', '.join('?' * len(scopes))})"
+        # A first look outside the write lock: a bucket's level only grows, so what it
+        # refuses a look under the lock refuses too, and a refusal waits for no writer.
+        with self._transaction(lock=False) as cur:
+            cur.execute(read, scopes)
+            _, waits = settle([dict(cur.fetchall()).get(s) for s in scopes], buckets, now)
+        if any(waits):
+            return waits
         with self._transaction() as cur:
-            cur.execute(f"SELECT scope, level FROM {TABLE} WHERE scope IN ({marks})", scopes)
+            cur.execute(read, scopes)
             found = dict(cur.fetchall())
             moved, waits = settle([found.get(s) for s in scopes], buckets, now)
             if not any(waits):
@@ -145,7 +168,8 @@ class SQLiteLimitStore(_SQLLimitStore):
         return conn
 
     @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Cursor]:
+    def _transaction(self, lock: bool = True) -> Iterator[sqlite3.Cursor]:
+        """A cursor in a transaction that holds the write lock from its start (`lock`)."""
         try:
             conn = self._connection()
         except sqlite3.Error as exc:
@@ -154,7 +178,7 @@ class SQLiteLimitStore(_SQLLimitStore):
             cur = conn.cursor()
             # IMMEDIATE takes the write lock before the read: two processes cannot both
             # settle a bucket from the same level.
-            cur.execute("BEGIN IMMEDIATE")
+            cur.execute("BEGIN IMMEDIATE" if lock else "BEGIN")
             yield cur
             conn.commit()
         except sqlite3.OperationalError as exc:
@@ -175,9 +199,13 @@ class PostgresLimitStore(_SQLLimitStore):
     def __init__(self, database_url: str, *, pool_size: int = 4, lock_timeout: float = 30) -> None:
         from psycopg_pool import ConnectionPool
 
+        # Autocommit: a request's one call is its own transaction, one round trip (no
+        # BEGIN and COMMIT around it); `_transaction` opens one where several statements
+        # must hold together.
         self.pool = ConnectionPool(
-            database_url, min_size=1, max_size=pool_size, timeout=lock_timeout, open=True
-        )
+            database_url, min_size=1, max_size=pool_size, timeout=lock_timeout, open=True,
+            kwargs={"autocommit": True},
+        )  # fmt: skip
 
     def migrate(self) -> None:
         with self._transaction() as cur:
@@ -189,7 +217,7 @@ class PostgresLimitStore(_SQLLimitStore):
 
     def take(self, buckets: Sequence[Bucket], now: float) -> list[float]:
         ordered = sorted(range(len(buckets)), key=lambda i: buckets[i].scope)
-        with self._transaction() as cur:
+        with self._transaction(single=True) as cur:
             cur.execute(
                 "SELECT ledger_rate_take(%s, %s, %s, %s)",
                 ([buckets[i].scope for i in ordered], [buckets[i].step for i in ordered],
@@ -205,12 +233,17 @@ class PostgresLimitStore(_SQLLimitStore):
         self.pool.close()
 
     @contextmanager
-    def _transaction(self) -> Iterator[Any]:
+    def _transaction(self, single: bool = False) -> Iterator[Any]:
+        """A cursor in a transaction; `single`: for one statement, its own transaction."""
         import psycopg
         from psycopg_pool import PoolTimeout
 
         try:
-            with self.pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+            with (
+                self.pool.connection() as conn,
+                contextlib.nullcontext() if single else conn.transaction(),
+                conn.cursor() as cur,
+            ):
                 yield cur
         except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedFunction):
             raise StoreNotReady(NOT_MIGRATED) from None
