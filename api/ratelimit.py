@@ -77,12 +77,13 @@ class Budget:
     burst: float
     unit: str
     refusal: type[Refused]
+    daily: bool = False
 
     def bucket(self, owner: str, units: float) -> Bucket:
         return Bucket(f"{self.name}:{owner}", units / self.per_second, self.burst / self.per_second)
 
     def describe(self) -> str:
-        if self.per_second * DAY == self.burst:
+        if self.daily:
             return f"{self.burst:.0f} {self.unit} a day"
         return f"{self.per_second:g} {self.unit} a second (burst {self.burst:g})"
 
@@ -178,13 +179,13 @@ def budgets(settings: Settings) -> tuple[list[Budget], list[Budget]]:
         Budget("requests:key", settings.rate_limit_key_per_second,
                settings.rate_limit_key_burst, "requests", RateLimited),
         Budget("write_bytes:key", settings.quota_key_write_bytes_per_day / DAY,
-               settings.quota_key_write_bytes_per_day, "write bytes", QuotaExceeded),
+               settings.quota_key_write_bytes_per_day, "write bytes", QuotaExceeded, daily=True),
     ]  # fmt: skip
     by_tenant = [
         Budget("requests:tenant", settings.rate_limit_tenant_per_second,
                settings.rate_limit_tenant_burst, "requests", RateLimited),
         Budget("write_bytes:tenant", settings.quota_tenant_write_bytes_per_day / DAY,
-               settings.quota_tenant_write_bytes_per_day, "write bytes", QuotaExceeded),
+               settings.quota_tenant_write_bytes_per_day, "write bytes", QuotaExceeded, daily=True),
     ]  # fmt: skip
     return [b for b in by_key if b.per_second > 0], [b for b in by_tenant if b.per_second > 0]
 
@@ -203,13 +204,14 @@ class Limiter:
         # the ledger about a session once, not on every write.
         self._known: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._known_size = settings.aggregate_cache_size
+        self._refused: OrderedDict[str, float] = OrderedDict()
         self._lock = threading.Lock()
 
     def admit(self, principal: Principal, write_bytes: int) -> None:
         """Charge the request to its key and tenant, or raise Refused and charge nothing."""
         asked = [(b, principal.key_id, f"API key {principal.key_id}") for b in self.by_key]
         asked += [(b, principal.tenant, f"tenant {principal.tenant!r}") for b in self.by_tenant]
-        buckets = []
+        charged, buckets = [], []
         for budget, owner, who in asked:
             units = 1 if budget.unit == "requests" else write_bytes
             if units > budget.burst:
@@ -217,16 +219,41 @@ class Limiter:
                     f"a write of {units} bytes can never fit the {who}'s quota of "
                     f"{budget.describe()}"
                 )
-            buckets.append(budget.bucket(owner, units))
+            if units:  # a read costs no write bytes: their buckets are not asked
+                charged.append((budget, who))
+                buckets.append(budget.bucket(owner, units))
         if not buckets:
             return
-        waits = self.store.take(buckets, self.clock())
-        wait, (budget, _, who) = max(zip(waits, asked, strict=True), key=lambda pair: pair[0])
+        now = self.clock()
+        waits = self._known_refusals(buckets, now)
+        if not any(waits):
+            waits = self.store.take(buckets, now)
+            self._remember_refusals(buckets, waits, now)
+        wait, (budget, who) = max(zip(waits, charged, strict=True), key=lambda pair: pair[0])
         if wait > 0:
             raise budget.refusal(
                 f"{who} is over its limit of {budget.describe()}; retry in {wait:.3g} s",
                 retry_after=wait, limit=budget.name,
             )  # fmt: skip
+
+    def _known_refusals(self, buckets: list[Bucket], now: float) -> list[float]:
+        """The waits that levels this process saw refuse before still give: a bucket's
+        level only grows (in every process), so a refusal from them is final and costs
+        the store nothing. A flood's requests are mostly refused this way."""
+        with self._lock:
+            levels = [self._refused.get(b.scope) for b in buckets]
+        if all(level is None for level in levels):
+            return [0.0] * len(buckets)
+        return settle(levels, buckets, now)[1]
+
+    def _remember_refusals(self, buckets: list[Bucket], waits: list[float], now: float) -> None:
+        with self._lock:
+            for bucket, wait in zip(buckets, waits, strict=True):
+                if wait > 0:  # then the store's level was past `now`: wait tells it exactly
+                    self._refused[bucket.scope] = wait + bucket.span - bucket.step + now
+                    self._refused.move_to_end(bucket.scope)
+            while len(self._refused) > self._known_size:
+                self._refused.popitem(last=False)
 
     def count_session(self, ledger: Ledger, tenant: str, key: str) -> bool:
         """Count `key` against its tenant's sessions quota if the write would create it:

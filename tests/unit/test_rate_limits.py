@@ -87,6 +87,19 @@ def test_a_key_gets_its_burst_then_429_with_the_time_to_wait() -> None:
     assert admitted(limits, AGENT, 20) == 5
 
 
+def test_a_process_refuses_again_without_asking_the_store_until_the_wait_is_over() -> None:
+    clock = Clock()
+    limits, store = limiter(clock, rate_limit_key_per_second=10, rate_limit_key_burst=5)
+    assert admitted(limits, AGENT, 6) == 5 and store.asked == 6
+    assert admitted(limits, AGENT, 100) == 0 and store.asked == 6  # refused from memory
+    with pytest.raises(RateLimited) as refused:
+        limits.admit(AGENT, 0)
+    assert refused.value.retry_after == pytest.approx(0.1)  # the same wait as the store's
+    assert admitted(limits, OTHER_KEY, 1) == 1 and store.asked == 7
+    clock.now += 0.1
+    assert admitted(limits, AGENT, 2) == 1 and store.asked == 9
+
+
 def test_a_tenant_budget_spans_its_keys_and_a_refused_key_spends_none_of_it() -> None:
     clock = Clock()
     limits, _ = limiter(
