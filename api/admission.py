@@ -33,6 +33,7 @@ async def enforce_limits(
     ledger = request.app.state.ledger
     size = 0 if request.method in READS else len(await request.body())
     key = _created_session(request)
+    limiter.refuse_known(principal, size)
 
     def admit() -> bool:  # one hand-off to a worker thread for both
         limiter.admit(principal, size)

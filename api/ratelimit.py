@@ -209,6 +209,27 @@ class Limiter:
 
     def admit(self, principal: Principal, write_bytes: int) -> None:
         """Charge the request to its key and tenant, or raise Refused and charge nothing."""
+        charged, buckets = self._buckets(principal, write_bytes)
+        if not buckets:
+            return
+        now = self.clock()
+        waits = self._known_refusals(buckets, now)
+        if not any(waits):
+            waits = self.store.take(buckets, now)
+            self._remember_refusals(buckets, waits, now)
+        self._refuse(charged, waits)
+
+    def refuse_known(self, principal: Principal, write_bytes: int) -> None:
+        """Raise Refused if what this process already saw refuses the request: no I/O, so
+        a flood's refusals need not wait for a worker thread."""
+        charged, buckets = self._buckets(principal, write_bytes)
+        if buckets:
+            self._refuse(charged, self._known_refusals(buckets, self.clock()))
+
+    def _buckets(
+        self, principal: Principal, write_bytes: int
+    ) -> tuple[list[tuple[Budget, str]], list[Bucket]]:
+        """The buckets the request asks, and for each its budget and whose it is."""
         asked = [(b, principal.key_id, f"API key {principal.key_id}") for b in self.by_key]
         asked += [(b, principal.tenant, f"tenant {principal.tenant!r}") for b in self.by_tenant]
         charged, buckets = [], []
@@ -222,13 +243,10 @@ class Limiter:
             if units:  # a read costs no write bytes: their buckets are not asked
                 charged.append((budget, who))
                 buckets.append(budget.bucket(owner, units))
-        if not buckets:
-            return
-        now = self.clock()
-        waits = self._known_refusals(buckets, now)
-        if not any(waits):
-            waits = self.store.take(buckets, now)
-            self._remember_refusals(buckets, waits, now)
+        return charged, buckets
+
+    @staticmethod
+    def _refuse(charged: list[tuple[Budget, str]], waits: list[float]) -> None:
         wait, (budget, who) = max(zip(waits, charged, strict=True), key=lambda pair: pair[0])
         if wait > 0:
             raise budget.refusal(
