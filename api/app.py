@@ -12,15 +12,17 @@ from contextlib import asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from session_ledger.domain.ledger import Ledger
 
 from . import errors
+from .admission import enforce_limits
 from .keystore import KeyStore, open_key_store
 from .metrics import Metrics, MetricsMiddleware
 from .middleware import BodyLimit, RawSessionPath
+from .ratelimit import Limiter, open_limit_store
 from .routes import events, export, health, keys, messages, sessions
 from .settings import Settings
 
@@ -42,8 +44,9 @@ def _version() -> str:
 
 
 def create_app(
-    settings: Settings, ledger: Ledger | None = None, key_store: KeyStore | None = None
-) -> FastAPI:
+    settings: Settings, ledger: Ledger | None = None, key_store: KeyStore | None = None,
+    limiter: Limiter | None = None,
+) -> FastAPI:  # fmt: skip
     """The API over `ledger` (or one opened from `settings.database_url` at start-up)."""
 
     @asynccontextmanager
@@ -61,12 +64,16 @@ def create_app(
                 lock_timeout=settings.lock_timeout_seconds,
                 connect_wait=settings.store_wait_seconds,
             )
+        if app.state.limiter is None:
+            app.state.limiter = open_limiter(settings)
         # What start-up made lives as long as the process: keep it out of the collector's
         # full passes, which otherwise rescan it on every few large reads.
         gc.freeze()
         try:
             yield
         finally:
+            if limiter is None:
+                app.state.limiter.store.close()
             if key_store is None:
                 app.state.key_store.close()
             if ledger is None:
@@ -78,16 +85,26 @@ def create_app(
     app.state.settings = settings
     # What the caller hands in is usable at once, also without running the lifespan.
     app.state.ledger, app.state.key_store = ledger, key_store
+    # A caller that hands in its ledger may never run the lifespan: its limits too.
+    app.state.limiter = limiter or (open_limiter(settings) if ledger is not None else None)
     app.state.metrics = Metrics()
     errors.register(app)
-    for module in (messages, events, sessions, export, keys, health):
-        app.include_router(module.router)
+    for module in (messages, events, sessions, export, keys):
+        app.include_router(module.router, dependencies=[Depends(enforce_limits)])
+    app.include_router(health.router)  # never limited: probes and scrapes must get through
     # Added last = runs first: metrics see every answer, the 413 check runs before routing.
     app.add_middleware(RawSessionPath)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
     app.openapi = _openapi_without_null_parameters(app)  # type: ignore[method-assign]
     return app
+
+
+def open_limiter(settings: Settings) -> Limiter:
+    """The rate limits and quotas of `settings`, kept in the store of its database URL."""
+    store = open_limit_store(settings.database_url, pool_size=settings.pool_size,
+                             lock_timeout=settings.lock_timeout_seconds)  # fmt: skip
+    return Limiter(settings, store)
 
 
 def _openapi_without_null_parameters(app: FastAPI) -> Callable[[], dict[str, Any]]:

@@ -16,6 +16,7 @@ from session_ledger.projections.sqlite import sqlite_layout
 
 from .durability import postgres_durability_problems, refuse_unsafe, sqlite_durability_problems
 from .keystore import open_key_store
+from .ratelimit import open_limit_store
 from .settings import Settings
 
 SQLITE_FACTORY = "session_ledger.projections.sqlite:SQLiteLedgerFactory"
@@ -110,7 +111,7 @@ def migrate(settings: Settings) -> None:
             parents=True, exist_ok=True
         )
         open_ledger(settings, create_tables=True).close()
-        _migrate_key_store(settings)
+        _migrate_api_tables(settings)
         return
     # CREATE TYPE / CREATE TABLE race between processes; the advisory lock orders them.
     with psycopg.connect(url, autocommit=True) as conn:
@@ -119,17 +120,19 @@ def migrate(settings: Settings) -> None:
             open_ledger(settings, create_tables=True).close()
         finally:
             conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATE_LOCK_ID,))
-    _migrate_key_store(settings)
+    _migrate_api_tables(settings)
 
 
-def _migrate_key_store(settings: Settings) -> None:
-    """The API key table lives beside the ledger's (it takes its own lock)."""
-    store = open_key_store(settings.database_url, pool_size=1,
-                           lock_timeout=settings.lock_timeout_seconds)  # fmt: skip
-    try:
-        store.migrate()
-    finally:
-        store.close()
+def _migrate_api_tables(settings: Settings) -> None:
+    """The API key and rate limit tables live beside the ledger's (each takes its own
+    lock)."""
+    for opener in (open_key_store, open_limit_store):
+        store = opener(settings.database_url, pool_size=1,
+                       lock_timeout=settings.lock_timeout_seconds)  # fmt: skip
+        try:
+            store.migrate()
+        finally:
+            store.close()
 
 
 def _layout(settings: Settings, env: dict[str, str]) -> str:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from pydantic import ValidationError
 
 from session_ledger.domain.errors import LedgerError
 from session_ledger.domain.ledger import Ledger
@@ -42,7 +43,14 @@ def load_settings(database_url: str | None = None, **overrides: Any) -> Settings
         # Exported too, so uvicorn's worker processes read the same store.
         os.environ["LEDGER_DATABASE_URL"] = database_url
         overrides["database_url"] = database_url
-    return Settings(**{k: v for k, v in overrides.items() if v is not None})
+    try:
+        return Settings(**{k: v for k, v in overrides.items() if v is not None})
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors()
+        )
+        typer.secho(f"error: invalid settings: {problems}", err=True, fg=typer.colors.RED)
+        raise typer.Exit(2) from None
 
 
 @contextmanager

@@ -20,6 +20,7 @@ from session_ledger.domain import errors as domain
 
 from .auth import Forbidden, Unauthenticated
 from .keystore import KeyNotFound
+from .ratelimit import QuotaExceeded, RateLimited, Refused
 from .schemas import ErrorResponse
 
 log = logging.getLogger("session_ledger.api")
@@ -47,6 +48,8 @@ STATUS: dict[type[Exception], tuple[int, str]] = {
     KeyNotFound: (404, "key_not_found"),
     BodyTooLarge: (413, "body_too_large"),
     PreconditionFailed: (412, "precondition_failed"),
+    RateLimited: (429, "rate_limited"),
+    QuotaExceeded: (429, "quota_exceeded"),
     domain.PayloadTooLarge: (413, "payload_too_large"),
     domain.InvalidInput: (422, "invalid_input"),
     domain.SessionNotFound: (404, "session_not_found"),
@@ -74,6 +77,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         412: "If-Match / If-None-Match precondition failed; nothing written.",
         413: "Body, message or write over the configured limits.",
         422: "Invalid input: fields, headers, messages, session key.",
+        429: "Over a rate limit or quota of the API key or its tenant; see Retry-After.",
         503: "The store is unreachable (store_unavailable, with Retry-After) or not "
         "migrated (store_not_ready).",
     }.items()
@@ -125,6 +129,9 @@ async def handle_error(request: Request, exc: Exception) -> JSONResponse:
         details = {"index": exc.index}
     elif isinstance(exc, domain.StoreUnavailable):
         headers["Retry-After"] = str(request.app.state.settings.retry_after_seconds)
+    elif isinstance(exc, Refused):
+        details = {"limit": exc.limit, "retry_after_seconds": round(exc.retry_after, 3)}
+        headers["Retry-After"] = exc.retry_after_header
     elif isinstance(exc, Unauthenticated):
         headers["WWW-Authenticate"] = 'Bearer realm="session-ledger"'
     if status == 500:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from typing import Any, Self
+
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -85,3 +87,52 @@ class Settings(BaseSettings):
         "fsync, synchronous_commit or full_page_writes off; SQLite not WAL with "
         "synchronous=FULL). Only for throwaway data.",
     )
+    rate_limit_key_per_second: float = Field(
+        1000, ge=0, allow_inf_nan=False,
+        description="Requests a second one API key may make, sustained (0 or none: no limit).",
+    )  # fmt: skip
+    rate_limit_key_burst: int = Field(
+        2000, ge=0, description="Requests one API key may make at once, above its rate."
+    )
+    rate_limit_tenant_per_second: float = Field(
+        5000, ge=0, allow_inf_nan=False,
+        description="Requests a second all keys of one tenant may make (0 or none: no limit).",
+    )  # fmt: skip
+    rate_limit_tenant_burst: int = Field(
+        10_000, ge=0, description="Requests one tenant may make at once, above its rate."
+    )
+    quota_key_write_bytes_per_day: int = Field(
+        10 * 1024**3, ge=0,
+        description="Bytes of write bodies one API key may send in 24 hours, refilled "
+        "continuously (0 or none: no quota).",
+    )  # fmt: skip
+    quota_tenant_write_bytes_per_day: int = Field(
+        100 * 1024**3, ge=0,
+        description="Bytes of write bodies all keys of one tenant may send in 24 hours "
+        "(0 or none: no quota).",
+    )  # fmt: skip
+    quota_tenant_sessions: int = Field(
+        1_000_000, ge=0, description="Sessions one tenant may hold (0 or none: no quota)."
+    )
+
+    @field_validator(
+        "rate_limit_key_per_second", "rate_limit_tenant_per_second",
+        "quota_key_write_bytes_per_day", "quota_tenant_write_bytes_per_day",
+        "quota_tenant_sessions", mode="before",
+    )  # fmt: skip
+    @classmethod
+    def _none_is_off(cls, value: Any) -> Any:
+        if value is None or (isinstance(value, str) and value.strip().lower() == "none"):
+            return 0
+        return value
+
+    @model_validator(mode="after")
+    def _bursts_hold_a_request(self) -> Self:
+        for scope in ("key", "tenant"):
+            rate = getattr(self, f"rate_limit_{scope}_per_second")
+            if rate and getattr(self, f"rate_limit_{scope}_burst") < 1:
+                raise ValueError(
+                    f"LEDGER_RATE_LIMIT_{scope.upper()}_BURST must be at least 1 when "
+                    f"LEDGER_RATE_LIMIT_{scope.upper()}_PER_SECOND is set (0 turns it off)"
+                )
+        return self

@@ -1,0 +1,318 @@
+"""Rate limits and quotas per API key and per tenant, shared by every API process.
+
+Budgets are buckets kept by GCRA (the generic cell rate algorithm): a bucket's level is
+the theoretical arrival time (TAT) of its next request, in seconds since the epoch. A
+request costing `step` seconds of budget is admitted when `max(level, now) + step - now`
+stays within the bucket's `span` (its burst, in seconds); admitting it moves the level
+there. A request asks every bucket it touches at once and is admitted by all or charged
+to none, so a key refused by its own limit does not spend its tenant's budget.
+
+The buckets live in the store the ledger uses (`ratelimit_sql.py`), so several API
+processes share one budget: the process only computes the steps and the verdict's
+message. The count of a tenant's sessions is a level that never drains.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from session_ledger.domain.errors import InvalidInput, PayloadTooLarge, SessionNotFound
+from session_ledger.domain.ledger import Ledger
+
+from .auth import Principal
+from .settings import Settings
+
+DAY = 86_400.0
+# GCRA sums float steps: ten steps of 0.1 s can exceed a span of 1 s by 2e-16.
+SLACK = 1e-9
+# The sessions quota does not drain with time: a refused caller can only wait for an
+# operator to raise it, so it is told to come back much later.
+SESSIONS_RETRY_AFTER = 3600.0
+KEYS_PER_PAGE = 10_000
+
+
+class Refused(Exception):
+    """A request over a limit: HTTP 429 with `Retry-After`."""
+
+    def __init__(self, message: str, retry_after: float, limit: str) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+        self.limit = limit
+
+    @property
+    def retry_after_header(self) -> str:
+        """Whole seconds, rounded up, at least one (RFC 9110 delay-seconds)."""
+        return str(max(1, math.ceil(self.retry_after)))
+
+
+class RateLimited(Refused):
+    """Too many requests a second (code `rate_limited`)."""
+
+
+class QuotaExceeded(Refused):
+    """Over a quota of write bytes a day or of sessions (code `quota_exceeded`)."""
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """One budget as a request asks it: `step` and `span` in seconds of budget."""
+
+    scope: str
+    step: float
+    span: float
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A limit: `per_second` units refill a bucket that holds `burst` units."""
+
+    name: str
+    per_second: float
+    burst: float
+    unit: str
+    refusal: type[Refused]
+    daily: bool = False
+
+    def bucket(self, owner: str, units: float) -> Bucket:
+        return Bucket(f"{self.name}:{owner}", units / self.per_second, self.burst / self.per_second)
+
+    def describe(self) -> str:
+        if self.daily:
+            return f"{self.burst:.0f} {self.unit} a day"
+        return f"{self.per_second:g} {self.unit} a second (burst {self.burst:g})"
+
+
+def settle(
+    levels: Sequence[float | None], buckets: Sequence[Bucket], now: float
+) -> tuple[list[float], list[float]]:
+    """GCRA over every bucket of one request: the levels it would leave, and per bucket
+    the seconds until it would admit the request (all 0: admitted)."""
+    moved, waits = [], []
+    for level, bucket in zip(levels, buckets, strict=True):
+        after = max(level if level is not None else now, now) + bucket.step
+        moved.append(after)
+        wait = after - bucket.span - now
+        waits.append(wait if wait > SLACK else 0.0)
+    return moved, waits
+
+
+class LimitStore(ABC):
+    """Where buckets and session counts live; `migrate()` makes its table."""
+
+    @abstractmethod
+    def migrate(self) -> None: ...
+
+    @abstractmethod
+    def take(self, buckets: Sequence[Bucket], now: float) -> list[float]:
+        """Charge every bucket, atomically and only if each admits; the waits of `settle`."""
+
+    @abstractmethod
+    def count(self, scope: str, limit: int, start: Callable[[], int]) -> bool:
+        """Add one to the count at `scope` if it stays within `limit`; a count not kept
+        yet begins at `start()`."""
+
+    @abstractmethod
+    def uncount(self, scope: str) -> None:
+        """Take back one `count`."""
+
+    def close(self) -> None:  # noqa: B027 - only the pooled backend holds connections
+        """Release connections."""
+
+
+class MemoryLimitStore(LimitStore):
+    """Buckets in a dict: for `memory://` stores, which live in one process anyway."""
+
+    def __init__(self) -> None:
+        self._levels: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def migrate(self) -> None:
+        return None
+
+    def take(self, buckets: Sequence[Bucket], now: float) -> list[float]:
+        with self._lock:
+            moved, waits = settle([self._levels.get(b.scope) for b in buckets], buckets, now)
+            if not any(waits):
+                self._levels.update(zip([b.scope for b in buckets], moved, strict=True))
+            return waits
+
+    def count(self, scope: str, limit: int, start: Callable[[], int]) -> bool:
+        begun = start() if scope not in self._levels else 0
+        with self._lock:
+            level = self._levels.setdefault(scope, begun)
+            if level + 1 > limit:
+                return False
+            self._levels[scope] = level + 1
+            return True
+
+    def uncount(self, scope: str) -> None:
+        with self._lock:
+            self._levels[scope] = max(0.0, self._levels.get(scope, 0.0) - 1)
+
+
+def open_limit_store(
+    database_url: str, *, pool_size: int = 4, lock_timeout: float = 30
+) -> LimitStore:
+    """The limit store for the same URL the ledger uses."""
+    if database_url.startswith("memory://"):
+        return MemoryLimitStore()
+    if database_url.startswith("sqlite://"):
+        from .ratelimit_sql import SQLiteLimitStore
+
+        return SQLiteLimitStore(database_url, lock_timeout=lock_timeout)
+    if database_url.startswith(("postgresql://", "postgres://")):
+        from .ratelimit_sql import PostgresLimitStore
+
+        return PostgresLimitStore(database_url, pool_size=pool_size, lock_timeout=lock_timeout)
+    raise InvalidInput(f"unsupported database URL {database_url.split(':', 1)[0]!r}")
+
+
+def budgets(settings: Settings) -> tuple[list[Budget], list[Budget]]:
+    """The configured (key, tenant) budgets; a limit of 0 is left out."""
+    by_key = [
+        Budget("requests:key", settings.rate_limit_key_per_second,
+               settings.rate_limit_key_burst, "requests", RateLimited),
+        Budget("write_bytes:key", settings.quota_key_write_bytes_per_day / DAY,
+               settings.quota_key_write_bytes_per_day, "write bytes", QuotaExceeded, daily=True),
+    ]  # fmt: skip
+    by_tenant = [
+        Budget("requests:tenant", settings.rate_limit_tenant_per_second,
+               settings.rate_limit_tenant_burst, "requests", RateLimited),
+        Budget("write_bytes:tenant", settings.quota_tenant_write_bytes_per_day / DAY,
+               settings.quota_tenant_write_bytes_per_day, "write bytes", QuotaExceeded, daily=True),
+    ]  # fmt: skip
+    return [b for b in by_key if b.per_second > 0], [b for b in by_tenant if b.per_second > 0]
+
+
+class Limiter:
+    """Admits or refuses one request of one principal against every configured limit."""
+
+    def __init__(
+        self, settings: Settings, store: LimitStore, clock: Callable[[], float] = time.time
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.by_key, self.by_tenant = budgets(settings)
+        self.max_sessions = settings.quota_tenant_sessions
+        # Sessions are never deleted, so one seen to exist always will: each process asks
+        # the ledger about a session once, not on every write.
+        self._known: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._known_size = settings.aggregate_cache_size
+        self._refused: OrderedDict[str, float] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def admit(self, principal: Principal, write_bytes: int) -> None:
+        """Charge the request to its key and tenant, or raise Refused and charge nothing."""
+        charged, buckets = self._buckets(principal, write_bytes)
+        if not buckets:
+            return
+        now = self.clock()
+        waits = self._known_refusals(buckets, now)
+        if not any(waits):
+            waits = self.store.take(buckets, now)
+            self._remember_refusals(buckets, waits, now)
+        self._refuse(charged, waits)
+
+    def refuse_known(self, principal: Principal, write_bytes: int) -> None:
+        """Raise Refused if what this process already saw refuses the request: no I/O, so
+        a flood's refusals need not wait for a worker thread."""
+        charged, buckets = self._buckets(principal, write_bytes)
+        if buckets:
+            self._refuse(charged, self._known_refusals(buckets, self.clock()))
+
+    def _buckets(
+        self, principal: Principal, write_bytes: int
+    ) -> tuple[list[tuple[Budget, str]], list[Bucket]]:
+        """The buckets the request asks, and for each its budget and whose it is."""
+        asked = [(b, principal.key_id, f"API key {principal.key_id}") for b in self.by_key]
+        asked += [(b, principal.tenant, f"tenant {principal.tenant!r}") for b in self.by_tenant]
+        charged, buckets = [], []
+        for budget, owner, who in asked:
+            units = 1 if budget.unit == "requests" else write_bytes
+            if units > budget.burst:
+                raise PayloadTooLarge(
+                    f"a write of {units} bytes can never fit the {who}'s quota of "
+                    f"{budget.describe()}"
+                )
+            if units:  # a read costs no write bytes: their buckets are not asked
+                charged.append((budget, who))
+                buckets.append(budget.bucket(owner, units))
+        return charged, buckets
+
+    @staticmethod
+    def _refuse(charged: list[tuple[Budget, str]], waits: list[float]) -> None:
+        wait, (budget, who) = max(zip(waits, charged, strict=True), key=lambda pair: pair[0])
+        if wait > 0:
+            raise budget.refusal(
+                f"{who} is over its limit of {budget.describe()}; retry in {wait:.3g} s",
+                retry_after=wait, limit=budget.name,
+            )  # fmt: skip
+
+    def _known_refusals(self, buckets: list[Bucket], now: float) -> list[float]:
+        """The waits that levels this process saw refuse before still give: a bucket's
+        level only grows (in every process), so a refusal from them is final and costs
+        the store nothing. A flood's requests are mostly refused this way."""
+        with self._lock:
+            levels = [self._refused.get(b.scope) for b in buckets]
+        if all(level is None for level in levels):
+            return [0.0] * len(buckets)
+        return settle(levels, buckets, now)[1]
+
+    def _remember_refusals(self, buckets: list[Bucket], waits: list[float], now: float) -> None:
+        with self._lock:
+            for bucket, wait in zip(buckets, waits, strict=True):
+                if wait > 0:  # then the store's level was past `now`: wait tells it exactly
+                    self._refused[bucket.scope] = wait + bucket.span - bucket.step + now
+                    self._refused.move_to_end(bucket.scope)
+            while len(self._refused) > self._known_size:
+                self._refused.popitem(last=False)
+
+    def count_session(self, ledger: Ledger, tenant: str, key: str) -> bool:
+        """Count `key` against its tenant's sessions quota if the write would create it:
+        True when counted (`uncount_session` takes it back if the write fails)."""
+        if not self.max_sessions or self._is_known(tenant, key):
+            return False
+        try:
+            ledger.head(key, tenant=tenant)
+        except SessionNotFound:
+            pass
+        else:
+            self.session_exists(tenant, key)
+            return False
+        if not self.store.count(f"sessions:{tenant}", self.max_sessions,
+                                lambda: _count_sessions(ledger, tenant)):  # fmt: skip
+            raise QuotaExceeded(
+                f"tenant {tenant!r} holds its quota of {self.max_sessions} sessions; "
+                "write to an existing session or ask for a higher quota",
+                retry_after=SESSIONS_RETRY_AFTER, limit="sessions:tenant",
+            )  # fmt: skip
+        return True
+
+    def uncount_session(self, tenant: str) -> None:
+        self.store.uncount(f"sessions:{tenant}")
+
+    def session_exists(self, tenant: str, key: str) -> None:
+        with self._lock:
+            self._known[(tenant, key)] = None
+            self._known.move_to_end((tenant, key))
+            while len(self._known) > self._known_size:
+                self._known.popitem(last=False)
+
+    def _is_known(self, tenant: str, key: str) -> bool:
+        with self._lock:
+            return (tenant, key) in self._known
+
+
+def _count_sessions(ledger: Ledger, tenant: str) -> int:
+    """The tenant's sessions, once, when its count is first kept (a store that held
+    sessions before limits were on starts from them)."""
+    total, after = 0, None
+    while page := ledger.keys(tenant=tenant, after=after, limit=KEYS_PER_PAGE):
+        total, after = total + len(page), page[-1]
+    return total

@@ -1,0 +1,251 @@
+"""The SQL limit stores: one table of buckets beside the ledger's, on SQLite or PostgreSQL.
+
+A request costs one round trip: on PostgreSQL one call of a function `migrate` creates,
+which locks the request's rows (in scope order, so concurrent requests cannot deadlock),
+settles them and writes them only if every bucket admits; on SQLite one short write
+transaction on the ledger's file, shared by the processes of the host.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import threading
+from abc import abstractmethod
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any
+from urllib.parse import unquote
+
+from session_ledger.domain.errors import StoreNotReady
+
+from .ratelimit import SLACK, Bucket, LimitStore, settle
+
+TABLE = "ledger_rate_limits"
+NOT_MIGRATED = "the rate limit table does not exist: run `session-ledger migrate`"
+# Any constant works; it only has to be the same in every process.
+ADVISORY_LOCK_ID = 0x5E5510_0002
+COUNT = f"UPDATE {TABLE} SET level = level + 1 WHERE scope = ? AND level + 1 <= ?"
+START = f"INSERT INTO {TABLE} (scope, level) VALUES (?, ?) ON CONFLICT (scope) DO NOTHING"
+UNCOUNT = f"UPDATE {TABLE} SET level = level - 1 WHERE scope = ? AND level >= 1"
+
+POSTGRES_SCHEMA = (
+    f"CREATE TABLE IF NOT EXISTS {TABLE} (scope TEXT PRIMARY KEY, level DOUBLE PRECISION NOT NULL)",
+    # The same arithmetic as ratelimit.settle, where the rows are. A first look takes no
+    # lock: a bucket's level only grows, so what it refuses a locked look refuses too,
+    # and a refusal (a flood's usual answer) writes nothing and waits for no writer.
+    f"""CREATE OR REPLACE FUNCTION ledger_rate_take(
+        scopes TEXT[], steps DOUBLE PRECISION[], spans DOUBLE PRECISION[],
+        at DOUBLE PRECISION) RETURNS DOUBLE PRECISION[] LANGUAGE plpgsql AS $$
+    DECLARE
+        moved DOUBLE PRECISION[] := steps;
+        waits DOUBLE PRECISION[] := steps;
+        found_level DOUBLE PRECISION;
+        admitted BOOLEAN;
+    BEGIN
+        FOR locked IN 0 .. 1 LOOP
+            admitted := TRUE;
+            FOR i IN 1 .. cardinality(scopes) LOOP
+                IF locked = 0 THEN
+                    SELECT r.level INTO found_level FROM {TABLE} r WHERE r.scope = scopes[i];
+                ELSE
+                    INSERT INTO {TABLE} (scope, level) VALUES (scopes[i], at)
+                        ON CONFLICT (scope) DO NOTHING;
+                    SELECT r.level INTO found_level FROM {TABLE} r
+                        WHERE r.scope = scopes[i] FOR UPDATE;
+                END IF;
+                moved[i] := GREATEST(COALESCE(found_level, at), at) + steps[i];
+                waits[i] := moved[i] - spans[i] - at;
+                IF waits[i] > {SLACK} THEN
+                    admitted := FALSE;
+                ELSE
+                    waits[i] := 0;
+                END IF;
+            END LOOP;
+            IF NOT admitted THEN
+                RETURN waits;
+            END IF;
+        END LOOP;
+        -- A bucket lost to a crash costs a burst, never a message: this transaction's
+        -- commit need not wait for the WAL to reach the disk.
+        PERFORM set_config('synchronous_commit', 'off', true);
+        FOR i IN 1 .. cardinality(scopes) LOOP
+            UPDATE {TABLE} SET level = moved[i] WHERE scope = scopes[i];
+        END LOOP;
+        RETURN waits;
+    END $$""",
+)
+
+
+class _SQLLimitStore(LimitStore):
+    """What both backends share: the session counts, written with `?` placeholders."""
+
+    placeholder = "?"
+
+    @abstractmethod
+    def _transaction(self) -> AbstractContextManager[Any]:
+        """A cursor inside one transaction."""
+
+    def _sql(self, statement: str) -> str:
+        return statement.replace("?", self.placeholder)
+
+    def count(self, scope: str, limit: int, start: Callable[[], int]) -> bool:
+        with self._transaction() as cur:
+            cur.execute(self._sql(COUNT), (scope, limit))
+            if cur.rowcount == 1:
+                return True
+            cur.execute(self._sql(f"SELECT 1 FROM {TABLE} WHERE scope = ?"), (scope,))
+            if cur.fetchone() is not None:
+                return False
+        begun = start()  # outside a transaction: it reads the ledger, maybe for a while
+        with self._transaction() as cur:
+            cur.execute(self._sql(START), (scope, begun))
+            cur.execute(self._sql(COUNT), (scope, limit))
+            return bool(cur.rowcount == 1)
+
+    def uncount(self, scope: str) -> None:
+        with self._transaction() as cur:
+            cur.execute(self._sql(UNCOUNT), (scope,))
+
+
+class SQLiteLimitStore(_SQLLimitStore):
+    """Buckets in the ledger's SQLite file, a connection per thread (as the key store)."""
+
+    def __init__(self, database_url: str, *, lock_timeout: float = 30) -> None:
+        self.path = unquote(database_url.removeprefix("sqlite:///"))
+        self.lock_timeout = lock_timeout
+        self._local = threading.local()
+        self._opened: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+
+    def migrate(self) -> None:
+        with self._transaction() as cur:
+            cur.execute(
+                f"CREATE TABLE IF NOT EXISTS {TABLE} (scope TEXT PRIMARY KEY, level REAL NOT NULL)"
+            )
+
+    def take(self, buckets: Sequence[Bucket], now: float) -> list[float]:
+        scopes = [b.scope for b in buckets]
+        read = f"SELECT scope, level FROM {TABLE} WHERE scope IN ({', '.join('?' * len(scopes))})"
+        # A first look outside the write lock: a bucket's level only grows, so what it
+        # refuses a look under the lock refuses too, and a refusal waits for no writer.
+        with self._transaction(lock=False) as cur:
+            cur.execute(read, scopes)
+            _, waits = settle([dict(cur.fetchall()).get(s) for s in scopes], buckets, now)
+        if any(waits):
+            return waits
+        with self._transaction() as cur:
+            cur.execute(read, scopes)
+            found = dict(cur.fetchall())
+            moved, waits = settle([found.get(s) for s in scopes], buckets, now)
+            if not any(waits):
+                cur.executemany(
+                    f"INSERT INTO {TABLE} (scope, level) VALUES (?, ?) "
+                    "ON CONFLICT (scope) DO UPDATE SET level = excluded.level",
+                    zip(scopes, moved, strict=True),
+                )
+        return waits
+
+    def close(self) -> None:
+        with self._lock:
+            for conn in self._opened:
+                conn.close()
+            self._opened.clear()
+        self._local = threading.local()
+
+    def _connection(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self.path, timeout=self.lock_timeout, isolation_level=None,
+                                   check_same_thread=False)  # fmt: skip
+            # A bucket lost to a power cut costs a burst, never a message: these commits
+            # need not wait for the disk. NORMAL, not OFF: in WAL mode a checkpoint this
+            # connection runs still syncs, so the ledger's file stays whole.
+            conn.execute("PRAGMA synchronous = NORMAL")
+            self._local.conn = conn
+            with self._lock:
+                self._opened.append(conn)
+        return conn
+
+    @contextmanager
+    def _transaction(self, lock: bool = True) -> Iterator[sqlite3.Cursor]:
+        """A cursor in a transaction that holds the write lock from its start (`lock`)."""
+        try:
+            conn = self._connection()
+        except sqlite3.Error as exc:
+            raise StoreNotReady(f"cannot open {self.path}: {exc}") from None
+        try:
+            cur = conn.cursor()
+            # IMMEDIATE takes the write lock before the read: two processes cannot both
+            # settle a bucket from the same level.
+            cur.execute("BEGIN IMMEDIATE" if lock else "BEGIN")
+            yield cur
+            conn.commit()
+        except sqlite3.OperationalError as exc:
+            conn.rollback()
+            if "no such table" in str(exc):
+                raise StoreNotReady(NOT_MIGRATED) from None
+            raise StoreNotReady(f"SQLite: {exc}") from None
+        except BaseException:
+            conn.rollback()
+            raise
+
+
+class PostgresLimitStore(_SQLLimitStore):
+    """Buckets in PostgreSQL, through a small connection pool of their own."""
+
+    placeholder = "%s"
+
+    def __init__(self, database_url: str, *, pool_size: int = 4, lock_timeout: float = 30) -> None:
+        from psycopg_pool import ConnectionPool
+
+        # Autocommit: a request's one call is its own transaction, one round trip (no
+        # BEGIN and COMMIT around it); `_transaction` opens one where several statements
+        # must hold together.
+        self.pool = ConnectionPool(
+            database_url, min_size=1, max_size=pool_size, timeout=lock_timeout, open=True,
+            kwargs={"autocommit": True},
+        )  # fmt: skip
+
+    def migrate(self) -> None:
+        with self._transaction() as cur:
+            # CREATE ... IF NOT EXISTS can still collide in the catalog when two processes
+            # run it at once; the advisory lock queues them instead.
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", (ADVISORY_LOCK_ID,))
+            for statement in POSTGRES_SCHEMA:
+                cur.execute(statement)
+
+    def take(self, buckets: Sequence[Bucket], now: float) -> list[float]:
+        ordered = sorted(range(len(buckets)), key=lambda i: buckets[i].scope)
+        with self._transaction(single=True) as cur:
+            cur.execute(
+                "SELECT ledger_rate_take(%s, %s, %s, %s)",
+                ([buckets[i].scope for i in ordered], [buckets[i].step for i in ordered],
+                 [buckets[i].span for i in ordered], now),
+            )  # fmt: skip
+            row = cur.fetchone()
+        waits = [0.0] * len(buckets)
+        for position, wait in zip(ordered, row[0] if row else (), strict=True):
+            waits[position] = float(wait)
+        return waits
+
+    def close(self) -> None:
+        self.pool.close()
+
+    @contextmanager
+    def _transaction(self, single: bool = False) -> Iterator[Any]:
+        """A cursor in a transaction; `single`: for one statement, its own transaction."""
+        import psycopg
+        from psycopg_pool import PoolTimeout
+
+        try:
+            with (
+                self.pool.connection() as conn,
+                contextlib.nullcontext() if single else conn.transaction(),
+                conn.cursor() as cur,
+            ):
+                yield cur
+        except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedFunction):
+            raise StoreNotReady(NOT_MIGRATED) from None
+        except (psycopg.OperationalError, PoolTimeout) as exc:
+            raise StoreNotReady(f"PostgreSQL unreachable: {exc}") from None
