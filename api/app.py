@@ -21,7 +21,7 @@ from . import errors
 from .keystore import KeyStore, open_key_store
 from .metrics import Metrics, MetricsMiddleware
 from .middleware import BodyLimit, RawSessionPath
-from .routes import export, health, history, keys, sessions
+from .routes import diff, export, heads, health, history, keys, replay, sessions, ui, verify
 from .settings import Settings
 
 DESCRIPTION = """Event-sourced conversation memory for LLM agents.
@@ -75,8 +75,10 @@ def create_app(
     app.state.ledger, app.state.key_store = ledger, key_store
     app.state.metrics = Metrics()
     errors.register(app)
-    for module in (sessions, history, export, keys, health):
+    for module in (sessions, history, export, keys, health, heads, replay, diff, verify):
         app.include_router(module.router)
+    if settings.ui:
+        app.include_router(ui.router)
     # Added last = runs first: metrics see every answer, the 413 check runs before routing.
     app.add_middleware(RawSessionPath)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
