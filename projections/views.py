@@ -574,9 +574,7 @@ class SQLViews(ABC):
         r = rows[0]
         return r["message_id"], ChatMessage.from_body(r["role"], r["message"])
 
-    def session_head(
-        self, session_id: uuid.UUID, version: int | None = None
-    ) -> SessionHead | None:
+    def session_head(self, session_id: uuid.UUID, version: int | None = None) -> SessionHead | None:
         # At a past version: that version's timeline row, which holds its counts too.
         bound, params = ("", ()) if version is None else (" AND t.version <= ?", (version,))
         with self._reading() as read:

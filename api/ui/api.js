@@ -3,6 +3,7 @@
 // never in a URL, never in a cookie.
 
 const STORAGE_NAME = "session-ledger-api-key";
+export const SIGNED_OUT = "session-ledger-signed-out";
 
 export const apiKey = {
   get: () => sessionStorage.getItem(STORAGE_NAME),
@@ -46,8 +47,14 @@ async function request(path, params = {}, key = apiKey.get()) {
     } catch {
       // not the API's error shape: the status says enough
     }
-    throw new ApiError(response.status, error.code || "http_error",
+    const failure = new ApiError(response.status, error.code || "http_error",
       error.message || `${response.status} ${response.statusText}`);
+    if (response.status === 401 && key === apiKey.get()) {
+      // The stored key stopped working (revoked): forget it and ask for another.
+      apiKey.clear();
+      window.dispatchEvent(new CustomEvent(SIGNED_OUT, { detail: failure.message }));
+    }
+    throw failure;
   }
   return response;
 }

@@ -2,7 +2,7 @@
 // (#/sessions, #/session/<key>/<tab>). Any key the API takes works; a read-only auditor
 // key is enough for every screen.
 
-import { apiKey, ApiError, getJSON } from "./api.js";
+import { apiKey, getJSON, SIGNED_OUT } from "./api.js";
 import { el, errorBox, replace } from "./dom.js";
 import { sessionScreen } from "./session.js";
 import { sessionsScreen } from "./sessions.js";
@@ -51,12 +51,9 @@ function route() {
   return sessionsScreen(main, new URLSearchParams(search));
 }
 
-// A key revoked while the page is open: back to sign-in, saying why.
-window.addEventListener("unhandledrejection", (event) => {
-  if (event.reason instanceof ApiError && event.reason.status === 401) {
-    apiKey.clear();
-    signInScreen(event.reason.message);
-  }
+window.addEventListener(SIGNED_OUT, (event) => {
+  signOut.hidden = true;
+  signInScreen(`Signed out: ${event.detail}.`);
 });
 signOut.addEventListener("click", () => {
   apiKey.clear();
