@@ -6,8 +6,10 @@ session shown."""
 from __future__ import annotations
 
 import base64
+import struct
 import sys
 import time
+import zlib
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -19,19 +21,30 @@ from playwright.sync_api import expect
 from tests.browser.conftest import Viewer, fresh_key
 from tests.e2e.conftest import run_cli
 
-# A 1x1 PNG: an image stored inside a message.
-PIXEL = base64.b64encode(
-    bytes.fromhex(
-        "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
-        "1f15c4890000000d49444154789c6360f8cf500f0004850181c9b1d6b10000000049454e44ae426082"
+
+def png(width: int, height: int) -> str:
+    """Base64 of a small PNG (a colour gradient): an image stored inside a message."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    rows = b"".join(
+        b"\0" + b"".join(bytes((40 + 4 * x, 84 + 2 * y, 197)) for x in range(width))
+        for y in range(height)
     )
-).decode()
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    data = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows))
+    return base64.b64encode(data + chunk(b"IEND", b"")).decode()
+
+
+IMAGE = png(48, 32)
 TOOL_CALL = {"id": "call_1", "type": "function",
              "function": {"name": "get_balance", "arguments": '{"account": "42"}'}}  # fmt: skip
 OPENING = [
     {"role": "system", "content": "You are the bank's assistant."},
     {"role": "user", "blocks": [{"block_type": "text", "text": "What is my balance? My card:"},
-                                {"block_type": "image", "image": PIXEL,
+                                {"block_type": "image", "image": IMAGE,
                                  "image_mimetype": "image/png"}]},
     {"role": "assistant", "content": "", "additional_kwargs": {"tool_calls": [TOOL_CALL]}},
     {"role": "tool", "content": '{"balance": 120}',
@@ -136,7 +149,7 @@ def test_an_auditor_finds_a_session_by_prefix_and_reads_it(
     expect(messages.nth(3)).to_contain_text("tool result")
     expect(messages.nth(3)).to_contain_text("for call_1")
     image = messages.nth(1).locator("img")
-    expect(image).to_have_attribute("src", f"data:image/png;base64,{PIXEL}")
+    expect(image).to_have_attribute("src", f"data:image/png;base64,{IMAGE}")
     follow_up = messages.nth(5)  # long: folded until asked
     expect(follow_up).not_to_contain_text(FOLLOW_UP["content"])
     screenshot(page, "transcript")
