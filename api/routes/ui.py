@@ -14,6 +14,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Response
 
+from ..errors import error_response
+
 router = APIRouter(prefix="/ui", tags=["viewer"], include_in_schema=False)
 MEDIA_TYPES = {
     ".html": "text/html; charset=utf-8",
@@ -50,7 +52,7 @@ def ui_files() -> dict[str, bytes]:
 def _file(name: str) -> Response:
     body = ui_files().get(name)
     if body is None:
-        return Response(b"no such file", status_code=404, media_type="text/plain", headers=HEADERS)
+        return error_response(404, "not_found", f"the viewer has no file {name!r}", headers=HEADERS)
     media_type = MEDIA_TYPES["." + name.rpartition(".")[2]]
     return Response(body, media_type=media_type, headers=HEADERS)
 

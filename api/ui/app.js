@@ -46,7 +46,13 @@ function route() {
   const [path, search = ""] = window.location.hash.replace(/^#/, "").split("?");
   const parts = path.split("/").filter(Boolean);
   if (parts[0] === "session" && parts[1]) {
-    return sessionScreen(main, decodeURIComponent(parts[1]), parts[2] || "transcript");
+    let key;
+    try {
+      key = decodeURIComponent(parts[1]);
+    } catch {
+      return replace(main, errorBox({ message: "This address does not name a session." }));
+    }
+    return sessionScreen(main, key, parts[2] || "transcript");
   }
   return sessionsScreen(main, new URLSearchParams(search));
 }
