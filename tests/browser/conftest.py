@@ -61,8 +61,9 @@ class Viewer:
                             headers={"Authorization": f"Bearer {self.keys[who]}"})  # fmt: skip
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def viewer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Viewer]:
+    """A server on a SQLite file of its own, with the store's default limits."""
     url = f"sqlite:///{tmp_path_factory.mktemp('viewer') / 'ledger.db'}"
     admin = "sl_test_" + secrets.token_urlsafe(24)
     server = Server(server_env(url, LEDGER_BOOTSTRAP_KEY=admin, **DEFAULT_LIMITS)).start()
@@ -83,9 +84,10 @@ def viewer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Viewer]:
         server.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def chromium() -> Iterator[Any]:
-    """Chromium, launched once for the run."""
+    """Chromium, launched once per module: Playwright's sync API keeps an event loop
+    running in this thread while it is open, where every later `asyncio.run` would fail."""
     if not (os.access(CHROMIUM, os.X_OK) or shutil.which(CHROMIUM)):
         _missing(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
     with sync_playwright() as playwright:
