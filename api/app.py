@@ -23,7 +23,19 @@ from .keystore import KeyStore, open_key_store
 from .metrics import Metrics, MetricsMiddleware
 from .middleware import BodyLimit, RawSessionPath
 from .ratelimit import Limiter, open_limit_store
-from .routes import events, export, health, keys, messages, sessions
+from .routes import (
+    diff,
+    events,
+    export,
+    heads,
+    health,
+    keys,
+    messages,
+    replay,
+    sessions,
+    ui,
+    verify,
+)
 from .settings import Settings
 
 DISTRIBUTION = "session-audit-ledger"  # the package index name (pyproject.toml)
@@ -89,9 +101,11 @@ def create_app(
     app.state.limiter = limiter or (open_limiter(settings) if ledger is not None else None)
     app.state.metrics = Metrics()
     errors.register(app)
-    for module in (messages, events, sessions, export, keys):
+    for module in (messages, events, replay, diff, verify, sessions, heads, export, keys):
         app.include_router(module.router, dependencies=[Depends(enforce_limits)])
     app.include_router(health.router)  # never limited: probes and scrapes must get through
+    if settings.ui:
+        app.include_router(ui.router)
     # Added last = runs first: metrics see every answer, the 413 check runs before routing.
     app.add_middleware(RawSessionPath)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
+from session_ledger.domain import ports
 from session_ledger.domain.messages import BLOCK_TYPES, ROLES
 
 Role = Literal["agent", "auditor", "admin"]
@@ -197,3 +198,77 @@ class Status(BaseModel):
     """Liveness / readiness answer."""
 
     status: Literal["ok", "ready"]
+
+
+class SessionSummary(SessionHead):
+    """A session's head and status, as the sessions list (or a replay) shows it."""
+
+    status: Literal["active", "cleared"] = Field(
+        description="cleared: the session's last change (at this version) was a reset."
+    )
+
+    @classmethod
+    def of(cls, head: ports.SessionHead) -> SessionSummary:
+        cleared = head.last_event == "HistoryCleared"
+        return cls(
+            key=head.key, version=head.version, message_count=head.message_count,
+            archived_count=head.archived_count, token_total=head.token_total,
+            created_at=head.created_at, updated_at=head.updated_at, last_event=head.last_event,
+            status="cleared" if cleared else "active",
+        )  # fmt: skip
+
+
+class SessionSummaries(BaseModel):
+    """One page of sessions with their heads, sorted by key; `next_cursor` as `cursor`."""
+
+    sessions: list[SessionSummary]
+    next_cursor: str | None
+
+
+class ChainCheck(BaseModel):
+    """The session's hash chain recomputed from its stored events, against the stored one."""
+
+    intact: bool
+    versions: int = Field(description="Events that checked out, up to the first bad one.")
+    head: str | None = Field(description="Hex hash of the last event that checked out.")
+    first_bad_version: int | None
+    problem: str | None
+
+
+class ContextWindow(BaseModel):
+    """The context window `get` gives for a token limit, with its token count."""
+
+    token_limit: int
+    initial_token_count: int
+    token_count: int = Field(
+        description="What the window costs, counted as ChatMemoryBuffer counts it "
+        "(initial_token_count included)."
+    )
+    messages: list[Message]
+
+
+class Replay(BaseModel):
+    """A session as it stood at one version: its head then and the window `get` gave."""
+
+    session: SessionSummary
+    window: ContextWindow
+
+
+class HistoryChange(BaseModel):
+    """One run of messages that differs between two versions of the history."""
+
+    kind: Literal["added", "removed", "replaced"]
+    from_position: int = Field(description="Where the run starts in the older history.")
+    to_position: int = Field(description="Where the run starts in the newer history.")
+    removed: list[Message]
+    added: list[Message]
+
+
+class HistoryDiff(BaseModel):
+    """What changed in the active history from one version to another."""
+
+    from_version: int
+    to_version: int
+    from_count: int
+    to_count: int
+    changes: list[HistoryChange]

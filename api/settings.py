@@ -69,6 +69,11 @@ class Settings(BaseSettings):
         200, ge=2, description="A snapshot of a session's write state every N events."
     )
     pool_size: int = Field(8, ge=1, description="PostgreSQL connections per process.")
+    ui: bool = Field(
+        True,
+        description="Serve the audit viewer at /ui (browse, replay, diff, verify, export "
+        "in a browser, signed in with an API key). Set false to serve the API only.",
+    )
     lock_timeout_seconds: int = Field(
         30, ge=1, description="How long a write waits for a database lock."
     )

@@ -153,7 +153,9 @@ class SessionViews(Protocol):
         """(message id, message) of the active message at `position` of `count`."""
         ...
 
-    def session_head(self, session_id: uuid.UUID) -> SessionHead | None: ...
+    def session_head(
+        self, session_id: uuid.UUID, version: int | None = None
+    ) -> SessionHead | None: ...
 
     def session_keys(
         self, tenant: str, prefix: str, after: str | None, limit: int, exclude_cleared: bool = False

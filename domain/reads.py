@@ -103,9 +103,14 @@ class Reads:
         version = self._version(sid, key, tenant, as_of_version, as_of)
         return self.views.history(sid, status, offset, limit, version)
 
-    def head(self, key: str, *, tenant: str | None = None) -> SessionHead:
-        """The session's version, counts and times; SessionNotFound if it has none."""
-        found = self.views.session_head(self._session_id(key, tenant))
+    def head(
+        self, key: str, *, tenant: str | None = None, as_of_version: int | None = None,
+        as_of: datetime | None = None,
+    ) -> SessionHead:  # fmt: skip
+        """The session's version, counts and times (as they stood at `as_of_version` or
+        `as_of` when given); SessionNotFound if it has none."""
+        sid = self._session_id(key, tenant)
+        found = self.views.session_head(sid, self._version(sid, key, tenant, as_of_version, as_of))
         if found is None:
             raise SessionNotFound(self._tenant(tenant), key)
         return found

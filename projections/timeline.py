@@ -26,15 +26,17 @@ class TimelineReads(ViewStore):
             rows = self._fetch(read, VERSION_AT, (sid, self._time(when), self._time(when), sid))
         return (rows[0]["version"] or None) if rows else None
 
-    def session_head(self, session_id: uuid.UUID) -> SessionHead | None:
+    def session_head(self, session_id: uuid.UUID, version: int | None = None) -> SessionHead | None:
+        # At a past version: that version's timeline row, which holds its counts too.
+        bound, params = ("", ()) if version is None else (" AND t.version <= ?", (version,))
         with self._reading() as read:
             rows = self._fetch(
                 read,
                 "SELECT s.tenant, s.session_key, s.created_at, t.version, t.message_count, "
                 "t.archived_count, t.token_total, t.recorded_at, t.event_type "
                 "FROM ledger_sessions s JOIN ledger_timeline t ON t.session_id = s.session_id "
-                "WHERE s.session_id = ? ORDER BY t.version DESC LIMIT 1",
-                (self._sid(session_id),),
+                f"WHERE s.session_id = ?{bound} ORDER BY t.version DESC LIMIT 1",
+                (self._sid(session_id), *params),
             )
         if not rows:
             return None

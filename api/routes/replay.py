@@ -1,0 +1,54 @@
+"""Replay: a session as it stood at one version or moment, with the context window `get`
+gave then for a chosen token limit, and that window's token count."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Response
+
+from session_ledger.domain.ledger import Ledger
+
+from ..deps import BIG, AsOf, AsOfVersion, LedgerDep, ReaderDep, SessionKeyDep
+from ..errors import ERROR_RESPONSES
+from ..responses import etag
+from ..schemas import ContextWindow, Replay, SessionSummary
+
+router = APIRouter(prefix="/v1/sessions", tags=["replay"], responses=ERROR_RESPONSES)
+
+
+def window_tokens(ledger: Ledger, contents: list[str | None], initial_token_count: int) -> int:
+    """What ChatMemoryBuffer counts for a window: the first message alone, each later one
+    with the joining space (the ledger's own arithmetic, `domain.tokens`)."""
+    counts = [ledger.tokenizer.count(content) for content in contents]
+    if not counts:
+        return initial_token_count
+    return initial_token_count + counts[0].alone + sum(c.joined for c in counts[1:])
+
+
+@router.get("/{key}/replay", response_model=Replay)
+def replay_session(
+    key: SessionKeyDep, ledger: LedgerDep, who: ReaderDep, response: Response,
+    token_limit: Annotated[int | None, Query(ge=1, le=BIG, description="Default: "
+                                             "the server's LEDGER_TOKEN_LIMIT.")] = None,
+    initial_token_count: Annotated[int, Query(ge=0, le=BIG)] = 0,
+    as_of_version: AsOfVersion = None, as_of: AsOf = None,
+) -> Replay:  # fmt: skip
+    """The session at a version or a moment (default: now): its head then, and the context
+    window `get` gave then, with its token count. Page its history with
+    `GET .../messages?as_of_version=` and the version answered here."""
+    etag(response, ledger.head(key, tenant=who.tenant).version)
+    head = ledger.head(key, tenant=who.tenant, as_of_version=as_of_version, as_of=as_of)
+    limit = ledger.token_limit if token_limit is None else token_limit
+    window = ledger.get(
+        key, tenant=who.tenant, token_limit=limit, initial_token_count=initial_token_count,
+        as_of_version=head.version,
+    )  # fmt: skip
+    return Replay(
+        session=SessionSummary.of(head),
+        window=ContextWindow(
+            token_limit=limit, initial_token_count=initial_token_count,
+            token_count=window_tokens(ledger, [m.content for m in window], initial_token_count),
+            messages=[m.to_dict() for m in window],
+        ),
+    )  # fmt: skip

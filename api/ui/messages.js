@@ -1,0 +1,98 @@
+// One chat message as a conversation turn: its role, its text (long text folded), tool
+// calls and tool results spelled out, images shown as images, other blocks by type.
+
+import { el } from "./dom.js";
+
+const FOLD_CHARS = 1200; // longer text shows its start and a button for the rest
+const INLINE_IMAGE = /^image\/(png|jpeg|gif|webp)$/;
+
+function folded(text, className = "text") {
+  if (text.length <= FOLD_CHARS) return el("div", { class: className }, text);
+  const box = el("div", { class: className }, text.slice(0, FOLD_CHARS) + "…");
+  const toggle = el("button", { type: "button", class: "fold" });
+  let open = false;
+  const show = () => {
+    box.textContent = open ? text : text.slice(0, FOLD_CHARS) + "…";
+    toggle.textContent = open ? "Fold" : `Show all ${text.length.toLocaleString("en")} characters`;
+  };
+  toggle.addEventListener("click", () => {
+    open = !open;
+    show();
+  });
+  show();
+  return el("div", {}, box, toggle);
+}
+
+function pretty(value) {
+  if (typeof value === "string") {
+    try {
+      return JSON.stringify(JSON.parse(value), null, 2);
+    } catch {
+      return value;
+    }
+  }
+  return JSON.stringify(value, null, 2);
+}
+
+function image(block) {
+  const type = block.image_mimetype || "";
+  if (typeof block.image === "string" && INLINE_IMAGE.test(type)
+      && /^[A-Za-z0-9+/=\s]+$/.test(block.image)) {
+    return el("figure", { class: "image" },
+      el("img", { src: `data:${type};base64,${block.image.replace(/\s/g, "")}`, alt: "image in the message" }),
+      el("figcaption", {}, `image (${type})`));
+  }
+  // A linked image is named, not fetched: the viewer loads nothing from elsewhere.
+  const where = block.url || block.path || "stored without its bytes";
+  return el("div", { class: "block image" }, `image: ${where}`);
+}
+
+function toolCall(name, args, id) {
+  return el("div", { class: "tool-call" },
+    el("div", { class: "label" }, `tool call: ${name || "?"}`, id ? ` (${id})` : ""),
+    folded(pretty(args ?? {}), "code"));
+}
+
+function block(b) {
+  switch (b.block_type) {
+    case "text":
+      return folded(b.text);
+    case "image":
+      return image(b);
+    case "tool_call":
+      return toolCall(b.tool_name, b.tool_kwargs, b.tool_call_id);
+    case "thinking":
+      return el("div", { class: "block thinking" }, el("div", { class: "label" }, "thinking"),
+        folded(b.content || ""));
+    default: {
+      const { block_type: type, ...rest } = b;
+      return el("div", { class: "block" }, el("div", { class: "label" }, type),
+        folded(pretty(rest), "code"));
+    }
+  }
+}
+
+export function renderMessage(message, position) {
+  const kwargs = { ...(message.additional_kwargs || {}) };
+  const calls = Array.isArray(kwargs.tool_calls) ? kwargs.tool_calls : [];
+  delete kwargs.tool_calls;
+  const result = message.role === "tool" || message.role === "function";
+  const heading = el("div", { class: "meta" },
+    el("span", { class: "role" }, result ? `${message.role} result` : message.role),
+    position === undefined ? null : el("span", { class: "position" }, `#${position}`),
+    result && (kwargs.tool_call_id || kwargs.name)
+      ? el("span", { class: "for" }, `for ${kwargs.tool_call_id || kwargs.name}`) : null);
+  const extra = Object.keys(kwargs).length
+    ? el("details", { class: "kwargs" }, el("summary", {}, "additional_kwargs"),
+      el("pre", { class: "code" }, pretty(kwargs)))
+    : null;
+  return el("article", { class: `message role-${message.role}` },
+    heading,
+    (message.blocks || []).map(block),
+    calls.map((c) => toolCall(c.function?.name ?? c.name, c.function?.arguments ?? c.args, c.id)),
+    extra);
+}
+
+export function renderMessages(messages, firstPosition) {
+  return messages.map((m, i) => renderMessage(m, firstPosition === undefined ? undefined : firstPosition + i));
+}
