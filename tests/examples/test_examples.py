@@ -16,7 +16,8 @@ from tests.conftest import fresh_postgres_database
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 # llama-index's workflows read the agent's deprecated pydantic attributes: warnings only.
-QUIET = {"PYTHONWARNINGS": "ignore::DeprecationWarning"}
+# A pool of 2 (not 8) per script: the test PostgreSQL server is shared by parallel runs.
+ENV = {"PYTHONWARNINGS": "ignore::DeprecationWarning", "LEDGER_POOL_SIZE": "2"}
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -31,7 +32,7 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
 def run(*args: str, env: dict[str, str] | None = None) -> str:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("LEDGER_")}
     done = subprocess.run(
-        args, env={**clean, **QUIET, **(env or {})}, capture_output=True, text=True, timeout=240,
+        args, env={**clean, **ENV, **(env or {})}, capture_output=True, text=True, timeout=240,
         check=False,
     )  # fmt: skip
     assert done.returncode == 0, f"{args} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
