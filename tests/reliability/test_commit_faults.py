@@ -8,11 +8,6 @@ import pytest
 from .conftest import Service
 from .workload import Workload
 
-UNKEYED_DUPLICATES = pytest.mark.xfail(
-    strict=True, reason="exactly-once write ids: a lost commit answer duplicates unkeyed writes"
-)
-
-
 def run_with_commit_faults(service: Service, keyed: bool, per_thread: int, rate: float) -> None:
     service.proxy.commit_fault_rate = rate
     workload = Workload(service.urls, service.api_key, keyed=keyed, threads=4, sessions=2)
@@ -28,8 +23,7 @@ def run_with_commit_faults(service: Service, keyed: bool, per_thread: int, rate:
 
 
 @pytest.mark.postgres
-@pytest.mark.parametrize("keyed", [True, pytest.param(False, marks=UNKEYED_DUPLICATES)],
-                         ids=["keyed", "unkeyed"])  # fmt: skip
+@pytest.mark.parametrize("keyed", [True, False], ids=["keyed", "unkeyed"])
 def test_commits_cut_short_run(shared_server_service: Service, keyed: bool) -> None:
     run_with_commit_faults(shared_server_service, keyed, per_thread=60, rate=0.25)
 
@@ -37,7 +31,6 @@ def test_commits_cut_short_run(shared_server_service: Service, keyed: bool) -> N
 @pytest.mark.postgres
 @pytest.mark.long_run
 @pytest.mark.timeout(3600)
-@pytest.mark.parametrize("keyed", [True, pytest.param(False, marks=UNKEYED_DUPLICATES)],
-                         ids=["keyed", "unkeyed"])  # fmt: skip
+@pytest.mark.parametrize("keyed", [True, False], ids=["keyed", "unkeyed"])
 def test_commits_cut_long_run(shared_server_service: Service, keyed: bool) -> None:
     run_with_commit_faults(shared_server_service, keyed, per_thread=600, rate=0.15)
