@@ -57,9 +57,11 @@ def _version() -> str:
 
 def create_app(
     settings: Settings, ledger: Ledger | None = None, key_store: KeyStore | None = None,
-    limiter: Limiter | None = None,
+    limiter: Limiter | None = None, *, owns_process: bool = False,
 ) -> FastAPI:  # fmt: skip
-    """The API over `ledger` (or one opened from `settings.database_url` at start-up)."""
+    """The API over `ledger` (or one opened from `settings.database_url` at start-up).
+    `owns_process`: the app is the whole process (`serve`), not mounted in a host's app,
+    so it may tune the process's garbage collector."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -78,9 +80,10 @@ def create_app(
             )
         if app.state.limiter is None:
             app.state.limiter = open_limiter(settings)
-        # What start-up made lives as long as the process: keep it out of the collector's
-        # full passes, which otherwise rescan it on every few large reads.
-        gc.freeze()
+        if owns_process:
+            # What start-up made lives as long as the process: keep it out of the
+            # collector's full passes, which otherwise rescan it on every few large reads.
+            gc.freeze()
         try:
             yield
         finally:
@@ -152,4 +155,4 @@ def _drop_null(schema: dict[str, Any]) -> None:
 
 def app_from_env() -> FastAPI:
     """The app configured by `LEDGER_*` variables: uvicorn's factory for `serve`."""
-    return create_app(Settings())
+    return create_app(Settings(), owns_process=True)

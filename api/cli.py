@@ -133,7 +133,7 @@ def serve(
     )
     listen = {"host": settings.host, "port": settings.port, "access_log": settings.access_log}
     if settings.workers == 1:
-        uvicorn.run(create_app(settings, key_store=store), **listen)
+        uvicorn.run(create_app(settings, key_store=store, owns_process=True), **listen)
         return
     store.close()
     for name in ("host", "port", "workers"):
