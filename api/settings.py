@@ -65,3 +65,17 @@ class Settings(BaseSettings):
     lock_timeout_seconds: int = Field(
         30, ge=1, description="How long a write waits for a database lock."
     )
+    master_key: str | None = Field(
+        None,
+        description="Encryption at rest: base64 of a 32-byte AES-256 master key, or "
+        "`id:base64,id:base64` (oldest first; the last wraps new data keys). Unset: "
+        "stored clear, and erasure is refused.",
+    )
+    master_key_file: str | None = Field(
+        None, description="A file holding `master_key`'s value (instead of it)."
+    )
+    retention: str = Field(
+        "",
+        description="Retention rules for `retention apply`: `tenant:prefix:days` items "
+        "separated by commas (a prefix may be empty), e.g. `default:request/:1`.",
+    )
