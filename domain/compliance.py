@@ -18,6 +18,7 @@ from typing import Any
 from .errors import (
     EncryptionRequired,
     HoldConflict,
+    InvalidInput,
     LegalHold,
     SessionErased,
     SessionNotFound,
@@ -47,6 +48,21 @@ class RetentionRule:
     def reason(self) -> str:
         scope = f"keys starting {self.prefix!r}" if self.prefix else "every key"
         return f"retention policy: tenant {self.tenant!r}, {scope}, {self.days} days"
+
+
+def parse_retention(text: str) -> list[RetentionRule]:
+    """Rules from `tenant:prefix:days` items separated by commas (the prefix may be empty
+    or hold colons); InvalidInput naming the item otherwise."""
+    rules = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        tenant, _, rest = item.partition(":")
+        prefix, _, days = rest.rpartition(":")
+        if not tenant or not days.isdigit():
+            raise InvalidInput(f"retention rule {item!r} is not tenant:prefix:days")
+        rules.append(RetentionRule(tenant, prefix, int(days)))
+    return rules
 
 
 @dataclass(frozen=True)
