@@ -239,9 +239,8 @@ def _take_sealed(stored: dict[str, Any], given: object) -> None:
         sealed, value = stored.get(name), given.get(name)
         if not (isinstance(sealed, dict) and "sealed" in sealed):
             continue
-        if "n" in sealed and isinstance(value, list) and len(value) == sealed["n"]:
-            stored[name] = value
-        elif "n" not in sealed and isinstance(value, dict):
+        listed = isinstance(value, list) and len(value) == sealed.get("n")
+        if listed or ("n" not in sealed and isinstance(value, dict)):
             stored[name] = value
 
 
