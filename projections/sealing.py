@@ -187,9 +187,14 @@ class SealingMapper(Mapper[uuid.UUID]):
         self.data_keys = keys
 
     def to_stored_event(self, domain_event: Any) -> StoredEvent:
+        # The library's `to_stored_event`, with the content fields sealed (this store
+        # configures no library cipher or compressor).
         state = dict(vars(domain_event))
         sid = state.pop("originator_id")
         version = state.pop("originator_version")
+        class_version = getattr(type(domain_event), "class_version", 1)
+        if class_version > 1:
+            state["class_version"] = class_version
         fields = [f for f in SEALED_FIELDS if f in state]
         starts = type(domain_event).__name__ == "SessionStarted"
         key = self.data_keys.key(sid, create=starts) if fields or starts else None

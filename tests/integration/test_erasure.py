@@ -25,6 +25,7 @@ from session_ledger.domain.errors import (
 from session_ledger.domain.ledger import Ledger
 from session_ledger.projections.export import export_session
 from session_ledger.projections.export_verify import verify_export
+from session_ledger.projections.rebuild import check
 from tests.conftest import make_ledger, make_settings
 from tests.integration.test_cost_does_not_grow import message, view_rows_during
 
@@ -114,6 +115,8 @@ def test_erased_canary_is_nowhere_and_the_chain_still_verifies(sealed: Ledger) -
     jsonl = b"".join(export_session(sealed, "victim", tenant=sealed.default_tenant))
     assert verify_export(jsonl.splitlines(keepends=True)).ok
     assert sealed.verify("victim").intact and sealed.verify("bystander").intact
+    # The views derived again from the log are the live ones (the erased rows stay gone).
+    assert check(sealed.recorder, sealed.mapper, sealed.tokenizer) == []  # type: ignore[arg-type]
     # The other session reads as before.
     assert other in sealed.get_all("bystander")[0].content  # type: ignore[operator]
     assert (
