@@ -24,6 +24,7 @@ from .metrics import Metrics, MetricsMiddleware
 from .middleware import BodyLimit, RawSessionPath
 from .ratelimit import Limiter, open_limit_store
 from .routes import (
+    compliance,
     diff,
     events,
     export,
@@ -104,7 +105,9 @@ def create_app(
     app.state.limiter = limiter or (open_limiter(settings) if ledger is not None else None)
     app.state.metrics = Metrics()
     errors.register(app)
-    for module in (messages, events, replay, diff, verify, sessions, heads, export, keys):
+    for module in (
+        messages, events, replay, diff, verify, compliance, sessions, heads, export, keys,
+    ):  # fmt: skip
         app.include_router(module.router, dependencies=[Depends(enforce_limits)])
     app.include_router(health.router)  # never limited: probes and scrapes must get through
     if settings.ui:

@@ -393,3 +393,6 @@ def opened_ledger(settings: Settings) -> Iterator[Ledger]:
 def main() -> None:
     """Entry point of the `session-ledger` script."""
     cli()
+
+
+from . import cli_compliance  # noqa: E402, F401  (registers erase, hold, retention)

@@ -141,3 +141,17 @@ class Settings(BaseSettings):
                     f"LEDGER_RATE_LIMIT_{scope.upper()}_PER_SECOND is set (0 turns it off)"
                 )
         return self
+    master_key: str | None = Field(
+        None,
+        description="Encryption at rest: base64 of a 32-byte AES-256 master key, or "
+        "`id:base64,id:base64` (oldest first; the last wraps new data keys). Unset: "
+        "stored clear, and erasure is refused.",
+    )
+    master_key_file: str | None = Field(
+        None, description="A file holding `master_key`'s value (instead of it)."
+    )
+    retention: str = Field(
+        "",
+        description="Retention rules for `retention apply`: `tenant:prefix:days` items "
+        "separated by commas (a prefix may be empty), e.g. `default:request/:1`.",
+    )

@@ -9,8 +9,11 @@ from .ports import ACTIVE, AuditEntry, SessionViews
 from .session import (
     HistoryCleared,
     HistoryReplaced,
+    LegalHoldPlaced,
+    LegalHoldReleased,
     MessageRemoved,
     MessagesAppended,
+    SessionErased,
     SessionStarted,
 )
 
@@ -38,6 +41,10 @@ def audit_entry(views: SessionViews, session_id: uuid.UUID, event: Any) -> Audit
     elif isinstance(event, MessageRemoved):
         changes = {"position": event.position, "message_id": event.message_id,
                    "removed": event.message}  # fmt: skip
+    elif isinstance(event, LegalHoldPlaced | LegalHoldReleased):
+        changes = {"reference": event.reference}
+    elif isinstance(event, SessionErased):
+        changes = {"basis": event.basis}
     else:
         changes = {"archived": event.count}
     return AuditEntry(

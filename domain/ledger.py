@@ -31,6 +31,7 @@ from eventsourcing.persistence import IntegrityError, InterfaceError, Operationa
 from eventsourcing.utils import Environment
 
 from .audit import audit_entry
+from .compliance import Compliance
 from .errors import (
     IdempotencyKeyReused,
     LedgerError,
@@ -81,7 +82,7 @@ def _async_twin(method: Callable[P, R]) -> Callable[P, Any]:
     return twin
 
 
-class Ledger(Reads, Application[uuid.UUID]):
+class Ledger(Compliance, Reads, Application[uuid.UUID]):
     """Sessions of chat history, addressed by (tenant, key), kept as event streams."""
 
     name = "ledger"
@@ -230,6 +231,8 @@ class Ledger(Reads, Application[uuid.UUID]):
                 if prior is not None:
                     return _replayed(prior, digest, idempotency_key, key)
             session = self._load(sid, fresh=fresh)
+            if session is not None and session.erased:
+                raise self.erasure(sid, key) or LedgerError(f"session {key!r} was erased")
             actual = session.version if session else 0
             if expected_version is not None and expected_version != actual:
                 if not fresh:
@@ -337,6 +340,9 @@ class Ledger(Reads, Application[uuid.UUID]):
     adelete_last_message = _async_twin(delete_last_message)
     aarchive_oldest = _async_twin(archive_oldest)
     aaudit = _async_twin(audit)
+    aerase = _async_twin(Compliance.erase)
+    aplace_hold = _async_twin(Compliance.place_hold)
+    arelease_hold = _async_twin(Compliance.release_hold)
     averify = _async_twin(verify)
     aget = _async_twin(Reads.get)
     aget_all = _async_twin(Reads.get_all)

@@ -167,6 +167,10 @@ class SessionViews(Protocol):
         self, session_id: uuid.UUID, after_version: int, limit: int
     ) -> list[tuple[int, bytes | None]]: ...  # (version, h_v as stored), in version order
 
+    def sealed(self, session_id: uuid.UUID) -> bool:
+        """Whether the session's content is stored sealed under a data key of its own."""
+        ...
+
     def all_sessions(
         self, after: tuple[str, str] | None, limit: int
     ) -> list[tuple[str, str]]: ...  # (tenant, key) in order, after `after`

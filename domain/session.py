@@ -79,6 +79,8 @@ class Session(Aggregate):
         self.message_count = 0
         self.archived_count = 0
         self.next_message_id = 0
+        self.held = False
+        self.erased = False
 
     # The command events are declared with their own `apply` rather than made by the
     # @event decorator: the decorator's event maps its fields onto the method's
@@ -144,6 +146,41 @@ class Session(Aggregate):
             aggregate.message_count -= self.count
             aggregate.archived_count += self.count
 
+    class LegalHoldPlaced(Aggregate.Event):
+        reference: str
+        actor: str
+        reason: str | None
+        idempotency_key: str | None
+        request_digest: str | None
+
+        def apply(self, aggregate: Any) -> None:
+            aggregate.held = True
+
+    class LegalHoldReleased(Aggregate.Event):
+        reference: str
+        actor: str
+        reason: str | None
+        idempotency_key: str | None
+        request_digest: str | None
+
+        def apply(self, aggregate: Any) -> None:
+            aggregate.held = False
+
+    class SessionErased(Aggregate.Event):
+        """The session's content was made unreadable (its data key destroyed); `reason`
+        says why, `basis` on what legal ground. It carries no content itself."""
+
+        basis: str
+        actor: str
+        reason: str | None
+        idempotency_key: str | None
+        request_digest: str | None
+
+        def apply(self, aggregate: Any) -> None:
+            aggregate.message_count = 0
+            aggregate.archived_count = 0
+            aggregate.erased = True
+
     def append(self, messages: list[dict[str, Any]], **audit: Any) -> None:
         """Append messages (the audit fields: actor, reason, idempotency_key,
         request_digest)."""
@@ -168,6 +205,22 @@ class Session(Aggregate):
         """Move the `count` oldest active messages to the archive."""
         self._next(self.MessagesArchived, count=count, **audit)
 
+    def place_hold(self, reference: str, **audit: Any) -> None:
+        """Put the session under legal hold: it cannot be erased until released."""
+        self._next(self.LegalHoldPlaced, reference=reference, **audit)
+
+    def release_hold(self, reference: str, **audit: Any) -> None:
+        """Release the legal hold."""
+        self._next(self.LegalHoldReleased, reference=reference, **audit)
+
+    def erase(self, basis: str, **audit: Any) -> None:
+        """Record that the session's content was erased."""
+        self._next(self.SessionErased, basis=basis, **audit)
+
+
+# Sessions snapshotted before holds and erasure existed have neither attribute.
+Session.held = False
+Session.erased = False
 
 MessagesAppended = Session.MessagesAppended
 HistoryReplaced = Session.HistoryReplaced
@@ -175,3 +228,6 @@ HistoryCleared = Session.HistoryCleared
 MessageRemoved = Session.MessageRemoved
 MessagesArchived = Session.MessagesArchived
 SessionStarted = Session.SessionStarted
+LegalHoldPlaced = Session.LegalHoldPlaced
+LegalHoldReleased = Session.LegalHoldReleased
+SessionErased = Session.SessionErased

@@ -17,9 +17,12 @@ from session_ledger.domain.ports import ACTIVE, ARCHIVED, WriteBatch
 from session_ledger.domain.session import (
     HistoryCleared,
     HistoryReplaced,
+    LegalHoldPlaced,
+    LegalHoldReleased,
     MessageRemoved,
     MessagesAppended,
     MessagesArchived,
+    SessionErased,
     SessionStarted,
 )
 
@@ -62,7 +65,13 @@ class ArchiveOldest(NamedTuple):
     messages: int  # (not `count`: a named tuple has a method of that name)
 
 
-Change = InsertMessages | CloseHistory | CloseMessage | ArchiveOldest
+class EraseContent(NamedTuple):
+    """Drop every row of the session's content (and its data key): it was erased."""
+
+    version: int
+
+
+Change = InsertMessages | CloseHistory | CloseMessage | ArchiveOldest | EraseContent
 
 
 class TimelineRow(NamedTuple):
@@ -136,6 +145,11 @@ def view_changes(batch: WriteBatch) -> ViewChanges:
             ends = bool(event.count)
             if event.count:
                 changes.append(ArchiveOldest(v, event.count))
+        elif isinstance(event, SessionErased):
+            changes.append(EraseContent(v))
+            ends = False
+        elif isinstance(event, LegalHoldPlaced | LegalHoldReleased):
+            ends = False
         else:
             raise TypeError(f"no projection for {type(event).__name__}")
         timeline.append(timeline_row(event, count, next_id, archived, added, ends))

@@ -17,6 +17,7 @@ from typing import Any
 from eventsourcing.persistence import (
     ApplicationRecorder,
     InterfaceError,
+    Mapper,
     OperationalError,
     StoredEvent,
 )
@@ -33,8 +34,9 @@ from session_ledger.domain.errors import StoreUnavailable
 from session_ledger.domain.integrity import chain_hashes, record_bytes
 from session_ledger.domain.ports import ACTIVE
 
-from .changes import InsertMessages, MessageRow, ViewChanges, view_changes
+from .changes import InsertMessages, MessageRow, ViewChanges
 from .postgres_schema import migrate
+from .sealing import SealingFactory
 from .sql import LIVE_COLUMNS, SESSION_INSERT, TIMELINE_COLUMNS, Reader
 from .views import SQLViews
 
@@ -134,7 +136,7 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder, SQLViews):
         # every writer of every session wait in one line. Per-session order and
         # integrity rest on the (originator_id, originator_version) primary key.
         batch = kwargs.get("ledger_batch")
-        changes = view_changes(batch) if batch is not None else None
+        changes = self._view_changes(batch) if batch is not None else None
         events = [
             v for e in stored_events
             for v in (e.originator_id, e.originator_version, e.topic, e.state)
@@ -239,6 +241,12 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder, SQLViews):
             yield curs
 
     @contextmanager
+    def _committing(self) -> Iterator[Any]:
+        # Not `_write_transaction`: its table lock would queue every writer behind a key.
+        with self._connection() as conn, conn.transaction(), conn.cursor() as curs:
+            yield curs
+
+    @contextmanager
     def _stream(self, sql: str) -> Iterator[Iterator[Any]]:
         with (
             self._connection() as conn,
@@ -297,11 +305,16 @@ class PostgresReader:
             self.cursor.row_factory = factory
 
 
-class PostgresLedgerFactory(PostgresFactory):
+class PostgresLedgerFactory(SealingFactory, PostgresFactory):
     """eventsourcing persistence module for the ledger on PostgreSQL."""
+
+    def mapper(self, transcoder: Any = None, mapper_class: Any = None) -> Mapper[Any]:
+        sealing = self.sealing_mapper(transcoder or self.transcoder())
+        return sealing or super().mapper(transcoder, mapper_class)
 
     def application_recorder(self) -> ApplicationRecorder:
         recorder = PostgresLedgerRecorder(self.datastore)
+        self.sealing(recorder)
         if self.env_create_table():
             recorder.create_table()
         return recorder

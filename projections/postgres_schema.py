@@ -77,7 +77,12 @@ LAYOUT_AT_NUMBERING = [
     "DROP INDEX IF EXISTS ledger_timeline_time",
 ]
 SCHEMA_TABLE = "CREATE TABLE IF NOT EXISTS ledger_schema (version integer NOT NULL)"
-MIGRATIONS: tuple[tuple[str, ...], ...] = (tuple(LAYOUT_AT_NUMBERING),)
+# Migration 2: each session's data key, wrapped by a master key (sealing.py).
+DATA_KEYS = (
+    "CREATE TABLE IF NOT EXISTS ledger_data_keys (session_id uuid PRIMARY KEY,"
+    " master_key_id text NOT NULL, wrapped bytea NOT NULL, created_at timestamptz NOT NULL)",
+)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (tuple(LAYOUT_AT_NUMBERING), DATA_KEYS)
 LATEST = len(MIGRATIONS)
 
 

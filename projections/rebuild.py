@@ -80,7 +80,8 @@ def _replay_into(
     records, decoded = itertools.tee(stored)  # read in step: tee holds one record
     events = (mapper.to_domain_event(s) for s in decoded)
     for record, batch in zip(records, write_batches(events, tokenizer), strict=True):
-        target.apply_changes(cursor, view_changes(batch), (record,), check_kept=True)
+        target.apply_changes(cursor, target.sealed_changes(view_changes(batch)), (record,),
+                             check_kept=True)  # fmt: skip
         count += 1
         if progress is not None and count % 1000 == 0:
             progress(count)

@@ -86,7 +86,16 @@ def _layout_at_numbering(c: Any) -> None:
     c.execute("DROP INDEX IF EXISTS ledger_timeline_time")
 
 
-MIGRATIONS = (_layout_at_numbering,)
+def _data_keys(c: Any) -> None:
+    """Migration 2: each session's data key, wrapped by a master key (sealing.py)."""
+    c.execute(
+        "CREATE TABLE IF NOT EXISTS ledger_data_keys (session_id TEXT PRIMARY KEY,"
+        " master_key_id TEXT NOT NULL, wrapped BLOB NOT NULL, created_at TEXT NOT NULL)"
+        " WITHOUT ROWID"
+    )
+
+
+MIGRATIONS = (_layout_at_numbering, _data_keys)
 LATEST = len(MIGRATIONS)
 
 

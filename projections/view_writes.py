@@ -22,11 +22,12 @@ from .changes import (
     ArchiveOldest,
     CloseHistory,
     CloseMessage,
+    EraseContent,
     InsertMessages,
     TimelineRow,
     ViewChanges,
 )
-from .dialect import ViewStore
+from .key_rows import DataKeyRows
 from .sql import (
     ADDED_TOKENS,
     CHAIN_AT,
@@ -49,7 +50,7 @@ class EventsDisagree(LedgerError):
     code = "events_disagree"
 
 
-class ViewWrites(ViewStore):
+class ViewWrites(DataKeyRows):
     """Writes the view rows of a write (and of `rebuild`, event by event)."""
 
     # -- inline writes ----------------------------------------------------------------------
@@ -85,6 +86,8 @@ class ViewWrites(ViewStore):
                                (sid, ACTIVE, c.message_id))  # fmt: skip
             elif isinstance(c, ArchiveOldest):
                 self._archive_oldest(cursor, sid, c)
+            elif isinstance(c, EraseContent):
+                self._erase_content(cursor, vc.session_id)
         chains = self._chains(cursor, vc.session_id, records, chain_before)
         rows = zip(
             self._timeline_params(vc, times, sid),
@@ -209,7 +212,8 @@ class ViewWrites(ViewStore):
     def _check_kept(self, cursor: Any, sid: Any, session_id: uuid.UUID, c: CloseHistory) -> None:
         self._execute(cursor, "SELECT message FROM ledger_messages WHERE session_id = ? AND "
                       "status = ? ORDER BY message_id LIMIT ?", (sid, ACTIVE, c.kept))  # fmt: skip
-        held = [row["message"] for row in cursor.fetchall()]
+        held = [r[1] for r in self._opened(session_id, [(0, row["message"]) for row in
+                                                            cursor.fetchall()])]  # fmt: skip
         for i, message in enumerate(c.kept_messages):
             expected = stored_body(message, canonical_json(message))
             if i >= len(held) or held[i] != expected:

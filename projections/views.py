@@ -34,6 +34,7 @@ class SQLViews(ViewWrites, ContextReads, TranscriptReads, TimelineReads):
     """Reads and inline writes of the views; subclasses supply the SQL dialect."""
 
     view_tables = ("ledger_sessions", "ledger_messages", "ledger_ended_messages", "ledger_timeline")
+    # (`ledger_data_keys` is no view: rebuild keeps it, the events' content needs it)
     view_order = {
         "ledger_sessions": "session_id",
         "ledger_messages": "session_id, status, message_id",
@@ -81,5 +82,7 @@ class SQLViews(ViewWrites, ContextReads, TranscriptReads, TimelineReads):
                 # sqlite3.Row iterates its values, psycopg's dict rows their keys
                 values = {k: _portable(row[k]) for k in row.keys()}  # noqa: SIM118
                 if "message" in values:
-                    values["message"] = body_json(values["role"], values["message"])
+                    ((body,),) = self._opened(uuid.UUID(values["session_id"]),
+                                              [(values["message"],)], 0)  # fmt: skip
+                    values["message"] = body_json(values["role"], body)
                 yield tuple(values.values())
