@@ -141,6 +141,7 @@ class Settings(BaseSettings):
                     f"LEDGER_RATE_LIMIT_{scope.upper()}_PER_SECOND is set (0 turns it off)"
                 )
         return self
+
     master_key: str | None = Field(
         None,
         description="Encryption at rest: base64 of a 32-byte AES-256 master key, or "

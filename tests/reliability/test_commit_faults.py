@@ -8,6 +8,7 @@ import pytest
 from .conftest import Service
 from .workload import Workload
 
+
 def run_with_commit_faults(service: Service, keyed: bool, per_thread: int, rate: float) -> None:
     service.proxy.commit_fault_rate = rate
     workload = Workload(service.urls, service.api_key, keyed=keyed, threads=4, sessions=2)
