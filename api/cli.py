@@ -119,6 +119,8 @@ def serve(
         "Authenticate with 'Authorization: Bearer <API key>': the admin key printed on first "
         "start (or LEDGER_BOOTSTRAP_KEY), or one made by `session-ledger keys create`."
     )
+    with failing_cleanly():
+        start_checkpoint_timer(settings)
     listen = {"host": settings.host, "port": settings.port, "access_log": settings.access_log}
     if settings.workers == 1:
         uvicorn.run(create_app(settings, key_store=store), **listen)
@@ -266,11 +268,31 @@ def verify(
         str | None, typer.Argument(help="One session; every session of every tenant if left out.")
     ] = None,
     tenant: Tenant = None,
+    checkpoint: Annotated[
+        list[Path] | None,
+        typer.Option(
+            help="A signed checkpoint (repeatable): also check its signature, that every "
+            "session it lists is in the store and its chain passes through the head it "
+            "recorded, and, given two or more, that every session only grew between them."
+        ),
+    ] = None,
+    public_key: Annotated[
+        Path | None, typer.Option(help="The checkpoints' Ed25519 public key (PEM).")
+    ] = None,
     database_url: DatabaseUrl = None,
 ) -> None:
     """Recompute each session's hash chain from its stored events and compare it with the
     hashes kept as they were written. Prints each session's head; exits 1 at any break."""
     settings = load_settings(database_url)
+    if checkpoint:
+        from .cli_evidence import verify_checkpoints
+
+        with failing_cleanly():
+            problems = verify_checkpoints(settings, checkpoint, public_key, tenant)
+        typer.echo(f"{problems} problems found", err=True)
+        if problems:
+            raise typer.Exit(1)
+        return
     broken = checked = 0
     with failing_cleanly(), opened_ledger(settings) as ledger:
         if key is not None:
@@ -380,3 +402,7 @@ def opened_ledger(settings: Settings) -> Iterator[Ledger]:
 def main() -> None:
     """Entry point of the `session-ledger` script."""
     cli()
+
+
+# The evidence commands register themselves on `cli` (kept apart for size).
+from .cli_evidence import start_checkpoint_timer  # noqa: E402

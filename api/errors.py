@@ -53,6 +53,7 @@ STATUS: dict[type[Exception], tuple[int, str]] = {
     domain.VersionConflict: (412, "version_conflict"),
     domain.IdempotencyKeyReused: (422, "idempotency_key_reused"),
     domain.StoreNotReady: (503, "store_not_ready"),
+    domain.CheckpointNotFound: (404, "checkpoint_not_found"),
     domain.LedgerError: (500, "ledger_error"),
 }
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -61,7 +62,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         400: "Malformed JSON body.",
         401: "No API key, or an unknown or revoked one.",
         403: "The key's role may not do this.",
-        404: "No such session (in the caller's tenant), message, past version or key.",
+        404: "No such session (in the caller's tenant), message, past version, key or checkpoint.",
         409: "A write lost too many races with other writers; retry.",
         412: "If-Match / If-None-Match precondition failed; nothing written.",
         413: "Body, message or write over the configured limits.",

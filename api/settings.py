@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -64,4 +66,20 @@ class Settings(BaseSettings):
     pool_size: int = Field(8, ge=1, description="PostgreSQL connections per process.")
     lock_timeout_seconds: int = Field(
         30, ge=1, description="How long a write waits for a database lock."
+    )
+    signing_key_file: Path | None = Field(
+        None,
+        description="Ed25519 private key (PEM) that signs checkpoints; kept outside the "
+        "database (`session-ledger checkpoint-keys` makes a pair).",
+    )
+    checkpoint_dir: Path = Field(
+        Path("./var/checkpoints"),
+        description="Where signed checkpoints are written (a folder per tenant) and "
+        "`GET /v1/checkpoints/latest` reads them.",
+    )
+    checkpoint_interval_minutes: int = Field(
+        0,
+        ge=0,
+        description="`serve` signs a checkpoint of every tenant every N minutes (0: only "
+        "`session-ledger checkpoint` makes them).",
     )

@@ -94,3 +94,15 @@ class StoreNotReady(LedgerError):
     """The store is unreachable or its tables do not exist (run `migrate`)."""
 
     code = "store_not_ready"
+
+
+class CheckpointError(LedgerError):
+    """A checkpoint could not be made or read: no signing key, a file that is not one."""
+
+    code = "checkpoint_error"
+
+
+class CheckpointNotFound(LedgerError, LookupError):
+    """The tenant has no checkpoint yet (or checkpoints are not configured)."""
+
+    code = "checkpoint_not_found"

@@ -28,8 +28,8 @@ def path(m: int, data: list[bytes]) -> list[bytes]:
         return []
     k = 1 << ((n - 1).bit_length() - 1)
     if m < k:
-        return path(m, data[:k]) + [mth(data[k:])]
-    return path(m - k, data[k:]) + [mth(data[:k])]
+        return [*path(m, data[:k]), mth(data[k:])]
+    return [*path(m - k, data[k:]), mth(data[:k])]
 
 
 def test_an_empty_tree_is_the_hash_of_nothing() -> None:

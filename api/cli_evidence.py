@@ -1,0 +1,132 @@
+"""The `session-ledger` commands of evidence an auditor checks without trusting the
+operator: make a signing key pair, sign checkpoints, and check the store against them
+(`verify --checkpoint`, whose option lives on `verify` in cli.py and lands here)."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from session_ledger.domain.errors import CheckpointError
+from session_ledger.domain.ledger import Ledger
+from session_ledger.domain.ports import ChainReport
+
+from .cli import DatabaseUrl, cli, failing_cleanly, load_settings, opened_ledger
+from .settings import Settings
+
+
+@cli.command("checkpoint-keys")
+def checkpoint_keys(
+    private: Annotated[Path, typer.Option(help="Write the private key here (PEM, mode 0600).")],
+    public: Annotated[Path, typer.Option(help="Write the public key here (PEM).")],
+) -> None:
+    """Make an Ed25519 key pair for checkpoints: the private one for
+    LEDGER_SIGNING_KEY_FILE, the public one for auditors."""
+    from session_ledger.projections.checkpoint import generate_keys
+
+    try:
+        fingerprint = generate_keys(private, public)
+    except OSError as exc:
+        typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
+        raise typer.Exit(2) from None
+    typer.echo(f"key id {fingerprint}\nprivate key: {private}\npublic key: {public}")
+
+
+@cli.command()
+def checkpoint(
+    tenant: Annotated[
+        str | None, typer.Option(help="One tenant (default: every tenant with a session).")
+    ] = None,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Sign a checkpoint of each tenant's session heads with LEDGER_SIGNING_KEY_FILE and
+    write it under LEDGER_CHECKPOINT_DIR."""
+    settings = load_settings(database_url)
+    with failing_cleanly(), opened_ledger(settings) as ledger:
+        for path in make_checkpoints(settings, ledger, tenant):
+            typer.echo(str(path))
+
+
+def make_checkpoints(settings: Settings, ledger: Ledger, tenant: str | None = None) -> list[Path]:
+    """One checkpoint per tenant (or of `tenant`): the files written."""
+    from session_ledger.projections.checkpoint import load_private_key, make_checkpoint
+    from session_ledger.projections.views import SQLViews
+
+    if settings.signing_key_file is None:
+        raise CheckpointError("set LEDGER_SIGNING_KEY_FILE to the checkpoint signing key")
+    key = load_private_key(settings.signing_key_file)
+    views = ledger.views
+    assert isinstance(views, SQLViews)
+    tenants = [tenant] if tenant is not None else views.tenants()
+    return [make_checkpoint(views, t, key, settings.checkpoint_dir)[0] for t in tenants]
+
+
+def start_checkpoint_timer(settings: Settings) -> threading.Event | None:
+    """When LEDGER_CHECKPOINT_INTERVAL_MINUTES is set, a thread of `serve`'s own process
+    (one per server, not per worker, so the files form one chain) that signs every
+    tenant's checkpoint at that interval; set the event returned to stop it."""
+    if not settings.checkpoint_interval_minutes:
+        return None
+    if settings.signing_key_file is None:
+        raise CheckpointError("LEDGER_CHECKPOINT_INTERVAL_MINUTES needs LEDGER_SIGNING_KEY_FILE")
+    stop = threading.Event()
+
+    def run() -> None:
+        while not stop.wait(settings.checkpoint_interval_minutes * 60):
+            try:
+                with opened_ledger(settings) as ledger:
+                    make_checkpoints(settings, ledger)
+            except Exception as exc:  # the server goes on; the next round tries again
+                typer.secho(f"checkpoint failed: {type(exc).__name__}: {exc}", err=True)
+
+    threading.Thread(target=run, name="checkpoints", daemon=True).start()
+    return stop
+
+
+def verify_checkpoints(
+    settings: Settings, files: list[Path], public_key_file: Path | None, tenant: str | None
+) -> int:
+    """`verify --checkpoint`: each checkpoint's signature and tree, growth between them,
+    then every session of their tenant against them. Prints each finding; the number of
+    problems found."""
+    from session_ledger.projections.checkpoint import load_public_key, read_checkpoint
+    from session_ledger.projections.checkpoint_verify import (
+        check_checkpoint,
+        check_growth,
+        verify_store,
+    )
+
+    if public_key_file is None:
+        raise CheckpointError("verify --checkpoint needs --public-key FILE")
+    public_key = load_public_key(public_key_file)
+    loaded = sorted(((read_checkpoint(f), f) for f in files),
+                    key=lambda pair: str(pair[0].tree_head["created_at"]))  # fmt: skip
+    checkpoints = [cp for cp, _ in loaded]
+    if tenant is not None and any(c.tenant != tenant for c in checkpoints):
+        raise CheckpointError(f"a checkpoint given is not of tenant {tenant!r}")
+    problems = 0
+    for cp, file in loaded:
+        for problem in check_checkpoint(cp, public_key):
+            problems += 1
+            typer.echo(f"BROKEN  checkpoint {file}: {problem}")
+    for earlier, later in itertools.pairwise(checkpoints):
+        for problem in check_growth(earlier, later):
+            problems += 1
+            typer.echo(f"BROKEN  checkpoints {earlier.hash[:16]} -> {later.hash[:16]}: {problem}")
+    with opened_ledger(settings) as ledger:
+        for report in verify_store(ledger, checkpoints):
+            problems += _show(report)
+    return problems
+
+
+def _show(report: ChainReport) -> int:
+    where = f"{report.tenant}/{report.key}"
+    if report.intact:
+        typer.echo(f"ok      {where}  {report.versions} events  head {report.head}")
+        return 0
+    typer.echo(f"BROKEN  {where}  at version {report.first_bad_version}: {report.problem}")
+    return 1
