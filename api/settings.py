@@ -77,7 +77,7 @@ class Settings(BaseSettings):
         description="Where signed checkpoints are written (a folder per tenant) and "
         "`GET /v1/checkpoints/latest` reads them.",
     )
-    checkpoint_interval_minutes: int = Field(
+    checkpoint_interval_minutes: float = Field(
         0,
         ge=0,
         description="`serve` signs a checkpoint of every tenant every N minutes (0: only "
