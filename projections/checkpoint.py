@@ -20,6 +20,7 @@ it, so whoever can write to the database cannot sign a rewritten state.
 from __future__ import annotations
 
 import base64
+import bisect
 import fcntl
 import hashlib
 import json
@@ -247,3 +248,30 @@ def make_checkpoint(
         partial.write_bytes(checkpoint.to_bytes())
         partial.replace(path)
     return path, checkpoint
+
+
+def inclusion_proof(
+    directory: Path, tenant: str, key: str, to_version: int
+) -> dict[str, Any] | None:
+    """What an export carries to prove its session belongs to the tenant's newest signed
+    state: that checkpoint's tree head and signature, the session's leaf (version, head)
+    and its Merkle path. None when there is no checkpoint, it does not list the session,
+    or it recorded a version past the export's last one (the export cannot reach it)."""
+    path = latest_path(directory, tenant)
+    if path is None:
+        return None
+    checkpoint = read_checkpoint(path)
+    keys = [k for k, _, _ in checkpoint.sessions]
+    index = bisect.bisect_left(keys, key)
+    if index == len(keys) or keys[index] != key:
+        return None
+    _, version, head = checkpoint.sessions[index]
+    if version > to_version:
+        return None
+    proof = merkle.inclusion_path(merkle.levels(checkpoint.leaves()), index)
+    return {
+        "tree_head": checkpoint.tree_head,
+        "signature": base64.b64encode(checkpoint.signature).decode("ascii"),
+        "leaf_index": index, "version": version, "head": head.hex(),
+        "path": [p.hex() for p in proof],
+    }  # fmt: skip

@@ -41,6 +41,7 @@ def test_serve_signs_checkpoints_and_serves_the_newest(tmp_path: Path) -> None:
                 answer = http.get("/v1/checkpoints/latest")
                 served = answer.content if answer.status_code == 200 else b""
             assert httpx.get(f"{server.base_url}/v1/checkpoints/latest").status_code == 401
+            exported = http.get("/v1/sessions/s%2F1/export").content
     finally:
         server.stop()
     checkpoint = parse_checkpoint(served)
@@ -53,3 +54,8 @@ def test_serve_signs_checkpoints_and_serves_the_newest(tmp_path: Path) -> None:
                    str(tmp_path / "public.pem"))  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.count("ok      default/") == 2
+    (tmp_path / "s1.jsonl").write_bytes(exported)
+    done = run_cli(env, "verify-export", str(tmp_path / "s1.jsonl"), "--public-key",
+                   str(tmp_path / "public.pem"))  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "of the 2-session checkpoint" in done.stdout and "signature verified" in done.stdout
