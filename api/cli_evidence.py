@@ -5,6 +5,7 @@ operator: make a signing key pair, sign checkpoints, and check the store against
 from __future__ import annotations
 
 import itertools
+import json
 import threading
 from pathlib import Path
 from typing import Annotated
@@ -130,3 +131,33 @@ def _show(report: ChainReport) -> int:
         return 0
     typer.echo(f"BROKEN  {where}  at version {report.first_bad_version}: {report.problem}")
     return 1
+
+
+@cli.command("access-log")
+def access_log(
+    tenant: Annotated[str | None, typer.Option(help="Tenant (LEDGER_DEFAULT_TENANT).")] = None,
+    after: Annotated[int, typer.Option(help="Only entries after this number.")] = 0,
+    limit: Annotated[int, typer.Option(help="At most this many entries.")] = 1000,
+    verify: Annotated[bool, typer.Option(help="Also recompute the log's hash chain.")] = False,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Print who read or exported what: the tenant's access log, oldest first."""
+    from session_ledger.projections.access_log import access_entries, verify_access_log
+    from session_ledger.projections.views import SQLViews
+
+    settings = load_settings(database_url)
+    tenant = tenant or settings.default_tenant
+    with failing_cleanly(), opened_ledger(settings) as ledger:
+        views = ledger.views
+        assert isinstance(views, SQLViews)
+        for e in access_entries(views, tenant, after, limit):
+            query = json.dumps(e.parameters, ensure_ascii=False)
+            typer.echo(f"{e.seq}  {e.recorded_at}  {e.actor}  {e.role}  {e.action}  "
+                       f"{e.session_key!r}  {e.records} records  {query}")  # fmt: skip
+        problems = list(verify_access_log(views, tenant)) if verify else []
+    for problem in problems:
+        typer.echo(f"BROKEN  access log of {tenant!r}: {problem}")
+    if verify:
+        typer.echo("the access log's chain is " + ("broken" if problems else "intact"), err=True)
+    if problems:
+        raise typer.Exit(1)

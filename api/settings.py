@@ -83,3 +83,9 @@ class Settings(BaseSettings):
         description="`serve` signs a checkpoint of every tenant every N minutes (0: only "
         "`session-ledger checkpoint` makes them).",
     )
+    log_agent_reads: bool = Field(
+        False,
+        description="Record agents' reads of windows, transcripts and audit trails in the "
+        "access log too (auditors', admins' reads and every export always are). Off: an "
+        "agent reads its window every turn, as many entries as messages.",
+    )

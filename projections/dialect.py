@@ -45,6 +45,11 @@ class ViewStore(ABC):
         """A write transaction that keeps other writers of events out until it ends."""
 
     @abstractmethod
+    def _appending(self) -> AbstractContextManager[Any]:
+        """A write transaction of rows beside the events (the access log) that holds no
+        event writer off; a duplicate key raises eventsourcing's IntegrityError."""
+
+    @abstractmethod
     def _reader(self, cursor: Any) -> Reader: ...
 
     @abstractmethod

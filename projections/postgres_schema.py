@@ -77,7 +77,16 @@ LAYOUT_AT_NUMBERING = [
     "DROP INDEX IF EXISTS ledger_timeline_time",
 ]
 SCHEMA_TABLE = "CREATE TABLE IF NOT EXISTS ledger_schema (version integer NOT NULL)"
-MIGRATIONS: tuple[tuple[str, ...], ...] = (tuple(LAYOUT_AT_NUMBERING),)
+# Migration 2: the access log (projections/access_log.py), kept beside the views: not
+# derived from the events, so `rebuild` leaves it alone.
+ACCESS_LOG = (
+    "CREATE TABLE IF NOT EXISTS ledger_access_log ("
+    " tenant text NOT NULL, seq bigint NOT NULL, recorded_at text NOT NULL,"
+    " actor text NOT NULL, role text NOT NULL, action text NOT NULL, session_key text,"
+    " parameters text NOT NULL, records bigint NOT NULL, chain bytea NOT NULL,"
+    " PRIMARY KEY (tenant, seq))",
+)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (tuple(LAYOUT_AT_NUMBERING), ACCESS_LOG)
 LATEST = len(MIGRATIONS)
 
 

@@ -86,7 +86,19 @@ def _layout_at_numbering(c: Any) -> None:
     c.execute("DROP INDEX IF EXISTS ledger_timeline_time")
 
 
-MIGRATIONS = (_layout_at_numbering,)
+def _access_log(c: Any) -> None:
+    """Migration 2: the access log (projections/access_log.py), kept beside the views:
+    not derived from the events, so `rebuild` leaves it alone."""
+    c.execute(
+        "CREATE TABLE IF NOT EXISTS ledger_access_log ("
+        " tenant TEXT NOT NULL, seq INTEGER NOT NULL, recorded_at TEXT NOT NULL,"
+        " actor TEXT NOT NULL, role TEXT NOT NULL, action TEXT NOT NULL, session_key TEXT,"
+        " parameters TEXT NOT NULL, records INTEGER NOT NULL, chain BLOB NOT NULL,"
+        " PRIMARY KEY (tenant, seq)) WITHOUT ROWID"
+    )
+
+
+MIGRATIONS = (_layout_at_numbering, _access_log)
 LATEST = len(MIGRATIONS)
 
 

@@ -11,15 +11,19 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import StreamingResponse
 
 from session_ledger.projections.export import export_csv, export_jsonl, plan_export, plan_proof
 
+from ..access_log import AccessLoggedRoute, logged
 from ..deps import AsOfVersion, ExporterDep, LedgerDep, SessionKeyDep
 from ..errors import ERROR_RESPONSES
 
-router = APIRouter(prefix="/v1/sessions", tags=["export"], responses=ERROR_RESPONSES)
+router = APIRouter(
+    prefix="/v1/sessions", tags=["export"], responses=ERROR_RESPONSES,
+    route_class=AccessLoggedRoute,
+)  # fmt: skip
 MEDIA_TYPES = {"jsonl": "application/x-ndjson", "csv": "text/csv; charset=utf-8"}
 CHUNK_BYTES = 64 * 1024  # one worker-thread hand-off per chunk, not per line
 EXPORT_RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -50,6 +54,7 @@ def _chunks(parts: Iterator[bytes]) -> Iterator[bytes]:
 
 @router.get(
     "/{key}/export", response_class=StreamingResponse, responses=EXPORT_RESPONSES,
+    dependencies=[Depends(logged("export"))],
 )  # fmt: skip
 def export_session(
     request: Request, key: SessionKeyDep, ledger: LedgerDep, who: ExporterDep,
