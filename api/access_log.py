@@ -32,15 +32,27 @@ EVENT_LINE = b'{"record":"event"'  # an event line of a JSONL export (quotes are
 
 
 def logged(action: str) -> Callable[..., Awaitable[None]]:
-    """The dependency that marks a read of `action` for the access log."""
+    """The dependency that marks a read of one session (`action`) for the access log."""
 
     async def mark(request: Request, who: ReaderDep, key: SessionKeyDep) -> None:
-        settings = request.app.state.settings
-        if (who.role in ALWAYS_LOGGED_ROLES or action == "export"
-                or settings.log_agent_reads):  # fmt: skip
-            request.state.access = (who, action, key)
+        _mark(request, who, action, key)
 
     return mark
+
+
+def logged_query(action: str) -> Callable[..., Awaitable[None]]:
+    """The dependency that marks a read across sessions (a search) for the access log."""
+
+    async def mark(request: Request, who: ReaderDep) -> None:
+        _mark(request, who, action, None)
+
+    return mark
+
+
+def _mark(request: Request, who: Principal, action: str, key: str | None) -> None:
+    if (who.role in ALWAYS_LOGGED_ROLES or action == "export"
+            or request.app.state.settings.log_agent_reads):  # fmt: skip
+        request.state.access = (who, action, key)
 
 
 class AccessLoggedRoute(APIRoute):
@@ -68,7 +80,7 @@ class AccessLoggedRoute(APIRoute):
 
 
 def _recorder(
-    request: Request, who: Principal, action: str, key: str
+    request: Request, who: Principal, action: str, key: str | None
 ) -> Callable[[int, bool], None]:
     views = request.app.state.ledger.views
     assert isinstance(views, SQLViews)

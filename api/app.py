@@ -21,7 +21,17 @@ from . import errors
 from .keystore import KeyStore, open_key_store
 from .metrics import Metrics, MetricsMiddleware
 from .middleware import BodyLimit, RawSessionPath
-from .routes import access_log, checkpoints, events, export, health, keys, messages, sessions
+from .routes import (
+    access_log,
+    checkpoints,
+    events,
+    export,
+    health,
+    keys,
+    messages,
+    search,
+    sessions,
+)
 from .settings import Settings
 
 DESCRIPTION = """Event-sourced conversation memory for LLM agents.
@@ -75,7 +85,8 @@ def create_app(
     app.state.ledger, app.state.key_store = ledger, key_store
     app.state.metrics = Metrics()
     errors.register(app)
-    for module in (messages, events, sessions, export, checkpoints, access_log, keys, health):
+    for module in (messages, events, search, sessions, export, checkpoints, access_log, keys,
+                   health):  # fmt: skip
         app.include_router(module.router)
     # Added last = runs first: metrics see every answer, the 413 check runs before routing.
     app.add_middleware(RawSessionPath)

@@ -367,40 +367,6 @@ def export(
     typer.echo(f"exported session {key!r} to {output}", err=True)
 
 
-@cli.command("verify-export")
-def verify_export(
-    file: Annotated[str, typer.Argument(help="A JSONL export, or - for stdin.")],
-    public_key: Annotated[
-        Path | None,
-        typer.Option(help="The checkpoints' Ed25519 public key (PEM): the export must carry "
-                     "a checkpoint signed by it."),
-    ] = None,
-) -> None:  # fmt: skip
-    """Check a JSONL export offline: exit 0 when intact, 1 naming the first broken line.
-    An export that carries a checkpoint is proven to be in its signed tree."""
-    from session_ledger.projections.export_verify import verify_export as verify
-
-    key = None
-    if public_key is not None:
-        from session_ledger.projections.checkpoint import load_public_key
-
-        with failing_cleanly():
-            key = load_public_key(public_key)
-    if file == "-":
-        report = verify(typer.get_binary_stream("stdin"), key)
-    else:
-        try:
-            with open(file, "rb") as lines:
-                report = verify(lines, key)
-        except OSError as exc:
-            typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
-            raise typer.Exit(2) from None
-    if not report.ok:
-        typer.secho(report.summary(), err=True, fg=typer.colors.RED)
-        raise typer.Exit(1)
-    typer.echo(report.summary())
-
-
 @contextmanager
 def opened_ledger(settings: Settings) -> Iterator[Ledger]:
     from .bootstrap import open_ledger

@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 import threading
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -133,6 +134,42 @@ def _show(report: ChainReport) -> int:
     return 1
 
 
+@cli.command()
+def events(
+    actor: Annotated[str | None, typer.Option(help="The events of this actor (key:<id>).")] = None,
+    type: Annotated[str | None, typer.Option(help="The events of this type.")] = None,
+    start: Annotated[datetime | None, typer.Option("--from", help="At or after (UTC).")] = None,
+    end: Annotated[datetime | None, typer.Option("--to", help="Before (UTC).")] = None,
+    prefix: Annotated[str, typer.Option(help="Session keys starting so.")] = "",
+    tenant: Annotated[str | None, typer.Option(help="Tenant (LEDGER_DEFAULT_TENANT).")] = None,
+    limit: Annotated[int, typer.Option(help="At most this many events.")] = 1000,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Search the events of every session of a tenant by actor and/or type, in a time
+    range, oldest first (the twin of GET /v1/events)."""
+    from session_ledger.projections.audit_search import search_events
+    from session_ledger.projections.views import SQLViews
+
+    settings = load_settings(database_url)
+    tenant = tenant or settings.default_tenant
+    shown, cursor = 0, None
+    with failing_cleanly(), opened_ledger(settings) as ledger:
+        views = ledger.views
+        assert isinstance(views, SQLViews)
+        while shown < limit:
+            found, cursor = search_events(
+                views, tenant, actor=actor, event_type=type, start=start, end=end,
+                prefix=prefix, cursor=cursor, limit=min(1000, limit - shown),
+            )  # fmt: skip
+            for e in found:
+                why = f"  reason: {e.reason}" if e.reason else ""
+                typer.echo(f"{e.recorded_at:%Y-%m-%d %H:%M:%S}  {e.key!r} v{e.version}  "
+                           f"{e.event_type:<17} by {e.actor}{why}")  # fmt: skip
+            shown += len(found)
+            if cursor is None:
+                break
+
+
 @cli.command("access-log")
 def access_log(
     tenant: Annotated[str | None, typer.Option(help="Tenant (LEDGER_DEFAULT_TENANT).")] = None,
@@ -161,3 +198,37 @@ def access_log(
         typer.echo("the access log's chain is " + ("broken" if problems else "intact"), err=True)
     if problems:
         raise typer.Exit(1)
+
+
+@cli.command("verify-export")
+def verify_export(
+    file: Annotated[str, typer.Argument(help="A JSONL export, or - for stdin.")],
+    public_key: Annotated[
+        Path | None,
+        typer.Option(help="The checkpoints' Ed25519 public key (PEM): the export must carry "
+                     "a checkpoint signed by it."),
+    ] = None,
+) -> None:  # fmt: skip
+    """Check a JSONL export offline: exit 0 when intact, 1 naming the first broken line.
+    An export that carries a checkpoint is proven to be in its signed tree."""
+    from session_ledger.projections.export_verify import verify_export as verify
+
+    key = None
+    if public_key is not None:
+        from session_ledger.projections.checkpoint import load_public_key
+
+        with failing_cleanly():
+            key = load_public_key(public_key)
+    if file == "-":
+        report = verify(typer.get_binary_stream("stdin"), key)
+    else:
+        try:
+            with open(file, "rb") as lines:
+                report = verify(lines, key)
+        except OSError as exc:
+            typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
+            raise typer.Exit(2) from None
+    if not report.ok:
+        typer.secho(report.summary(), err=True, fg=typer.colors.RED)
+        raise typer.Exit(1)
+    typer.echo(report.summary())

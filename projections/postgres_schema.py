@@ -86,7 +86,18 @@ ACCESS_LOG = (
     " parameters text NOT NULL, records bigint NOT NULL, chain bytea NOT NULL,"
     " PRIMARY KEY (tenant, seq))",
 )
-MIGRATIONS: tuple[tuple[str, ...], ...] = (tuple(LAYOUT_AT_NUMBERING), ACCESS_LOG)
+# Migration 3: the indexes of the audit search (projections/audit_search.py).
+AUDIT_SEARCH_INDEXES = (
+    "CREATE INDEX IF NOT EXISTS ledger_timeline_actor ON ledger_timeline"
+    " (actor, recorded_at, session_id, version)",
+    "CREATE INDEX IF NOT EXISTS ledger_timeline_type ON ledger_timeline"
+    " (event_type, recorded_at, session_id, version)",
+)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    tuple(LAYOUT_AT_NUMBERING),
+    ACCESS_LOG,
+    AUDIT_SEARCH_INDEXES,
+)
 LATEST = len(MIGRATIONS)
 
 

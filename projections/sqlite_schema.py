@@ -98,7 +98,21 @@ def _access_log(c: Any) -> None:
     )
 
 
-MIGRATIONS = (_layout_at_numbering, _access_log)
+# Migration 3: the indexes of the audit search (projections/audit_search.py).
+AUDIT_SEARCH_INDEXES = (
+    "CREATE INDEX IF NOT EXISTS ledger_timeline_actor ON ledger_timeline"
+    " (actor, recorded_at, session_id, version)",
+    "CREATE INDEX IF NOT EXISTS ledger_timeline_type ON ledger_timeline"
+    " (event_type, recorded_at, session_id, version)",
+)
+
+
+def _audit_search(c: Any) -> None:
+    for statement in AUDIT_SEARCH_INDEXES:
+        c.execute(statement)
+
+
+MIGRATIONS = (_layout_at_numbering, _access_log, _audit_search)
 LATEST = len(MIGRATIONS)
 
 
