@@ -322,7 +322,9 @@ class ExportFormat(StrEnum):
 
 @cli.command()
 def export(
-    key: str,
+    key: Annotated[
+        str | None, typer.Argument(help="One session; without it, a package of the tenant's.")
+    ] = None,
     tenant: Tenant = None,
     format: Annotated[
         ExportFormat,
@@ -336,15 +338,30 @@ def export(
         int | None, typer.Option(help="Export the session up to this version only.")
     ] = None,
     output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="Write to this file (default: stdout).")
+        Path | None,
+        typer.Option("--output", "-o", help="Write to this file (default: stdout); a "
+                     "package: to this folder, or FILE.tar."),
     ] = None,
+    prefix: Annotated[str, typer.Option(help="Package: session keys starting so.")] = "",
+    start: Annotated[datetime | None, typer.Option("--from", help="Package: sessions "
+                                                   "changed at or after (UTC).")] = None,
+    end: Annotated[datetime | None, typer.Option("--to", help="Package: ... before.")] = None,
+    actor: Annotated[str | None, typer.Option(help="Package: sessions this actor "
+                                              "changed (in the range).")] = None,
     database_url: DatabaseUrl = None,
-) -> None:
-    """Export a session's transcript for compliance, streamed a page at a time."""
+) -> None:  # fmt: skip
+    """Export a session's transcript for compliance, streamed a page at a time; without
+    KEY, a package of every session of the tenant the query selects (--output needed)."""
     from session_ledger.projections.export import export_session
 
     settings = load_settings(database_url)
     tenant = tenant or settings.default_tenant
+    if key is None:
+        from .cli_evidence import export_package
+
+        with failing_cleanly():
+            export_package(settings, tenant, output, prefix, start, end, actor)
+        return
     with failing_cleanly(), opened_ledger(settings) as ledger:
         chunks = export_session(ledger, key, tenant=tenant, format=format.value,
                                 as_of_version=as_of_version,

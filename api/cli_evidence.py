@@ -4,6 +4,7 @@ operator: make a signing key pair, sign checkpoints, and check the store against
 
 from __future__ import annotations
 
+import getpass
 import itertools
 import json
 import threading
@@ -13,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from session_ledger.domain.errors import CheckpointError
+from session_ledger.domain.errors import CheckpointError, InvalidInput
 from session_ledger.domain.ledger import Ledger
 from session_ledger.domain.ports import ChainReport
 
@@ -170,6 +171,29 @@ def events(
                 break
 
 
+def export_package(
+    settings: Settings, tenant: str, output: Path | None, prefix: str,
+    start: datetime | None, end: datetime | None, actor: str | None,
+) -> None:  # fmt: skip
+    """`export --tenant T --output DIR|FILE.tar`: the tenant-wide package."""
+    import tempfile
+
+    from session_ledger.projections.package import tar_folder, write_package
+
+    if output is None or output.exists():
+        raise InvalidInput("a package is written to --output DIR or FILE.tar, not there yet")
+    with opened_ledger(settings) as ledger, tempfile.TemporaryDirectory(dir=output.parent) as tmp:
+        folder = Path(tmp) / "package" if output.suffix == ".tar" else output
+        manifest = write_package(ledger, tenant, folder, exported_by=f"cli:{getpass.getuser()}",
+                                 prefix=prefix, start=start, end=end, actor=actor,
+                                 checkpoint_dir=settings.checkpoint_dir)  # fmt: skip
+        if output.suffix == ".tar":
+            tar_folder(folder, output)
+    counts = manifest["counts"]
+    typer.echo(f"exported {counts['sessions']} sessions, {counts['events']} events to {output}",
+               err=True)  # fmt: skip
+
+
 @cli.command("access-log")
 def access_log(
     tenant: Annotated[str | None, typer.Option(help="Tenant (LEDGER_DEFAULT_TENANT).")] = None,
@@ -219,6 +243,16 @@ def verify_export(
 
         with failing_cleanly():
             key = load_public_key(public_key)
+    if file != "-" and (Path(file).is_dir() or file.endswith(".tar")):
+        from session_ledger.projections.package import verify_package
+
+        problems = verify_package(Path(file), key)
+        for problem in problems:
+            typer.secho(f"BROKEN  {problem}", err=True, fg=typer.colors.RED)
+        if problems:
+            raise typer.Exit(1)
+        typer.echo(f"intact: the package {file}")
+        return
     if file == "-":
         report = verify(typer.get_binary_stream("stdin"), key)
     else:
