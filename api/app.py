@@ -24,6 +24,8 @@ from .metrics import Metrics, MetricsMiddleware
 from .middleware import BodyLimit, RawSessionPath
 from .ratelimit import Limiter, open_limit_store
 from .routes import (
+    access_log,
+    checkpoints,
     compliance,
     diff,
     events,
@@ -33,6 +35,7 @@ from .routes import (
     keys,
     messages,
     replay,
+    search,
     sessions,
     ui,
     verify,
@@ -106,7 +109,8 @@ def create_app(
     app.state.metrics = Metrics()
     errors.register(app)
     for module in (
-        messages, events, replay, diff, verify, compliance, sessions, heads, export, keys,
+        messages, events, replay, diff, verify, compliance, search, sessions, heads, export,
+        checkpoints, access_log, keys,
     ):  # fmt: skip
         app.include_router(module.router, dependencies=[Depends(enforce_limits)])
     app.include_router(health.router)  # never limited: probes and scrapes must get through

@@ -63,6 +63,7 @@ STATUS: dict[type[Exception], tuple[int, str]] = {
     domain.HoldConflict: (409, "hold_conflict"),
     domain.EncryptionRequired: (409, "encryption_required"),
     domain.StoreNotReady: (503, "store_not_ready"),
+    domain.CheckpointNotFound: (404, "checkpoint_not_found"),
     domain.LedgerError: (500, "ledger_error"),
 }
 # A connection lost, refused or not had in time: the store, not the request, failed.
@@ -76,7 +77,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         400: "Malformed JSON body.",
         401: "No API key, or an unknown or revoked one.",
         403: "The key's role may not do this.",
-        404: "No such session (in the caller's tenant), message, past version or key.",
+        404: "No such session (in the caller's tenant), message, past version, key or checkpoint.",
         409: "A write lost too many races with other writers (retry); or a compliance "
         "command refused: legal_hold, hold_conflict, encryption_required.",
         410: "The session was erased (session_erased): when, why and on what basis.",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Self
 
 from pydantic import Field, field_validator, model_validator
@@ -155,4 +156,26 @@ class Settings(BaseSettings):
         "",
         description="Retention rules for `retention apply`: `tenant:prefix:days` items "
         "separated by commas (a prefix may be empty), e.g. `default:request/:1`.",
+    )
+    signing_key_file: Path | None = Field(
+        None,
+        description="Ed25519 private key (PEM) that signs checkpoints; kept outside the "
+        "database (`session-ledger checkpoint-keys` makes a pair).",
+    )
+    checkpoint_dir: Path = Field(
+        Path("./var/checkpoints"),
+        description="Where signed checkpoints are written (a folder per tenant) and "
+        "`GET /v1/checkpoints/latest` reads them.",
+    )
+    checkpoint_interval_minutes: float = Field(
+        0,
+        ge=0,
+        description="`serve` signs a checkpoint of every tenant every N minutes (0: only "
+        "`session-ledger checkpoint` makes them).",
+    )
+    log_agent_reads: bool = Field(
+        False,
+        description="Record agents' reads of windows, transcripts and audit trails in the "
+        "access log too (auditors', admins' reads and every export always are). Off: an "
+        "agent reads its window every turn, as many entries as messages.",
     )

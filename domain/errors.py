@@ -138,3 +138,15 @@ class EncryptionRequired(LedgerError):
     master key configured, and a session started after it was."""
 
     code = "encryption_required"
+
+
+class CheckpointError(LedgerError):
+    """A checkpoint could not be made or read: no signing key, a file that is not one."""
+
+    code = "checkpoint_error"
+
+
+class CheckpointNotFound(LedgerError, LookupError):
+    """The tenant has no checkpoint yet (or checkpoints are not configured)."""
+
+    code = "checkpoint_not_found"

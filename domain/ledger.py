@@ -306,10 +306,13 @@ class Ledger(Compliance, Reads, Application[uuid.UUID]):
         events = self.events.get(sid, gt=after_version or None, limit=limit)
         return [audit_entry(self.views, sid, e) for e in events]
 
-    def verify(self, key: str, *, tenant: str | None = None) -> ChainReport:
+    def verify(
+        self, key: str, *, tenant: str | None = None, pinned: Mapping[int, bytes] | None = None
+    ) -> ChainReport:
         """Recompute the session's hash chain from its stored events and compare it with
         the hashes stored as they were written; the report names the first version that
-        differs. Reads a page of events at a time."""
+        differs. Reads a page of events at a time. `pinned`: heads (by version) that the
+        chain must pass through, from signed checkpoints (integrity.verify_chain)."""
         sid = self._session_id(key, tenant)
         head = self.views.session_head(sid)
         if head is None:
@@ -322,7 +325,7 @@ class Ledger(Compliance, Reads, Application[uuid.UUID]):
         def hashes(after: int, limit: int) -> list[tuple[int, bytes | None]]:
             return self.views.stored_chain(sid, after, limit)
 
-        return verify_chain(sid, head.tenant, key, head.version, records, hashes)
+        return verify_chain(sid, head.tenant, key, head.version, records, hashes, pinned)
 
     def verify_all(self) -> Iterator[ChainReport]:
         """`verify` of every session of every tenant, in (tenant, key) order."""

@@ -51,6 +51,11 @@ class ViewStore(ABC):
         return self._write_transaction()
 
     @abstractmethod
+    def _appending(self) -> AbstractContextManager[Any]:
+        """A write transaction of rows beside the events (the access log) that holds no
+        event writer off; a duplicate key raises eventsourcing's IntegrityError."""
+
+    @abstractmethod
     def _reader(self, cursor: Any) -> Reader: ...
 
     @abstractmethod

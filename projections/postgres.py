@@ -14,8 +14,10 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
+import psycopg
 from eventsourcing.persistence import (
     ApplicationRecorder,
+    IntegrityError,
     InterfaceError,
     Mapper,
     OperationalError,
@@ -230,6 +232,14 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder, SQLViews):
         with self._connection() as conn, conn.transaction(), conn.cursor() as curs:
             curs.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             yield self._reader(curs)
+
+    @contextmanager
+    def _appending(self) -> Iterator[Any]:
+        try:
+            with self._connection() as conn, conn.transaction(), conn.cursor() as curs:
+                yield curs
+        except psycopg.errors.UniqueViolation as e:
+            raise IntegrityError(str(e)) from e
 
     def _reader(self, cursor: Any) -> Reader:
         return PostgresReader(cursor)

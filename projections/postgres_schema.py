@@ -82,7 +82,28 @@ DATA_KEYS = (
     "CREATE TABLE IF NOT EXISTS ledger_data_keys (session_id uuid PRIMARY KEY,"
     " master_key_id text NOT NULL, wrapped bytea NOT NULL, created_at timestamptz NOT NULL)",
 )
-MIGRATIONS: tuple[tuple[str, ...], ...] = (tuple(LAYOUT_AT_NUMBERING), DATA_KEYS)
+# Migration 3: the access log (projections/access_log.py), kept beside the views: not
+# derived from the events, so `rebuild` leaves it alone.
+ACCESS_LOG = (
+    "CREATE TABLE IF NOT EXISTS ledger_access_log ("
+    " tenant text NOT NULL, seq bigint NOT NULL, recorded_at text NOT NULL,"
+    " actor text NOT NULL, role text NOT NULL, action text NOT NULL, session_key text,"
+    " parameters text NOT NULL, records bigint NOT NULL, chain bytea NOT NULL,"
+    " PRIMARY KEY (tenant, seq))",
+)
+# Migration 4: the indexes of the audit search (projections/audit_search.py).
+AUDIT_SEARCH_INDEXES = (
+    "CREATE INDEX IF NOT EXISTS ledger_timeline_actor ON ledger_timeline"
+    " (actor, recorded_at, session_id, version)",
+    "CREATE INDEX IF NOT EXISTS ledger_timeline_type ON ledger_timeline"
+    " (event_type, recorded_at, session_id, version)",
+)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    tuple(LAYOUT_AT_NUMBERING),
+    DATA_KEYS,
+    ACCESS_LOG,
+    AUDIT_SEARCH_INDEXES,
+)
 LATEST = len(MIGRATIONS)
 
 

@@ -90,6 +90,11 @@ class SQLiteLedgerRecorder(SQLiteApplicationRecorder, SQLViews):
         with self.datastore.transaction(commit=True) as c, c as raw:
             yield raw
 
+    @contextmanager
+    def _appending(self) -> Iterator[Any]:
+        with self.datastore.transaction(commit=True) as c, c as raw:
+            yield raw
+
     def _reader(self, cursor: Any) -> Reader:
         return _Reader(cursor)
 

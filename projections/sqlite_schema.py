@@ -95,7 +95,33 @@ def _data_keys(c: Any) -> None:
     )
 
 
-MIGRATIONS = (_layout_at_numbering, _data_keys)
+def _access_log(c: Any) -> None:
+    """Migration 3: the access log (projections/access_log.py), kept beside the views:
+    not derived from the events, so `rebuild` leaves it alone."""
+    c.execute(
+        "CREATE TABLE IF NOT EXISTS ledger_access_log ("
+        " tenant TEXT NOT NULL, seq INTEGER NOT NULL, recorded_at TEXT NOT NULL,"
+        " actor TEXT NOT NULL, role TEXT NOT NULL, action TEXT NOT NULL, session_key TEXT,"
+        " parameters TEXT NOT NULL, records INTEGER NOT NULL, chain BLOB NOT NULL,"
+        " PRIMARY KEY (tenant, seq)) WITHOUT ROWID"
+    )
+
+
+# Migration 4: the indexes of the audit search (projections/audit_search.py).
+AUDIT_SEARCH_INDEXES = (
+    "CREATE INDEX IF NOT EXISTS ledger_timeline_actor ON ledger_timeline"
+    " (actor, recorded_at, session_id, version)",
+    "CREATE INDEX IF NOT EXISTS ledger_timeline_type ON ledger_timeline"
+    " (event_type, recorded_at, session_id, version)",
+)
+
+
+def _audit_search(c: Any) -> None:
+    for statement in AUDIT_SEARCH_INDEXES:
+        c.execute(statement)
+
+
+MIGRATIONS = (_layout_at_numbering, _data_keys, _access_log, _audit_search)
 LATEST = len(MIGRATIONS)
 
 
