@@ -251,14 +251,19 @@ class Ledger(Compliance, Reads, Application[uuid.UUID]):
                 archived_count=session.archived_count, next_message_id=session.next_message_id,
                 counts=counts, bodies=texts,
             )  # fmt: skip
+            since = batch.events[0].originator_version
             try:
                 self.save(session, ledger_batch=batch)
-            except IntegrityError:
-                # Another writer took the version, or this write did and its answer was
-                # lost (the store's retry then found its own row).
-                done = self.views.prior_write(sid, write_id)
+            except (IntegrityError, OperationalError, InterfaceError) as error:
+                # Another writer took the version; or this write committed and its answer
+                # was lost (the store's retry then met its own row, or the connection
+                # dropped around COMMIT): ask whether its id committed (this raises again
+                # while the store stays unreachable).
+                done = self.views.prior_write(sid, write_id, since=since)
                 if done is not None:
                     return WriteResult(done.version, done.message_count, removed=removed)
+                if not isinstance(error, IntegrityError):
+                    raise
                 fresh = True
                 if expected_version is not None:
                     head = self.views.session_head(sid)
@@ -267,13 +272,6 @@ class Ledger(Compliance, Reads, Application[uuid.UUID]):
                     ) from None
                 time.sleep(_RETRY_JITTER.uniform(0, 0.002 * min(attempt + 1, 10)))
                 continue
-            except (OperationalError, InterfaceError):
-                # The outcome is unknown: ask whether the write committed (this raises
-                # again while the store stays unreachable).
-                done = self.views.prior_write(sid, write_id)
-                if done is None:
-                    raise
-                return WriteResult(done.version, done.message_count, removed=removed)
             return WriteResult(session.version, session.message_count, removed=removed)
         raise LedgerError(
             f"session {key!r}: write lost the race {self.write_retries} times; try again"

@@ -161,7 +161,12 @@ class SessionViews(Protocol):
         self, tenant: str, prefix: str, after: str | None, limit: int, exclude_cleared: bool = False
     ) -> list[str]: ...
 
-    def prior_write(self, session_id: uuid.UUID, idempotency_key: str) -> PriorWrite | None: ...
+    def prior_write(
+        self, session_id: uuid.UUID, write_id: str, since: int | None = None
+    ) -> PriorWrite | None:
+        """The committed write of this id: a caller's idempotency key (`since` None), or
+        any write id among the versions from `since` on."""
+        ...
 
     def stored_chain(
         self, session_id: uuid.UUID, after_version: int, limit: int

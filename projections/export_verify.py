@@ -29,6 +29,7 @@ from session_ledger.domain.integrity import GENESIS, chain_step
 from session_ledger.domain.session import session_id as derive_session_id
 
 from .sealing import SEALED_FIELDS
+
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 

@@ -98,11 +98,19 @@ AUDIT_SEARCH_INDEXES = (
     "CREATE INDEX IF NOT EXISTS ledger_timeline_type ON ledger_timeline"
     " (event_type, recorded_at, session_id, version)",
 )
+# Migration 5: every write now records a write id; only callers' idempotency keys (those
+# with a request digest) are looked up by key, so only they are indexed.
+CALLER_KEYS_INDEX = (
+    "DROP INDEX IF EXISTS ledger_timeline_idempotency",
+    "CREATE UNIQUE INDEX ledger_timeline_idempotency ON ledger_timeline"
+    " (session_id, idempotency_key) WHERE request_digest IS NOT NULL",
+)
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     tuple(LAYOUT_AT_NUMBERING),
     DATA_KEYS,
     ACCESS_LOG,
     AUDIT_SEARCH_INDEXES,
+    CALLER_KEYS_INDEX,
 )
 LATEST = len(MIGRATIONS)
 

@@ -121,7 +121,21 @@ def _audit_search(c: Any) -> None:
         c.execute(statement)
 
 
-MIGRATIONS = (_layout_at_numbering, _data_keys, _access_log, _audit_search)
+# Migration 5: every write now records a write id; only callers' idempotency keys (those
+# with a request digest) are looked up by key, so only they are indexed.
+CALLER_KEYS_INDEX = (
+    "DROP INDEX IF EXISTS ledger_timeline_idempotency",
+    "CREATE UNIQUE INDEX ledger_timeline_idempotency ON ledger_timeline"
+    " (session_id, idempotency_key) WHERE request_digest IS NOT NULL",
+)
+
+
+def _caller_keys_index(c: Any) -> None:
+    for statement in CALLER_KEYS_INDEX:
+        c.execute(statement)
+
+
+MIGRATIONS = (_layout_at_numbering, _data_keys, _access_log, _audit_search, _caller_keys_index)
 LATEST = len(MIGRATIONS)
 
 

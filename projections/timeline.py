@@ -63,13 +63,20 @@ class TimelineReads(ViewStore):
             )
         return [r["session_key"] for r in rows]
 
-    def prior_write(self, session_id: uuid.UUID, idempotency_key: str) -> PriorWrite | None:
+    def prior_write(
+        self, session_id: uuid.UUID, write_id: str, since: int | None = None
+    ) -> PriorWrite | None:
+        # Only callers' keys (which carry their request's digest) are indexed: the ids the
+        # ledger makes are looked for among the few versions a write may have taken.
+        where, params = (
+            ("request_digest IS NOT NULL", ()) if since is None else ("version >= ?", (since,))
+        )
         with self._reading() as read:
             rows = self._fetch(
                 read,
                 "SELECT request_digest, version, message_count FROM ledger_timeline "
-                "WHERE session_id = ? AND idempotency_key = ?",
-                (self._sid(session_id), idempotency_key),
+                f"WHERE session_id = ? AND idempotency_key = ? AND {where}",
+                (self._sid(session_id), write_id, *params),
             )
         if not rows:
             return None
