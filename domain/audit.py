@@ -12,6 +12,10 @@ from .session import (
     MessageRemoved,
     MessagesAppended,
     SessionStarted,
+    StreamAborted,
+    StreamChunksAppended,
+    StreamCompleted,
+    StreamStarted,
 )
 
 
@@ -38,6 +42,8 @@ def audit_entry(views: SessionViews, session_id: uuid.UUID, event: Any) -> Audit
     elif isinstance(event, MessageRemoved):
         changes = {"position": event.position, "message_id": event.message_id,
                    "removed": event.message}  # fmt: skip
+    elif isinstance(event, StreamStarted | StreamChunksAppended | StreamCompleted | StreamAborted):
+        changes = stream_changes(views, session_id, event)
     else:
         changes = {"archived": event.count}
     return AuditEntry(
@@ -49,3 +55,22 @@ def audit_entry(views: SessionViews, session_id: uuid.UUID, event: Any) -> Audit
         idempotency_key=event.idempotency_key,
         changes=changes,
     )
+
+
+def stream_changes(views: SessionViews, session_id: uuid.UUID, event: Any) -> dict[str, Any]:
+    """A stream event's changes: its deltas, and how the stream ended. An abort names the
+    partial text the reader had seen (marked aborted), whether or not it was kept."""
+    changes: dict[str, Any] = {"stream_id": event.stream_id}
+    if isinstance(event, StreamStarted):
+        changes.update(role=event.role, turn=event.turn, parent=event.parent)
+        return changes
+    changes["deltas"] = event.deltas
+    if isinstance(event, StreamCompleted):
+        changes["added"] = [event.message]
+    elif isinstance(event, StreamAborted):
+        stream = views.stream_view(session_id, event.stream_id)
+        changes.update(
+            aborted=True, cause=event.cause, partial=stream.text if stream else None,
+            added=[] if event.message is None else [event.message],
+        )  # fmt: skip
+    return changes

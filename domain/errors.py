@@ -94,3 +94,11 @@ class StoreNotReady(LedgerError):
     """The store is unreachable or its tables do not exist (run `migrate`)."""
 
     code = "store_not_ready"
+
+
+class StreamConflict(LedgerError):
+    """A stream command does not fit the stream's state: a chunk, completion or abort of a
+    stream that is not open (never opened, completed or aborted), or a stream id used
+    twice; nothing was written."""
+
+    code = "stream_conflict"

@@ -77,7 +77,18 @@ LAYOUT_AT_NUMBERING = [
     "DROP INDEX IF EXISTS ledger_timeline_time",
 ]
 SCHEMA_TABLE = "CREATE TABLE IF NOT EXISTS ledger_schema (version integer NOT NULL)"
-MIGRATIONS: tuple[tuple[str, ...], ...] = (tuple(LAYOUT_AT_NUMBERING),)
+# Migration 2: the streams view (`projections/streams.py`); the sweep of streams left
+# open finds them by a partial index, without reading the ended ones.
+STREAMS = (
+    "CREATE TABLE IF NOT EXISTS ledger_streams ("
+    " session_id uuid NOT NULL, stream_id text NOT NULL, opened_version bigint NOT NULL,"
+    " role text NOT NULL, turn text, parent text, state text NOT NULL, text text NOT NULL,"
+    " updated_at timestamptz NOT NULL, ended_version bigint, cause text,"
+    " PRIMARY KEY (session_id, stream_id))",
+    "CREATE INDEX IF NOT EXISTS ledger_streams_open ON ledger_streams (updated_at)"
+    " WHERE state = 'open'",
+)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (tuple(LAYOUT_AT_NUMBERING), STREAMS)
 LATEST = len(MIGRATIONS)
 
 

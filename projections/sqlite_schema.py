@@ -86,7 +86,25 @@ def _layout_at_numbering(c: Any) -> None:
     c.execute("DROP INDEX IF EXISTS ledger_timeline_time")
 
 
-MIGRATIONS = (_layout_at_numbering,)
+STREAMS_TABLE = (
+    "CREATE TABLE IF NOT EXISTS ledger_streams ("
+    " session_id TEXT NOT NULL, stream_id TEXT NOT NULL, opened_version INTEGER NOT NULL,"
+    " role TEXT NOT NULL, turn TEXT, parent TEXT, state TEXT NOT NULL, text TEXT NOT NULL,"
+    " updated_at TEXT NOT NULL, ended_version INTEGER, cause TEXT,"
+    " PRIMARY KEY (session_id, stream_id)) WITHOUT ROWID",
+    # The sweep of streams left open finds them without reading the ended ones.
+    "CREATE INDEX IF NOT EXISTS ledger_streams_open ON ledger_streams (updated_at)"
+    " WHERE state = 'open'",
+)
+
+
+def _streams(c: Any) -> None:
+    """Migration 2: the streams view (`projections/streams.py`)."""
+    for statement in STREAMS_TABLE:
+        c.execute(statement)
+
+
+MIGRATIONS = (_layout_at_numbering, _streams)
 LATEST = len(MIGRATIONS)
 
 

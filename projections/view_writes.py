@@ -22,11 +22,13 @@ from .changes import (
     ArchiveOldest,
     CloseHistory,
     CloseMessage,
+    ExtendStream,
     InsertMessages,
+    OpenStream,
     TimelineRow,
     ViewChanges,
 )
-from .dialect import ViewStore
+from .streams import StreamViews
 from .sql import (
     ADDED_TOKENS,
     CHAIN_AT,
@@ -49,7 +51,7 @@ class EventsDisagree(LedgerError):
     code = "events_disagree"
 
 
-class ViewWrites(ViewStore):
+class ViewWrites(StreamViews):
     """Writes the view rows of a write (and of `rebuild`, event by event)."""
 
     # -- inline writes ----------------------------------------------------------------------
@@ -85,6 +87,10 @@ class ViewWrites(ViewStore):
                                (sid, ACTIVE, c.message_id))  # fmt: skip
             elif isinstance(c, ArchiveOldest):
                 self._archive_oldest(cursor, sid, c)
+            elif isinstance(c, OpenStream):
+                self._open_stream(cursor, sid, c)
+            elif isinstance(c, ExtendStream):
+                self._extend_stream(cursor, sid, c)
         chains = self._chains(cursor, vc.session_id, records, chain_before)
         rows = zip(
             self._timeline_params(vc, times, sid),

@@ -33,12 +33,16 @@ def _portable(value: Any) -> Any:
 class SQLViews(ViewWrites, ContextReads, TranscriptReads, TimelineReads):
     """Reads and inline writes of the views; subclasses supply the SQL dialect."""
 
-    view_tables = ("ledger_sessions", "ledger_messages", "ledger_ended_messages", "ledger_timeline")
+    view_tables = (
+        "ledger_sessions", "ledger_messages", "ledger_ended_messages", "ledger_timeline",
+        "ledger_streams",
+    )  # fmt: skip
     view_order = {
         "ledger_sessions": "session_id",
         "ledger_messages": "session_id, status, message_id",
         "ledger_ended_messages": "session_id, status, message_id, valid_from",
         "ledger_timeline": "session_id, version",
+        "ledger_streams": "session_id, stream_id",
     }
     event_position = "rowid"  # the column that orders the whole event log
 
