@@ -117,15 +117,16 @@ def test_idle_streams_are_aborted_as_timed_out(ledger: Ledger) -> None:
 
 
 def test_async_with_records_a_cancelled_stream_as_client_gone(ledger: Ledger) -> None:
-    async def produce() -> None:
+    async def produce(delivered: asyncio.Event) -> None:
         async with ledger.stream("k") as s:
             await s.awrite("seen ")
-            s.flush()
+            delivered.set()
             await asyncio.sleep(30)
 
     async def main() -> None:
-        task = asyncio.create_task(produce())
-        await asyncio.sleep(0.2)
+        delivered = asyncio.Event()
+        task = asyncio.create_task(produce(delivered))
+        await delivered.wait()
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
