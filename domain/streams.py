@@ -215,15 +215,19 @@ class StreamWriter:
 
     def write(self, delta: str) -> None:
         """Record one delta (flushed in batches)."""
+        if self._hold(delta):
+            self.flush()
+
+    def _hold(self, delta: str) -> bool:
+        """Hold `delta`; True when a flush is due."""
         if self.result is not None:
             raise StreamConflict(f"stream {self.stream_id!r} has ended")
         self._held.append(delta)
         self._held_bytes += len(delta.encode("utf-8"))
-        if (
+        return (
             self._held_bytes >= self._ledger.stream_flush_bytes
             or (time.monotonic() - self._flushed_at) * 1000 >= self._ledger.stream_flush_ms
-        ):
-            self.flush()
+        )
 
     def flush(self) -> None:
         if self._held:
@@ -261,11 +265,12 @@ class StreamWriter:
         if kind is None:
             self.complete()
         else:
-            self.abort(_cause(exc))
+            self.abort(cause_of(exc))
 
     async def awrite(self, delta: str) -> None:
         """`write`, with a flush in a worker thread (the event loop never waits on it)."""
-        await asyncio.to_thread(self.write, delta)
+        if self._hold(delta):
+            await asyncio.to_thread(self.flush)
 
     async def __aenter__(self) -> StreamWriter:
         return await asyncio.to_thread(self.open)
@@ -277,7 +282,7 @@ class StreamWriter:
         await asyncio.shield(asyncio.to_thread(self.__exit__, kind, exc, tb))
 
 
-def _cause(exc: BaseException | None) -> str:
+def cause_of(exc: BaseException | None) -> str:
     """Cancellation (the consumer went away) reads as client_gone; anything else, error."""
     if isinstance(exc, asyncio.CancelledError | GeneratorExit | KeyboardInterrupt):
         return "client_gone"
