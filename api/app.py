@@ -19,10 +19,12 @@ from session_ledger.domain.ledger import Ledger
 
 from . import errors
 from .keystore import KeyStore, open_key_store
+from .live_hub import LiveHub
 from .metrics import Metrics, MetricsMiddleware
 from .middleware import BodyLimit, RawSessionPath
-from .routes import events, export, health, keys, messages, sessions
+from .routes import events, export, health, keys, live, messages, sessions, streams
 from .settings import Settings
+from .stream_sweeper import sweeping
 
 DESCRIPTION = """Event-sourced conversation memory for LLM agents.
 
@@ -59,9 +61,15 @@ def create_app(
         # What start-up made lives as long as the process: keep it out of the collector's
         # full passes, which otherwise rescan it on every few large reads.
         gc.freeze()
+        hub = app.state.live_hub = LiveHub(
+            app.state.ledger, settings.database_url, settings.tail_poll_ms / 1000
+        )
+        hub.start()
         try:
-            yield
+            async with sweeping(app.state.ledger, settings.stream_timeout_seconds):
+                yield
         finally:
+            await hub.stop()
             if key_store is None:
                 app.state.key_store.close()
             if ledger is None:
@@ -75,7 +83,7 @@ def create_app(
     app.state.ledger, app.state.key_store = ledger, key_store
     app.state.metrics = Metrics()
     errors.register(app)
-    for module in (messages, events, sessions, export, keys, health):
+    for module in (messages, streams, events, live, sessions, export, keys, health):
         app.include_router(module.router)
     # Added last = runs first: metrics see every answer, the 413 check runs before routing.
     app.add_middleware(RawSessionPath)

@@ -102,3 +102,9 @@ class StreamConflict(LedgerError):
     twice; nothing was written."""
 
     code = "stream_conflict"
+
+
+class StreamNotFound(LedgerError, LookupError):
+    """The session has no stream of this id."""
+
+    code = "stream_not_found"
