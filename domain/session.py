@@ -36,8 +36,10 @@ def _tenant_namespace(tenant: str) -> uuid.UUID:
 class Session(Aggregate):
     """A conversation's history, as the sequence of changes made to it."""
 
-    # Sessions snapshotted before streams existed have no attribute of their own.
-    open_streams: frozenset[str] = frozenset()
+    # The ids of the open streams: a tuple, which a snapshot keeps (as a JSON list: never
+    # changed in place, only replaced). Sessions snapshotted before streams existed have
+    # no attribute of their own.
+    open_streams: tuple[str, ...] = ()
 
     class SessionStarted(Aggregate.Created):
         tenant: str
@@ -84,7 +86,7 @@ class Session(Aggregate):
         self.message_count = 0
         self.archived_count = 0
         self.next_message_id = 0
-        self.open_streams: frozenset[str] = frozenset()
+        self.open_streams: tuple[str, ...] = ()
 
     # The command events are declared with their own `apply` rather than made by the
     # @event decorator: the decorator's event maps its fields onto the method's
@@ -165,7 +167,7 @@ class Session(Aggregate):
         request_digest: str | None
 
         def apply(self, aggregate: Any) -> None:
-            aggregate.open_streams = aggregate.open_streams | {self.stream_id}
+            aggregate.open_streams = (*aggregate.open_streams, self.stream_id)
 
     class StreamChunksAppended(Aggregate.Event):
         stream_id: str
@@ -188,7 +190,7 @@ class Session(Aggregate):
         request_digest: str | None
 
         def apply(self, aggregate: Any) -> None:
-            aggregate.open_streams = aggregate.open_streams - {self.stream_id}
+            aggregate.open_streams = _without(aggregate.open_streams, self.stream_id)
             aggregate.message_count += 1
             aggregate.next_message_id += 1
 
@@ -203,7 +205,7 @@ class Session(Aggregate):
         request_digest: str | None
 
         def apply(self, aggregate: Any) -> None:
-            aggregate.open_streams = aggregate.open_streams - {self.stream_id}
+            aggregate.open_streams = _without(aggregate.open_streams, self.stream_id)
             if self.message is not None:
                 aggregate.message_count += 1
                 aggregate.next_message_id += 1
@@ -266,6 +268,10 @@ class Session(Aggregate):
     def archive(self, count: int, **audit: Any) -> None:
         """Move the `count` oldest active messages to the archive."""
         self._next(self.MessagesArchived, count=count, **audit)
+
+
+def _without(ids: Any, stream_id: str) -> tuple[str, ...]:
+    return tuple(i for i in ids if i != stream_id)
 
 
 MessagesAppended = Session.MessagesAppended

@@ -4,11 +4,14 @@ aborted (the partial in the audit trail only), on every store."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
 from session_ledger.domain.errors import InvalidInput, StreamConflict
 from session_ledger.domain.ledger import Ledger
+from session_ledger.api.bootstrap import open_ledger
+from tests.conftest import make_ledger, make_settings
 
 
 def contents(ledger: Ledger, key: str) -> list[str]:
@@ -134,3 +137,26 @@ def test_async_with_records_a_cancelled_stream_as_client_gone(ledger: Ledger) ->
     asyncio.run(main())
     last = ledger.audit("k")[-1]
     assert last.changes["cause"] == "client_gone" and last.changes["partial"] == "seen "
+
+
+def test_open_streams_survive_snapshots(store: str, tmp_path: Path) -> None:
+    if store == "memory":
+        pytest.skip("a second Ledger on memory:// opens another store")
+    settings = make_settings(store, tmp_path, snapshot_interval=2)  # a snapshot every 2
+    first = make_ledger(settings)
+    for stream_id in ("s0", "s1", "s2"):
+        first.open_stream("k", stream_id=stream_id)
+    for n in range(4):
+        first.append_stream("k", "s1", [f"{n}"])
+    first.complete_stream("k", "s0", ["zero"])
+    second = open_ledger(settings)  # loads the session from its latest snapshot
+    try:
+        second.append_stream("k", "s2", ["x"])
+        second.complete_stream("k", "s2")
+        with pytest.raises(StreamConflict):
+            second.append_stream("k", "s0", ["late"])
+        second.complete_stream("k", "s1")
+        assert contents(second, "k") == ["zero", "x", "0123"]
+    finally:
+        first.close()
+        second.close()
