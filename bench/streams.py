@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import statistics
 import tempfile
@@ -83,9 +84,11 @@ class Tail(threading.Thread):
         self.ready = threading.Event()
 
     def run(self) -> None:
-        with httpx.Client(timeout=None) as client, client.stream(
-            "GET", self.url, headers=self.headers
-        ) as response:
+        with (
+            contextlib.suppress(httpx.HTTPError),  # the server stopped: the run is over
+            httpx.Client(timeout=None) as client,
+            client.stream("GET", self.url, headers=self.headers) as response,
+        ):
             self.ready.set()
             for line in response.iter_lines():
                 if line.startswith("data: "):
