@@ -137,7 +137,7 @@ class LiveHub:
                 continue
             try:
                 rows = await asyncio.to_thread(self._written_after, position)
-            except Exception as e:  # noqa: BLE001 - the store is away: look again later
+            except Exception as e:
                 log.warning("live tail watcher failed: %s", e)
                 continue
             if rows:

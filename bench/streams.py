@@ -129,8 +129,9 @@ def rss_kb(pid: int) -> int:
 async def idle_tails(server: Server, tails: int) -> dict[str, float]:
     """Server RSS growth with `tails` idle tails open (raw sockets: the client stays small)."""
     with httpx.Client(base_url=server.base_url, timeout=60) as api:
-        api.post("/v1/sessions/idle/messages", json={"messages": [{"role": "user", "content": "x"}]},
-                 headers={"Authorization": f"Bearer {server.api_key}"})  # fmt: skip
+        first = {"messages": [{"role": "user", "content": "x"}]}
+        auth = {"Authorization": f"Bearer {server.api_key}"}
+        api.post("/v1/sessions/idle/messages", json=first, headers=auth)
     host, port = server.base_url.removeprefix("http://").split(":")
     request = (f"GET /v1/sessions/idle/events/live HTTP/1.1\r\nHost: {host}\r\nAuthorization: "
                f"Bearer {server.api_key}\r\nLast-Event-ID: 2\r\n\r\n").encode()  # fmt: skip

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -71,7 +71,7 @@ class StreamCommands:
     tokenizer: NamedTokenizer
     stream_flush_bytes: int
     stream_flush_ms: int
-    _write: Any
+    _write: Callable[..., WriteResult]
     _tenant: Any
 
     def stream(
@@ -103,7 +103,9 @@ class StreamCommands:
         result = self._write(key, "stream_open", request, command=command, create=True, **kw)
         return OpenedStream(stream_id, result)
 
-    def append_stream(self, key: str, stream_id: str, deltas: Sequence[str], **kw: Any) -> WriteResult:
+    def append_stream(
+        self, key: str, stream_id: str, deltas: Sequence[str], **kw: Any
+    ) -> WriteResult:
         """Append a batch of deltas to an open stream."""
         check_stream_id(stream_id)
         batch = check_deltas(deltas, self.limits, allow_empty=False)
@@ -207,8 +209,10 @@ class StreamWriter:
         self.result: WriteResult | None = None  # the completion's or abort's
 
     def open(self) -> StreamWriter:
-        opened = self._ledger.open_stream(self.key, role=self.role, stream_id=self.stream_id,
-                                          turn=self._turn, parent=self._parent, **self._kw)  # fmt: skip
+        opened = self._ledger.open_stream(
+            self.key, role=self.role, stream_id=self.stream_id, turn=self._turn,
+            parent=self._parent, **self._kw,
+        )  # fmt: skip
         self.stream_id = opened.stream_id
         self._flushed_at = time.monotonic()
         return self

@@ -171,9 +171,9 @@ def view_changes(batch: WriteBatch) -> ViewChanges:
             changes.append(ExtendStream(v, event.stream_id, text, event.timestamp, state, cause))
             message = stream_message(event)
             if message is not None:
-                tokens = batch.counts[0]
+                tokens, body = batch.counts[0], canonical_json(message)
                 row = MessageRow(batch.first_message_id, message["role"], tokens.alone,
-                                 tokens.joined, stored_body(message, canonical_json(message)))  # fmt: skip
+                                 tokens.joined, stored_body(message, body))  # fmt: skip
                 changes.append(InsertMessages(v, ACTIVE, (row,)))
                 added = row.tokens
         elif isinstance(event, MessagesArchived):

@@ -28,7 +28,6 @@ from .changes import (
     TimelineRow,
     ViewChanges,
 )
-from .streams import StreamViews
 from .sql import (
     ADDED_TOKENS,
     CHAIN_AT,
@@ -38,6 +37,7 @@ from .sql import (
     SESSION_INSERT,
     TIMELINE_COLUMNS,
 )
+from .streams import StreamViews
 
 
 def _records(stored: Iterable[StoredEvent]) -> Iterator[tuple[int, str, bytes]]:

@@ -87,10 +87,10 @@ async def _session_events(
                 if len(entries) == settings.tail_batch:
                     continue
             idle = heartbeat - (time.monotonic() - sent_at)
-            if idle <= 0 or not await _woken(woken, idle):
-                if time.monotonic() - sent_at >= heartbeat:
-                    yield b": heartbeat\n\n"
-                    sent_at = time.monotonic()
+            woke = idle > 0 and await _woken(woken, idle)
+            if not woke and time.monotonic() - sent_at >= heartbeat:
+                yield b": heartbeat\n\n"
+                sent_at = time.monotonic()
     finally:
         hub.unsubscribe(sid, woken)
 
@@ -101,4 +101,3 @@ async def _woken(woken: asyncio.Event, timeout: float) -> bool:
     except TimeoutError:
         return False
     return True
-

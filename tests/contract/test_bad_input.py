@@ -36,7 +36,10 @@ BAD_MESSAGES = [
     ({"content": "no role"}, "role must be one of"),
     ({"role": "user", "content": "\ud800 lone"}, "lone surrogate"),
     ({"role": "user", "content": "ok", "additional_kwargs": {"k": "\udfff"}}, "lone surrogate"),
-    ({"role": "user", "content": 42}, "'content' must be a string, a list of content blocks or null"),
+    (
+        {"role": "user", "content": 42},
+        "'content' must be a string, a list of content blocks or null",
+    ),
     ({"role": "user", "blocks": "text"}, "'blocks' must be a list"),
     ({"role": "user", "blocks": [{"block_type": "hologram"}]}, "block_type must be one of"),
     ({"role": "user", "blocks": [{"block_type": "text", "text": 1}]}, "text must be a string"),

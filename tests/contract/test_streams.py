@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from session_ledger.api.bootstrap import open_ledger
 from session_ledger.domain.errors import InvalidInput, StreamConflict
 from session_ledger.domain.ledger import Ledger
-from session_ledger.api.bootstrap import open_ledger
 from tests.conftest import make_ledger, make_settings
 
 

@@ -23,8 +23,9 @@ def live(key: str) -> str:
 def write_turn(api: httpx.Client, key: str, n: int) -> int:
     """A user message and a streamed answer: 5 events (4 when the session exists)."""
     k = quote(key, safe="")
-    api.post(f"/v1/sessions/{k}/messages", json={"messages": [{"role": "user",
-                                                                "content": f"q{n}"}]})  # fmt: skip
+    api.post(
+        f"/v1/sessions/{k}/messages", json={"messages": [{"role": "user", "content": f"q{n}"}]}
+    )
     sid = api.post(f"/v1/sessions/{k}/streams", json={}).json()["stream_id"]
     api.post(f"/v1/sessions/{k}/streams/{sid}/chunks", json={"deltas": [f"a{n} "]})
     done = api.post(f"/v1/sessions/{k}/streams/{sid}/complete", json={"deltas": ["end"]})
@@ -41,8 +42,11 @@ def test_a_tail_sees_every_event_in_order_and_resumes(
         try:
             head = tail.events(5)
             assert [m.id for m in head] == ["1", "2", "3", "4", "5"]
-            assert [m.event for m in head][2:] == ["StreamStarted", "StreamChunksAppended",
-                                                   "StreamCompleted"]  # fmt: skip
+            assert [m.event for m in head][2:] == [
+                "StreamStarted",
+                "StreamChunksAppended",
+                "StreamCompleted",
+            ]
             write_turn(api, session_key, 1)  # 6-9, as they commit
             more = tail.events(4)
             assert [m.id for m in more] == ["6", "7", "8", "9"]
@@ -50,8 +54,9 @@ def test_a_tail_sees_every_event_in_order_and_resumes(
         finally:
             tail.close()
         write_turn(api, session_key, 2)  # 10-13, while nobody listens
-        resumed = Tail(deployment.base_url, live(session_key), deployment.keys["a_auditor"],
-                       last_event_id="9")  # fmt: skip
+        resumed = Tail(
+            deployment.base_url, live(session_key), deployment.keys["a_auditor"], last_event_id="9"
+        )
         try:
             assert [m.id for m in resumed.events(4)] == ["10", "11", "12", "13"]
             assert resumed.comments(1.0) == []  # nothing more: no duplicate
@@ -79,8 +84,9 @@ def test_two_processes_on_postgres_deliver_and_resume_without_gap_or_duplicate()
                 client.put(session, {"role": "user", "content": "first"})  # versions 1-2
             tail = Tail(reader.base_url, live(session), key)
             seen = [m.id for m in tail.events(2)]
-            with httpx.Client(base_url=writer.base_url, timeout=60,
-                              headers={"Authorization": f"Bearer {key}"}) as api:  # fmt: skip
+            with httpx.Client(
+                base_url=writer.base_url, timeout=60, headers={"Authorization": f"Bearer {key}"}
+            ) as api:
                 last = 2
                 for n in range(5):
                     last = write_turn(api, session, n)  # written by the other process

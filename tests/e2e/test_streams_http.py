@@ -25,7 +25,9 @@ def test_open_chunks_complete(deployment: Deployment, session_key: str) -> None:
         assert opened.status_code == 201, opened.text
         sid = opened.json()["stream_id"]
         for batch in (["Hel", "lo"], [", wor"]):
-            assert api.post(url(session_key, sid, "chunks"), json={"deltas": batch}).status_code == 200
+            assert (
+                api.post(url(session_key, sid, "chunks"), json={"deltas": batch}).status_code == 200
+            )
         done = api.post(url(session_key, sid, "complete"), json={"deltas": ["ld"]})
         assert done.status_code == 200 and done.json()["message_count"] == 1
         history = api.get(f"/v1/sessions/{quote(session_key, safe='')}/messages").json()
@@ -37,12 +39,15 @@ def test_open_chunks_complete(deployment: Deployment, session_key: str) -> None:
         assert api.get(url(session_key, "nope")).status_code == 404
 
 
-def test_abort_keeps_the_partial_out_of_the_history(deployment: Deployment, session_key: str) -> None:
+def test_abort_keeps_the_partial_out_of_the_history(
+    deployment: Deployment, session_key: str
+) -> None:
     with deployment.raw("a_agent") as api:
         sid = api.post(url(session_key), json={}).json()["stream_id"]
         api.post(url(session_key, sid, "chunks"), json={"deltas": ["half an"]})
-        aborted = api.post(url(session_key, sid, "abort"), json={"cause": "client_gone",
-                                                                  "deltas": [" answer"]})  # fmt: skip
+        aborted = api.post(
+            url(session_key, sid, "abort"), json={"cause": "client_gone", "deltas": [" answer"]}
+        )
         assert aborted.status_code == 200, aborted.text
         events = api.get(f"/v1/sessions/{quote(session_key, safe='')}/events").json()["events"]
         last = events[-1]
@@ -83,8 +88,9 @@ def test_streams_left_open_are_aborted_by_the_server(tmp_path: Path) -> None:
     database = f"sqlite:///{tmp_path / 'ledger.db'}"
     env = server_env(database, LEDGER_STREAM_TIMEOUT_SECONDS="1")
     assert run_cli(env, "migrate").returncode == 0
-    writer = subprocess.Popen([sys.executable, "-c", WRITER, database], env=env,
-                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER, database], env=env, stdout=subprocess.PIPE, text=True
+    )
     assert writer.stdout is not None
     killed_sid = writer.stdout.readline().strip()
     writer.kill()  # SIGKILL: no __exit__, no abort
@@ -93,8 +99,9 @@ def test_streams_left_open_are_aborted_by_the_server(tmp_path: Path) -> None:
     try:
         key = run_cli(server.env, "keys", "create", "--role", "agent").stdout
         key = key.split("key: ")[1].strip()
-        with httpx.Client(base_url=server.base_url, timeout=30,
-                          headers={"Authorization": f"Bearer {key}"}) as api:  # fmt: skip
+        with httpx.Client(
+            base_url=server.base_url, timeout=30, headers={"Authorization": f"Bearer {key}"}
+        ) as api:
             sid = api.post(url("left open"), json={}).json()["stream_id"]
             api.post(url("left open", sid, "chunks"), json={"deltas": ["and then"]})
             left = wait_for_end(api, "left open", sid)

@@ -51,4 +51,3 @@ def test_rebuild_replay_and_export_hold_streams(own_store_settings: Settings) ->
         assert {a["cause"] for a in aborted} == {"superseded", "client_gone"}
     finally:
         ledger.close()
-
