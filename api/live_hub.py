@@ -130,14 +130,19 @@ class LiveHub:
     async def _watch(self) -> None:
         """Every `poll_seconds`, wake the tails of sessions with events written since the
         last look (only when some tail is open)."""
-        position = await asyncio.to_thread(self._last_position)
+        position: int | None = None  # None: no tail open, nothing to look at
         while True:
             await asyncio.sleep(self.poll_seconds)
             if not self.tails:
+                position = None
                 continue
             try:
+                if position is None:  # watch from now on; what committed before the
+                    position = await asyncio.to_thread(self._last_position)
+                    self._wake(list(self.tails))  # look began, the tails read once more
+                    continue
                 rows = await asyncio.to_thread(self._written_after, position)
-            except Exception as e:
+            except Exception as e:  # the store is away: look again next time
                 log.warning("live tail watcher failed: %s", e)
                 continue
             if rows:

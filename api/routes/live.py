@@ -19,7 +19,7 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import StreamingResponse
 
-from session_ledger.domain.errors import InvalidInput
+from session_ledger.domain.errors import InvalidInput, StoreNotReady
 from session_ledger.domain.ledger import Ledger
 from session_ledger.domain.session import session_id
 
@@ -48,7 +48,9 @@ async def tail_session(
     start = _resume_at(last_event_id, after)
     await asyncio.to_thread(ledger.head, key, tenant=who.tenant)  # 404 before the stream
     settings: Settings = request.app.state.settings
-    hub: LiveHub = request.app.state.live_hub
+    hub: LiveHub | None = getattr(request.app.state, "live_hub", None)
+    if hub is None:
+        raise StoreNotReady("live tails need the server's lifespan (its hub), not started")
     events = _session_events(ledger, hub, settings, key, who.tenant, start)
     headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
     return StreamingResponse(events, media_type=SSE, headers=headers)
