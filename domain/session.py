@@ -220,13 +220,13 @@ class Session(Aggregate):
                    **audit)  # fmt: skip
 
     def append_chunks(self, stream_id: str, deltas: list[str], **audit: Any) -> None:
-        self._open(stream_id)
+        self.check_open(stream_id)
         self._next(self.StreamChunksAppended, stream_id=stream_id, deltas=deltas, **audit)
 
     def complete_stream(
         self, stream_id: str, deltas: list[str], message: dict[str, Any], **audit: Any
     ) -> None:
-        self._open(stream_id)
+        self.check_open(stream_id)
         self._next(self.StreamCompleted, stream_id=stream_id, deltas=deltas, message=message,
                    **audit)  # fmt: skip
 
@@ -234,11 +234,12 @@ class Session(Aggregate):
         self, stream_id: str, deltas: list[str], cause: str, message: dict[str, Any] | None,
         **audit: Any,
     ) -> None:  # fmt: skip
-        self._open(stream_id)
+        self.check_open(stream_id)
         self._next(self.StreamAborted, stream_id=stream_id, deltas=deltas, cause=cause,
                    message=message, **audit)  # fmt: skip
 
-    def _open(self, stream_id: str) -> None:
+    def check_open(self, stream_id: str) -> None:
+        """StreamConflict, naming the stream, unless it is open."""
         if stream_id not in self.open_streams:
             raise StreamConflict(
                 f"stream {stream_id!r} of session {self.key!r} is not open (never opened, "

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .errors import InvalidInput, PayloadTooLarge, StreamConflict
 from .inputs import Limits, parse_messages
-from .ports import SessionViews, WriteResult
+from .ports import SessionViews, StreamView, WriteResult
 from .session import Session, session_id
 
 if TYPE_CHECKING:
@@ -175,7 +175,7 @@ class StreamCommands:
         """The stream's message: its text so far and `deltas`, counted into `counts`."""
         view = self.views.stream_view(s.id, stream_id) if s.version else None
         if view is None or view.state != OPEN:
-            s._open(stream_id)  # raises StreamConflict, naming the stream
+            s.check_open(stream_id)
             raise StreamConflict(f"stream {stream_id!r} of session {s.key!r} is not open")
         text = view.text + "".join(deltas)
         counts.clear()
@@ -186,8 +186,10 @@ class StreamCommands:
         counts.append(self.tokenizer.count(parsed.messages[0].content))
         return parsed.dicts[0]
 
-    def stream_state(self, key: str, stream_id: str, *, tenant: str | None = None) -> Any:
-        """The stream as its events left it (`StreamView`), or None."""
+    def stream_state(
+        self, key: str, stream_id: str, *, tenant: str | None = None
+    ) -> StreamView | None:
+        """The stream as its events left it, or None."""
         return self.views.stream_view(session_id(self._tenant(tenant), key), stream_id)
 
 
