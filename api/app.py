@@ -20,6 +20,7 @@ from session_ledger.domain.ledger import Ledger
 from . import errors
 from .admission import enforce_limits
 from .keystore import KeyStore, open_key_store
+from .live_hub import LiveHub
 from .metrics import Metrics, MetricsMiddleware
 from .middleware import BodyLimit, RawSessionPath
 from .ratelimit import Limiter, open_limit_store
@@ -33,14 +34,17 @@ from .routes import (
     heads,
     health,
     keys,
+    live,
     messages,
     replay,
     search,
     sessions,
+    streams,
     ui,
     verify,
 )
 from .settings import Settings
+from .stream_sweeper import sweeping
 
 DISTRIBUTION = "session-audit-ledger"  # the package index name (pyproject.toml)
 
@@ -88,9 +92,15 @@ def create_app(
             # What start-up made lives as long as the process: keep it out of the
             # collector's full passes, which otherwise rescan it on every few large reads.
             gc.freeze()
+        hub = app.state.live_hub = LiveHub(
+            app.state.ledger, settings.database_url, settings.tail_poll_ms / 1000
+        )
+        hub.start()
         try:
-            yield
+            async with sweeping(app.state.ledger, settings.stream_timeout_seconds):
+                yield
         finally:
+            await hub.stop()
             if limiter is None:
                 app.state.limiter.store.close()
             if key_store is None:
@@ -109,8 +119,8 @@ def create_app(
     app.state.metrics = Metrics()
     errors.register(app)
     for module in (
-        messages, events, replay, diff, verify, compliance, search, sessions, heads, export,
-        checkpoints, access_log, keys,
+        messages, streams, events, live, replay, diff, verify, compliance, search, sessions,
+        heads, export, checkpoints, access_log, keys,
     ):  # fmt: skip
         app.include_router(module.router, dependencies=[Depends(enforce_limits)])
     app.include_router(health.router)  # never limited: probes and scrapes must get through

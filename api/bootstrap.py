@@ -112,6 +112,8 @@ def open_ledger(
         token_limit=settings.token_limit,
         write_retries=settings.write_retries,
         snapshot_interval=settings.snapshot_interval,
+        stream_flush_bytes=settings.stream_flush_bytes,
+        stream_flush_ms=settings.stream_flush_ms,
     )
 
 

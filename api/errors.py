@@ -62,6 +62,8 @@ STATUS: dict[type[Exception], tuple[int, str]] = {
     domain.LegalHold: (409, "legal_hold"),
     domain.HoldConflict: (409, "hold_conflict"),
     domain.EncryptionRequired: (409, "encryption_required"),
+    domain.StreamConflict: (409, "stream_conflict"),
+    domain.StreamNotFound: (404, "stream_not_found"),
     domain.StoreNotReady: (503, "store_not_ready"),
     domain.CheckpointNotFound: (404, "checkpoint_not_found"),
     domain.LedgerError: (500, "ledger_error"),
@@ -77,9 +79,9 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         400: "Malformed JSON body.",
         401: "No API key, or an unknown or revoked one.",
         403: "The key's role may not do this.",
-        404: "No such session (in the caller's tenant), message, past version, key or checkpoint.",
-        409: "A write lost too many races with other writers (retry); or a compliance "
-        "command refused: legal_hold, hold_conflict, encryption_required.",
+        404: "No such session (in the caller's tenant), message, past version, key, checkpoint or stream.",
+        409: "A write lost too many races with other writers (retry); a stream not open; or a "
+        "compliance command refused: legal_hold, hold_conflict, encryption_required.",
         410: "The session was erased (session_erased): when, why and on what basis.",
         412: "If-Match / If-None-Match precondition failed; nothing written.",
         413: "Body, message or write over the configured limits.",

@@ -179,3 +179,32 @@ class Settings(BaseSettings):
         "access log too (auditors', admins' reads and every export always are). Off: an "
         "agent reads its window every turn, as many entries as messages.",
     )
+    stream_flush_bytes: int = Field(
+        1024, ge=1, description="A stream's deltas are recorded once this many bytes wait."
+    )
+    stream_flush_ms: int = Field(
+        250, ge=0, description="...or once this many ms passed since the last batch."
+    )
+    stream_timeout_seconds: float = Field(
+        120,
+        gt=0,
+        description="An open stream with no event for this long is aborted "
+        "(cause timeout) by the server, also one left open by a process that died.",
+    )
+    tail_poll_ms: int = Field(
+        500,
+        ge=10,
+        description="How often a live tail reads the timeline when no "
+        "notification came (SQLite: always; PostgreSQL: LISTEN/NOTIFY, this the catch-up).",
+    )
+    tail_heartbeat_seconds: float = Field(
+        15, gt=0, description="A live tail sends a comment line when idle this long."
+    )
+    tail_batch: int = Field(
+        100,
+        ge=1,
+        le=1000,
+        description="Events a live tail reads and holds at once per "
+        "client (its memory bound: a slow client is sent the next batch when it has "
+        "taken this one).",
+    )

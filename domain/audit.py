@@ -15,6 +15,10 @@ from .session import (
     MessagesAppended,
     SessionErased,
     SessionStarted,
+    StreamAborted,
+    StreamChunksAppended,
+    StreamCompleted,
+    StreamStarted,
 )
 
 
@@ -45,6 +49,8 @@ def audit_entry(views: SessionViews, session_id: uuid.UUID, event: Any) -> Audit
         changes = {"reference": event.reference}
     elif isinstance(event, SessionErased):
         changes = {"basis": event.basis}
+    elif isinstance(event, StreamStarted | StreamChunksAppended | StreamCompleted | StreamAborted):
+        changes = stream_changes(views, session_id, event)
     else:
         changes = {"archived": event.count}
     return AuditEntry(
@@ -56,3 +62,22 @@ def audit_entry(views: SessionViews, session_id: uuid.UUID, event: Any) -> Audit
         idempotency_key=event.idempotency_key,
         changes=changes,
     )
+
+
+def stream_changes(views: SessionViews, session_id: uuid.UUID, event: Any) -> dict[str, Any]:
+    """A stream event's changes: its deltas, and how the stream ended. An abort names the
+    partial text the reader had seen (marked aborted), whether or not it was kept."""
+    changes: dict[str, Any] = {"stream_id": event.stream_id}
+    if isinstance(event, StreamStarted):
+        changes.update(role=event.role, turn=event.turn, parent=event.parent)
+        return changes
+    changes["deltas"] = event.deltas
+    if isinstance(event, StreamCompleted):
+        changes["added"] = [event.message]
+    elif isinstance(event, StreamAborted):
+        stream = views.stream_view(session_id, event.stream_id)
+        changes.update(
+            aborted=True, cause=event.cause, partial=stream.text if stream else None,
+            added=[] if event.message is None else [event.message],
+        )  # fmt: skip
+    return changes

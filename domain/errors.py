@@ -150,3 +150,17 @@ class CheckpointNotFound(LedgerError, LookupError):
     """The tenant has no checkpoint yet (or checkpoints are not configured)."""
 
     code = "checkpoint_not_found"
+
+
+class StreamConflict(LedgerError):
+    """A stream command does not fit the stream's state: a chunk, completion or abort of a
+    stream that is not open (never opened, completed or aborted), or a stream id used
+    twice; nothing was written."""
+
+    code = "stream_conflict"
+
+
+class StreamNotFound(LedgerError, LookupError):
+    """The session has no stream of this id."""
+
+    code = "stream_not_found"

@@ -23,7 +23,7 @@ import json
 import random
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, ParamSpec, TypeVar
 
 from eventsourcing.application import AggregateNotFoundError, Application
@@ -63,6 +63,7 @@ from .ports import (
 )
 from .reads import Reads
 from .session import Session, session_id
+from .streams import StreamCommands
 from .tokens import LazyCounts, NamedTokenizer, TokenCount, load_tokenizer
 
 P = ParamSpec("P")
@@ -82,7 +83,7 @@ def _async_twin(method: Callable[P, R]) -> Callable[P, Any]:
     return twin
 
 
-class Ledger(Compliance, Reads, Application[uuid.UUID]):
+class Ledger(Compliance, StreamCommands, Reads, Application[uuid.UUID]):
     """Sessions of chat history, addressed by (tenant, key), kept as event streams."""
 
     name = "ledger"
@@ -98,6 +99,8 @@ class Ledger(Compliance, Reads, Application[uuid.UUID]):
         token_limit: int = 3000,
         write_retries: int = 100,
         snapshot_interval: int = 200,
+        stream_flush_bytes: int = 1024,
+        stream_flush_ms: int = 250,
     ) -> None:
         # Per instance, so the interval is a setting rather than a class constant.
         self.snapshotting_intervals = {Session: snapshot_interval}  # type: ignore[misc]
@@ -107,6 +110,8 @@ class Ledger(Compliance, Reads, Application[uuid.UUID]):
         self.default_actor = default_actor
         self.token_limit = token_limit
         self.write_retries = write_retries
+        self.stream_flush_bytes = stream_flush_bytes
+        self.stream_flush_ms = stream_flush_ms
         super().__init__({**env, "IS_SNAPSHOTTING_ENABLED": "y"})
         if not isinstance(self.recorder, SessionViews):
             raise TypeError(f"{type(self.recorder).__name__} does not serve the session views")
@@ -202,7 +207,7 @@ class Ledger(Compliance, Reads, Application[uuid.UUID]):
         *,
         command: Command,
         create: bool = False,
-        counts: LazyCounts | tuple[TokenCount, ...] = (),
+        counts: Sequence[TokenCount] = (),
         texts: tuple[str, ...] = (),
         tenant: str | None = None,
         actor: str | None = None,
@@ -349,6 +354,10 @@ class Ledger(Compliance, Reads, Application[uuid.UUID]):
     aget_all = _async_twin(Reads.get_all)
     ahead = _async_twin(Reads.head)
     akeys = _async_twin(Reads.keys)
+    aopen_stream = _async_twin(StreamCommands.open_stream)
+    aappend_stream = _async_twin(StreamCommands.append_stream)
+    acomplete_stream = _async_twin(StreamCommands.complete_stream)
+    aabort_stream = _async_twin(StreamCommands.abort_stream)
 
 
 def _replayed(prior: PriorWrite, digest: str | None, idempotency_key: str, key: str) -> WriteResult:

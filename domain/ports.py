@@ -84,6 +84,22 @@ class PriorWrite:
     message_count: int
 
 
+@dataclass(frozen=True)
+class StreamView:
+    """A stream as its events left it: its text so far, and how it ended."""
+
+    stream_id: str
+    role: str
+    turn: str | None
+    parent: str | None
+    state: str  # open, completed, aborted
+    text: str
+    opened_version: int
+    ended_version: int | None
+    cause: str | None  # why it was aborted
+    updated_at: datetime  # its last event
+
+
 class WriteBatch(NamedTuple):
     """One write's new events and what the views need beside them (same transaction); a
     named tuple, as every write builds one."""
@@ -179,3 +195,9 @@ class SessionViews(Protocol):
     def all_sessions(
         self, after: tuple[str, str] | None, limit: int
     ) -> list[tuple[str, str]]: ...  # (tenant, key) in order, after `after`
+
+    def stream_view(self, session_id: uuid.UUID, stream_id: str) -> StreamView | None: ...
+
+    def idle_streams(self, before: datetime, limit: int) -> list[tuple[str, str, str]]:
+        """(tenant, key, stream id) of open streams with no event since `before`."""
+        ...

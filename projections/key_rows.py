@@ -9,12 +9,12 @@ from typing import Any
 
 from session_ledger.domain.ports import WriteBatch
 
-from .changes import InsertMessages, ViewChanges, view_changes
+from .changes import ExtendStream, InsertMessages, ViewChanges, view_changes
 from .dialect import ViewStore
-from .sealing import seal_body
+from .sealing import SEALED_BODY, open_bodies, seal_body
 
 # Tables whose rows hold a session's content (its message bodies): erasure deletes them.
-CONTENT_TABLES = ("ledger_messages", "ledger_ended_messages")
+CONTENT_TABLES = ("ledger_messages", "ledger_ended_messages", "ledger_streams")
 
 
 class DataKeyRows(ViewStore):
@@ -43,21 +43,33 @@ class DataKeyRows(ViewStore):
         return self.sealed_changes(view_changes(batch))
 
     def sealed_changes(self, vc: ViewChanges) -> ViewChanges:
-        """`vc` with each new message body sealed under the session's data key, when it
-        has one."""
-        if self.data_keys is None or not any(isinstance(c, InsertMessages) for c in vc.changes):
+        """`vc` with each new message body, and each piece of a stream's text, sealed under
+        the session's data key, when it has one. A stream's pieces are appended to its
+        row's text one sealed line each (`open_stream_text` reads them)."""
+        content = (InsertMessages, ExtendStream)
+        if self.data_keys is None or not any(isinstance(c, content) for c in vc.changes):
             return vc
         key = self.data_keys.key(vc.session_id)
         if key is None:
             return vc
         sid = vc.session_id
-        changes = tuple(
-            c._replace(rows=tuple(r._replace(body=seal_body(key, sid, r.body)) for r in c.rows))
-            if isinstance(c, InsertMessages)
-            else c
-            for c in vc.changes
-        )
-        return vc._replace(changes=changes)
+
+        def sealed(c: Any) -> Any:
+            if isinstance(c, InsertMessages):
+                return c._replace(rows=tuple(r._replace(body=seal_body(key, sid, r.body))
+                                             for r in c.rows))  # fmt: skip
+            if isinstance(c, ExtendStream) and c.text:
+                return c._replace(text=seal_body(key, sid, c.text) + "\n")
+            return c
+
+        return vc._replace(changes=tuple(sealed(c) for c in vc.changes))
+
+    def open_stream_text(self, session_id: uuid.UUID, text: str) -> str:
+        """A stream row's text, its sealed lines opened."""
+        if not text.startswith(SEALED_BODY):
+            return text
+        lines = [(line,) for line in text.split("\n") if line]
+        return "".join(row[0] for row in open_bodies(self.data_keys, session_id, lines, at=0))
 
     def _erase_content(self, cursor: Any, session_id: uuid.UUID) -> None:
         """Drop every row that held the session's content, its data key, and the token

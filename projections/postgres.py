@@ -151,13 +151,16 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder, SQLViews):
                 sql, params = self._append(stored_events, events, changes)
                 with conn.cursor(row_factory=tuple_row) as curs:
                     curs.execute(sql, params, prepare=True, binary=True)
-                    return [r[0] for r in curs.fetchall()]
-            with conn.transaction(), conn.cursor() as curs:
-                curs.execute(_events_insert(len(stored_events)), events)
-                ids = [r["notification_id"] for r in curs.fetchall()]
-                if changes is not None:
-                    self.apply_changes(curs, changes, stored_events)
-            return ids
+                    ids = [r[0] for r in curs.fetchall()]
+            else:
+                with conn.transaction(), conn.cursor() as curs:
+                    curs.execute(_events_insert(len(stored_events)), events)
+                    ids = [r["notification_id"] for r in curs.fetchall()]
+                    if changes is not None:
+                        self.apply_changes(curs, changes, stored_events)
+        if self.after_commit is not None and changes is not None:
+            self.after_commit(changes.session_id)
+        return ids
 
     def _append(
         self, stored: Sequence[StoredEvent], events: list[Any], changes: ViewChanges

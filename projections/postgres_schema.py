@@ -105,12 +105,24 @@ CALLER_KEYS_INDEX = (
     "CREATE UNIQUE INDEX ledger_timeline_idempotency ON ledger_timeline"
     " (session_id, idempotency_key) WHERE request_digest IS NOT NULL",
 )
+# Migration 6: the streams view (`projections/streams.py`); the sweep of streams left
+# open finds them by a partial index, without reading the ended ones.
+STREAMS = (
+    "CREATE TABLE IF NOT EXISTS ledger_streams ("
+    " session_id uuid NOT NULL, stream_id text NOT NULL, opened_version bigint NOT NULL,"
+    " role text NOT NULL, turn text, parent text, state text NOT NULL, text text NOT NULL,"
+    " updated_at timestamptz NOT NULL, ended_version bigint, cause text,"
+    " PRIMARY KEY (session_id, stream_id))",
+    "CREATE INDEX IF NOT EXISTS ledger_streams_open ON ledger_streams (updated_at)"
+    " WHERE state = 'open'",
+)
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     tuple(LAYOUT_AT_NUMBERING),
     DATA_KEYS,
     ACCESS_LOG,
     AUDIT_SEARCH_INDEXES,
     CALLER_KEYS_INDEX,
+    STREAMS,
 )
 LATEST = len(MIGRATIONS)
 

@@ -33,7 +33,7 @@ from eventsourcing.utils import get_topic
 from session_ledger.domain.errors import LedgerError, StoreNotReady
 
 SEALED_BODY = "~"  # a clear body starts with `"` or `{`
-SEALED_FIELDS = ("messages", "message")  # the event fields that hold content
+SEALED_FIELDS = ("messages", "message", "deltas")  # the event fields that hold content
 NONCE_BYTES = 12
 KEY_BYTES = 32
 # What an erased message reads as in the audit trail and the export (its content gone).
@@ -219,12 +219,14 @@ class SealingMapper(Mapper[uuid.UUID]):
         for f in SEALED_FIELDS:
             value = state.get(f)
             if isinstance(value, dict) and "sealed" in value:
-                state[f] = self._opened(event.originator_id, value)
+                state[f] = self._opened(event.originator_id, value, f)
         return event
 
-    def _opened(self, session_id: uuid.UUID, envelope: dict[str, Any]) -> Any:
+    def _opened(self, session_id: uuid.UUID, envelope: dict[str, Any], field: str) -> Any:
         key = self.data_keys.key(session_id)
         if key is None:  # erased: the content is gone, its shape is not
+            if field == "deltas":
+                return [""] * envelope.get("n", 0)
             if "n" in envelope:
                 return [dict(ERASED_MESSAGE) for _ in range(envelope["n"])]
             return dict(ERASED_MESSAGE)

@@ -48,6 +48,15 @@ class SQLiteLedgerRecorder(SQLiteApplicationRecorder, SQLViews):
         super().__init__(datastore, events_table_name)
         self.rows_read = 0
 
+    def insert_events(
+        self, stored_events: Sequence[StoredEvent], **kwargs: Any
+    ) -> Sequence[int] | None:
+        ids = super().insert_events(stored_events, **kwargs)
+        batch = kwargs.get("ledger_batch")
+        if self.after_commit is not None and batch is not None:
+            self.after_commit(batch.session_id)
+        return ids
+
     def create_table(self) -> None:
         """The events' table (the library's), then the views' migrations."""
         super().create_table()

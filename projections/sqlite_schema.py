@@ -135,7 +135,27 @@ def _caller_keys_index(c: Any) -> None:
         c.execute(statement)
 
 
-MIGRATIONS = (_layout_at_numbering, _data_keys, _access_log, _audit_search, _caller_keys_index)
+STREAMS_TABLE = (
+    "CREATE TABLE IF NOT EXISTS ledger_streams ("
+    " session_id TEXT NOT NULL, stream_id TEXT NOT NULL, opened_version INTEGER NOT NULL,"
+    " role TEXT NOT NULL, turn TEXT, parent TEXT, state TEXT NOT NULL, text TEXT NOT NULL,"
+    " updated_at TEXT NOT NULL, ended_version INTEGER, cause TEXT,"
+    " PRIMARY KEY (session_id, stream_id)) WITHOUT ROWID",
+    # The sweep of streams left open finds them without reading the ended ones.
+    "CREATE INDEX IF NOT EXISTS ledger_streams_open ON ledger_streams (updated_at)"
+    " WHERE state = 'open'",
+)
+
+
+def _streams(c: Any) -> None:
+    """Migration 6: the streams view (`projections/streams.py`)."""
+    for statement in STREAMS_TABLE:
+        c.execute(statement)
+
+
+MIGRATIONS = (
+    _layout_at_numbering, _data_keys, _access_log, _audit_search, _caller_keys_index, _streams,
+)  # fmt: skip
 LATEST = len(MIGRATIONS)
 
 

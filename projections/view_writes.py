@@ -23,7 +23,9 @@ from .changes import (
     CloseHistory,
     CloseMessage,
     EraseContent,
+    ExtendStream,
     InsertMessages,
+    OpenStream,
     TimelineRow,
     ViewChanges,
 )
@@ -37,6 +39,7 @@ from .sql import (
     SESSION_INSERT,
     TIMELINE_COLUMNS,
 )
+from .streams import StreamViews
 
 
 def _records(stored: Iterable[StoredEvent]) -> Iterator[tuple[int, str, bytes]]:
@@ -50,7 +53,7 @@ class EventsDisagree(LedgerError):
     code = "events_disagree"
 
 
-class ViewWrites(DataKeyRows):
+class ViewWrites(DataKeyRows, StreamViews):
     """Writes the view rows of a write (and of `rebuild`, event by event)."""
 
     # -- inline writes ----------------------------------------------------------------------
@@ -88,6 +91,10 @@ class ViewWrites(DataKeyRows):
                 self._archive_oldest(cursor, sid, c)
             elif isinstance(c, EraseContent):
                 self._erase_content(cursor, vc.session_id)
+            elif isinstance(c, OpenStream):
+                self._open_stream(cursor, sid, c)
+            elif isinstance(c, ExtendStream):
+                self._extend_stream(cursor, sid, c)
         chains = self._chains(cursor, vc.session_id, records, chain_before)
         rows = zip(
             self._timeline_params(vc, times, sid),
