@@ -59,7 +59,10 @@ def create_app(
                 pool_size=settings.pool_size,
                 lock_timeout=settings.lock_timeout_seconds,
             )
-        if app.state.limiter is None:
+        # The limiter create_app opened for a handed-in ledger outlives any one lifespan
+        # (a test client may run several over one app); only one opened here closes here.
+        opened_limiter = app.state.limiter is None
+        if opened_limiter:
             app.state.limiter = open_limiter(settings)
         # What start-up made lives as long as the process: keep it out of the collector's
         # full passes, which otherwise rescan it on every few large reads.
@@ -67,8 +70,9 @@ def create_app(
         try:
             yield
         finally:
-            if limiter is None:
+            if opened_limiter:
                 app.state.limiter.store.close()
+                app.state.limiter = None
             if key_store is None:
                 app.state.key_store.close()
             if ledger is None:
