@@ -86,7 +86,10 @@ def create_app(
                 lock_timeout=settings.lock_timeout_seconds,
                 connect_wait=settings.store_wait_seconds,
             )
-        if app.state.limiter is None:
+        # The limiter create_app opened for a handed-in ledger outlives any one lifespan
+        # (a test client may run several over one app); only one opened here closes here.
+        opened_limiter = app.state.limiter is None
+        if opened_limiter:
             app.state.limiter = open_limiter(settings)
         if owns_process:
             # What start-up made lives as long as the process: keep it out of the
@@ -101,8 +104,9 @@ def create_app(
                 yield
         finally:
             await hub.stop()
-            if limiter is None:
+            if opened_limiter:
                 app.state.limiter.store.close()
+                app.state.limiter = None
             if key_store is None:
                 app.state.key_store.close()
             if ledger is None:
