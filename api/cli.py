@@ -414,5 +414,6 @@ def main() -> None:
 
 
 from . import cli_compliance  # noqa: E402, F401  (registers erase, hold, retention)
+
 # The evidence commands register themselves on `cli` (kept apart for size).
 from .cli_evidence import start_checkpoint_timer  # noqa: E402

@@ -79,7 +79,8 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         400: "Malformed JSON body.",
         401: "No API key, or an unknown or revoked one.",
         403: "The key's role may not do this.",
-        404: "No such session (in the caller's tenant), message, past version, key, checkpoint or stream.",
+        404: "No such session (in the caller's tenant), message, past version, key, "
+        "checkpoint or stream.",
         409: "A write lost too many races with other writers (retry); a stream not open; or a "
         "compliance command refused: legal_hold, hold_conflict, encryption_required.",
         410: "The session was erased (session_erased): when, why and on what basis.",

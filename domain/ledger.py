@@ -23,14 +23,14 @@ import json
 import random
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, ParamSpec, TypeVar
 
 from eventsourcing.application import AggregateNotFoundError, Application
 from eventsourcing.persistence import IntegrityError, InterfaceError, OperationalError
 from eventsourcing.utils import Environment
 
-from .audit import audit_entry
+from .audit import AuditTrail
 from .compliance import Compliance
 from .errors import (
     IdempotencyKeyReused,
@@ -43,17 +43,14 @@ from .inputs import (
     Limits,
     check_int,
     check_key,
-    check_limit,
     check_tenant,
     check_write_options,
     parse_messages,
 )
-from .integrity import verify_chain
 from .messages import ChatMessage
 from .ports import (
     ACTIVE,
     AuditEntry,
-    ChainReport,
     MessagesRead,
     PriorWrite,
     SessionHead,
@@ -83,7 +80,7 @@ def _async_twin(method: Callable[P, R]) -> Callable[P, Any]:
     return twin
 
 
-class Ledger(Compliance, StreamCommands, Reads, Application[uuid.UUID]):
+class Ledger(Compliance, StreamCommands, AuditTrail, Application[uuid.UUID]):
     """Sessions of chat history, addressed by (tenant, key), kept as event streams."""
 
     name = "ledger"
@@ -295,49 +292,6 @@ class Ledger(Compliance, StreamCommands, Reads, Application[uuid.UUID]):
             return None
         return session
 
-    # -- the audit side -------------------------------------------------------------------
-
-    def audit(
-        self, key: str, *, tenant: str | None = None, after_version: int = 0, limit: int = 100
-    ) -> list[AuditEntry]:
-        """The session's events after `after_version`, oldest first: who changed what, when."""
-        check_int("after_version", after_version, least=0)
-        check_limit("limit", limit, 1000)
-        sid = self._session_id(key, tenant)
-        if self.views.session_head(sid) is None:
-            raise SessionNotFound(self._tenant(tenant), key)
-        events = self.events.get(sid, gt=after_version or None, limit=limit)
-        return [audit_entry(self.views, sid, e) for e in events]
-
-    def verify(
-        self, key: str, *, tenant: str | None = None, pinned: Mapping[int, bytes] | None = None
-    ) -> ChainReport:
-        """Recompute the session's hash chain from its stored events and compare it with
-        the hashes stored as they were written; the report names the first version that
-        differs. Reads a page of events at a time. `pinned`: heads (by version) that the
-        chain must pass through, from signed checkpoints (integrity.verify_chain)."""
-        sid = self._session_id(key, tenant)
-        head = self.views.session_head(sid)
-        if head is None:
-            raise SessionNotFound(self._tenant(tenant), key)
-
-        def records(after: int, limit: int) -> list[tuple[int, str, bytes]]:
-            page = self.recorder.select_events(sid, gt=after or None, limit=limit)
-            return [(r.originator_version, r.topic, r.state) for r in page]
-
-        def hashes(after: int, limit: int) -> list[tuple[int, bytes | None]]:
-            return self.views.stored_chain(sid, after, limit)
-
-        return verify_chain(sid, head.tenant, key, head.version, records, hashes, pinned)
-
-    def verify_all(self) -> Iterator[ChainReport]:
-        """`verify` of every session of every tenant, in (tenant, key) order."""
-        after: tuple[str, str] | None = None
-        while page := self.views.all_sessions(after, 1000):
-            for tenant, key in page:
-                yield self.verify(key, tenant=tenant)
-            after = page[-1]
-
     aput = _async_twin(put)
     aput_messages = _async_twin(put_messages)
     aset = _async_twin(set)
@@ -345,11 +299,11 @@ class Ledger(Compliance, StreamCommands, Reads, Application[uuid.UUID]):
     adelete_message = _async_twin(delete_message)
     adelete_last_message = _async_twin(delete_last_message)
     aarchive_oldest = _async_twin(archive_oldest)
-    aaudit = _async_twin(audit)
+    aaudit = _async_twin(AuditTrail.audit)
     aerase = _async_twin(Compliance.erase)
     aplace_hold = _async_twin(Compliance.place_hold)
     arelease_hold = _async_twin(Compliance.release_hold)
-    averify = _async_twin(verify)
+    averify = _async_twin(AuditTrail.verify)
     aget = _async_twin(Reads.get)
     aget_all = _async_twin(Reads.get_all)
     ahead = _async_twin(Reads.head)

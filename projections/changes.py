@@ -75,7 +75,6 @@ class EraseContent(NamedTuple):
     version: int
 
 
-
 class OpenStream(NamedTuple):
     version: int
     stream_id: str
@@ -97,7 +96,12 @@ class ExtendStream(NamedTuple):
 
 
 Change = (
-    InsertMessages | CloseHistory | CloseMessage | ArchiveOldest | EraseContent | OpenStream
+    InsertMessages
+    | CloseHistory
+    | CloseMessage
+    | ArchiveOldest
+    | EraseContent
+    | OpenStream
     | ExtendStream
 )
 
