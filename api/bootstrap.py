@@ -138,6 +138,7 @@ def _tables_exist(settings: Settings, env: dict[str, str]) -> bool:
         with psycopg.connect(settings.database_url, connect_timeout=10) as conn:
             row = conn.execute(
                 "SELECT to_regclass('ledger_events') IS NOT NULL"
+                " AND to_regclass('ledger_ended_messages') IS NOT NULL"
                 " AND to_regclass('ledger_data_keys') IS NOT NULL"
             ).fetchone()
     except psycopg.OperationalError as e:
