@@ -72,7 +72,9 @@ class RetentionAction:
     tenant: str
     key: str
     last_write: datetime
-    action: str  # "erase", "erased" or "held" (kept: under legal hold)
+    # "erase" (dry run), "erased", "held" (kept: under legal hold) or "clear" (kept:
+    # stored without encryption, so it cannot be erased)
+    action: str
     reason: str
 
 
@@ -172,6 +174,8 @@ class Compliance:
         head = self.views.session_head(sid)
         if head is None or head.updated_at >= cutoff or head.last_event == ERASED_EVENT:
             return None
+        if not self.views.sealed(sid):  # stored clear: erasure would be refused
+            return RetentionAction(rule.tenant, key, head.updated_at, "clear", rule.reason)
         held = bool(self.repository.get(sid).held)
         action = "held" if held else ("erase" if dry_run else "erased")
         if action == "erased":

@@ -123,8 +123,8 @@ class Reads:
         limit: int = 100, exclude_cleared: bool = False,
     ) -> list[str]:  # fmt: skip
         """Session keys of a tenant in order, from after `after`, starting with `prefix`;
-        `exclude_cleared`: not those whose last change was a reset (what LlamaIndex's chat
-        stores list as keys: a reset deletes the key there)."""
+        `exclude_cleared`: not those whose last change was a reset or an erasure (what
+        LlamaIndex's chat stores list as keys: a reset deletes the key there)."""
         check_limit("limit", limit, 10_000)
         check_text(prefix, "prefix", MAX_KEY_CHARS, allow_empty=True)
         if after is not None:

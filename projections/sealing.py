@@ -114,14 +114,15 @@ class DataKeys:
     def __init__(self, master: MasterKeys) -> None:
         self.master = master
         self.table: KeyTable | None = None  # set when the recorder is made
-        self._cache: dict[uuid.UUID, AESGCM] = {}
+        self._cache: dict[uuid.UUID, AESGCM | None] = {}
 
     def key(self, session_id: uuid.UUID, *, create: bool = False) -> AESGCM | None:
         """The session's data key; None when it has none (started before encryption, or
         erased). `create`: make one if it has none (a session that starts)."""
-        found = self._cache.get(session_id)
-        if found is not None:
-            return found
+        if session_id in self._cache:
+            found = self._cache[session_id]
+            if found is not None or not create:
+                return found
         assert self.table is not None
         row = self.table.data_key_row(session_id)
         if row is None and create:
@@ -131,9 +132,9 @@ class DataKeys:
             # write then fails holds nothing).
             self.table.add_data_key_row(session_id, kid, wrapped, datetime.now(UTC))
             row = self.table.data_key_row(session_id)
-        if row is None:
-            return None
-        key = AESGCM(self.master.unwrap(session_id, *row))
+        # A session without a key is remembered too (a session that started before the
+        # master key never gets one), so its writes do not look it up again and again.
+        key = None if row is None else AESGCM(self.master.unwrap(session_id, *row))
         if len(self._cache) >= self.cache_size:
             self._cache.clear()
         self._cache[session_id] = key

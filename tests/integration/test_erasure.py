@@ -11,12 +11,14 @@ import sqlite3
 import subprocess
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psycopg
 import pytest
 
 from session_ledger.api.settings import Settings
+from session_ledger.domain.compliance import RetentionRule
 from session_ledger.domain.errors import (
     EncryptionRequired,
     LegalHold,
@@ -115,6 +117,8 @@ def test_erased_canary_is_nowhere_and_the_chain_still_verifies(sealed: Ledger) -
     jsonl = b"".join(export_session(sealed, "victim", tenant=sealed.default_tenant))
     assert verify_export(jsonl.splitlines(keepends=True)).ok
     assert sealed.verify("victim").intact and sealed.verify("bystander").intact
+    assert sealed.keys() == ["bystander", "victim"]
+    assert sealed.keys(exclude_cleared=True) == ["bystander"]  # reads as absent to LlamaIndex
     # The views derived again from the log are the live ones (the erased rows stay gone).
     assert check(sealed.recorder, sealed.mapper, sealed.tokenizer) == []  # type: ignore[arg-type]
     # The other session reads as before.
@@ -190,6 +194,12 @@ def test_without_a_master_key_erasure_is_refused_and_nothing_changes(tmp_path: P
         ledger.put("clear", {"role": "user", "content": "kept"})
         with pytest.raises(EncryptionRequired):
             ledger.erase("clear", reason="asked", basis="GDPR art. 17")
+        assert ledger.head("clear").version == 2
+        # Retention lists such a session as kept ("clear"), erases nothing, goes on.
+        rule = RetentionRule(ledger.default_tenant, "", 1)
+        later = datetime.now(UTC) + timedelta(days=2)
+        (action,) = ledger.retention([rule], later, dry_run=False)
+        assert (action.key, action.action) == ("clear", "clear")
         assert ledger.head("clear").version == 2
         assert ledger.get("clear")[0].content == "kept"
     finally:
