@@ -1,6 +1,8 @@
 """The `session-ledger` commands of evidence an auditor checks without trusting the
-operator: make a signing key pair, sign checkpoints, and check the store against them
-(`verify --checkpoint`, whose option lives on `verify` in cli.py and lands here)."""
+operator: make a signing key pair, sign checkpoints and check the store against them
+(`verify --checkpoint`, an option of `verify` in cli.py that lands here), check exports
+and packages (`verify-export`), write a tenant's package (`export` without a key lands
+here), search events across sessions (`events`) and read the access log (`access-log`)."""
 
 from __future__ import annotations
 

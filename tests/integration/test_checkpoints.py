@@ -171,9 +171,11 @@ def test_two_checkpoints_say_every_session_only_grew(signed: dict[str, Any]) -> 
     first = read_checkpoint(signed["checkpoint"])
     assert read_checkpoint(second).tree_head["previous"] == first.hash
     verify(signed, signed["checkpoint"], second, code=0)
-    signed["db"].truncate("a", 3)  # back past the second checkpoint, not the first
+    signed["db"].truncate("a", 4)  # back past the second checkpoint (v5), not the first (v4)
     broken = broken_lines(verify(signed, signed["checkpoint"], second))
-    says = "rolled back: the events end at version 3; the checkpoint recorded version 4"
+    says = (
+        "at version 5: rolled back: the events end at version 4; the checkpoint recorded version 5"
+    )
     assert len(broken) == 1 and says in broken[0]
 
 
