@@ -20,23 +20,31 @@ from session_ledger.domain.ledger import Ledger
 from . import errors
 from .admission import enforce_limits
 from .keystore import KeyStore, open_key_store
+from .live_hub import LiveHub
 from .metrics import Metrics, MetricsMiddleware
 from .middleware import BodyLimit, RawSessionPath
 from .ratelimit import Limiter, open_limit_store
 from .routes import (
+    access_log,
+    checkpoints,
+    compliance,
     diff,
     events,
     export,
     heads,
     health,
     keys,
+    live,
     messages,
     replay,
+    search,
     sessions,
+    streams,
     ui,
     verify,
 )
 from .settings import Settings
+from .stream_sweeper import sweeping
 
 DISTRIBUTION = "session-audit-ledger"  # the package index name (pyproject.toml)
 
@@ -57,9 +65,11 @@ def _version() -> str:
 
 def create_app(
     settings: Settings, ledger: Ledger | None = None, key_store: KeyStore | None = None,
-    limiter: Limiter | None = None,
+    limiter: Limiter | None = None, *, owns_process: bool = False,
 ) -> FastAPI:  # fmt: skip
-    """The API over `ledger` (or one opened from `settings.database_url` at start-up)."""
+    """The API over `ledger` (or one opened from `settings.database_url` at start-up).
+    `owns_process`: the app is the whole process (`serve`), not mounted in a host's app,
+    so it may tune the process's garbage collector."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -76,16 +86,27 @@ def create_app(
                 lock_timeout=settings.lock_timeout_seconds,
                 connect_wait=settings.store_wait_seconds,
             )
-        if app.state.limiter is None:
+        # The limiter create_app opened for a handed-in ledger outlives any one lifespan
+        # (a test client may run several over one app); only one opened here closes here.
+        opened_limiter = app.state.limiter is None
+        if opened_limiter:
             app.state.limiter = open_limiter(settings)
-        # What start-up made lives as long as the process: keep it out of the collector's
-        # full passes, which otherwise rescan it on every few large reads.
-        gc.freeze()
+        if owns_process:
+            # What start-up made lives as long as the process: keep it out of the
+            # collector's full passes, which otherwise rescan it on every few large reads.
+            gc.freeze()
+        hub = app.state.live_hub = LiveHub(
+            app.state.ledger, settings.database_url, settings.tail_poll_ms / 1000
+        )
+        hub.start()
         try:
-            yield
+            async with sweeping(app.state.ledger, settings.stream_timeout_seconds):
+                yield
         finally:
-            if limiter is None:
+            await hub.stop()
+            if opened_limiter:
                 app.state.limiter.store.close()
+                app.state.limiter = None
             if key_store is None:
                 app.state.key_store.close()
             if ledger is None:
@@ -101,7 +122,10 @@ def create_app(
     app.state.limiter = limiter or (open_limiter(settings) if ledger is not None else None)
     app.state.metrics = Metrics()
     errors.register(app)
-    for module in (messages, events, replay, diff, verify, sessions, heads, export, keys):
+    for module in (
+        messages, streams, events, live, replay, diff, verify, compliance, search, sessions,
+        heads, export, checkpoints, access_log, keys,
+    ):  # fmt: skip
         app.include_router(module.router, dependencies=[Depends(enforce_limits)])
     app.include_router(health.router)  # never limited: probes and scrapes must get through
     if settings.ui:
@@ -152,4 +176,4 @@ def _drop_null(schema: dict[str, Any]) -> None:
 
 def app_from_env() -> FastAPI:
     """The app configured by `LEDGER_*` variables: uvicorn's factory for `serve`."""
-    return create_app(Settings())
+    return create_app(Settings(), owns_process=True)

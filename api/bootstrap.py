@@ -28,6 +28,7 @@ def store_env(settings: Settings, *, create_tables: bool) -> dict[str, str]:
     """The eventsourcing environment for the store named by `settings.database_url`."""
     url = settings.database_url
     common = {
+        **master_keys_env(settings),
         "AGGREGATE_CACHE_MAXSIZE": str(settings.aggregate_cache_size or ""),
         "AGGREGATE_CACHE_FASTFORWARD": "n",  # the Ledger reloads on a failed save instead
         "CREATE_TABLE": "y" if create_tables else "n",
@@ -64,6 +65,19 @@ def store_env(settings: Settings, *, create_tables: bool) -> dict[str, str]:
     )
 
 
+def master_keys_env(settings: Settings) -> dict[str, str]:
+    """`MASTER_KEYS` for the store (sealing.py) from `master_key` or `master_key_file`."""
+    if settings.master_key and settings.master_key_file:
+        raise InvalidInput("set LEDGER_MASTER_KEY or LEDGER_MASTER_KEY_FILE, not both")
+    text = settings.master_key
+    if settings.master_key_file:
+        try:
+            text = Path(settings.master_key_file).read_text(encoding="ascii")
+        except OSError as e:
+            raise StoreNotReady(f"cannot read the master key file: {e}") from None
+    return {"MASTER_KEYS": text.strip()} if text and text.strip() else {}
+
+
 def open_ledger(
     settings: Settings, *, create_tables: bool = False, auto_migrate: bool | None = None
 ) -> Ledger:
@@ -98,6 +112,8 @@ def open_ledger(
         token_limit=settings.token_limit,
         write_retries=settings.write_retries,
         snapshot_interval=settings.snapshot_interval,
+        stream_flush_bytes=settings.stream_flush_bytes,
+        stream_flush_ms=settings.stream_flush_ms,
     )
 
 

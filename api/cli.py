@@ -131,9 +131,11 @@ def serve(
         "Authenticate with 'Authorization: Bearer <API key>': the admin key printed on first "
         "start (or LEDGER_BOOTSTRAP_KEY), or one made by `session-ledger keys create`."
     )
+    with failing_cleanly():
+        start_checkpoint_timer(settings)
     listen = {"host": settings.host, "port": settings.port, "access_log": settings.access_log}
     if settings.workers == 1:
-        uvicorn.run(create_app(settings, key_store=store), **listen)
+        uvicorn.run(create_app(settings, key_store=store, owns_process=True), **listen)
         return
     store.close()
     for name in ("host", "port", "workers"):
@@ -278,11 +280,31 @@ def verify(
         str | None, typer.Argument(help="One session; every session of every tenant if left out.")
     ] = None,
     tenant: Tenant = None,
+    checkpoint: Annotated[
+        list[Path] | None,
+        typer.Option(
+            help="A signed checkpoint (repeatable): also check its signature, that every "
+            "session it lists is in the store and its chain passes through the head it "
+            "recorded, and, given two or more, that every session only grew between them."
+        ),
+    ] = None,
+    public_key: Annotated[
+        Path | None, typer.Option(help="The checkpoints' Ed25519 public key (PEM).")
+    ] = None,
     database_url: DatabaseUrl = None,
 ) -> None:
     """Recompute each session's hash chain from its stored events and compare it with the
     hashes kept as they were written. Prints each session's head; exits 1 at any break."""
     settings = load_settings(database_url)
+    if checkpoint:
+        from .cli_evidence import verify_checkpoints
+
+        with failing_cleanly():
+            problems = verify_checkpoints(settings, checkpoint, public_key, tenant)
+        typer.echo(f"{problems} problems found", err=True)
+        if problems:
+            raise typer.Exit(1)
+        return
     broken = checked = 0
     with failing_cleanly(), opened_ledger(settings) as ledger:
         if key is not None:
@@ -312,7 +334,9 @@ class ExportFormat(StrEnum):
 
 @cli.command()
 def export(
-    key: str,
+    key: Annotated[
+        str | None, typer.Argument(help="One session; without it, a package of the tenant's.")
+    ] = None,
     tenant: Tenant = None,
     format: Annotated[
         ExportFormat,
@@ -326,18 +350,34 @@ def export(
         int | None, typer.Option(help="Export the session up to this version only.")
     ] = None,
     output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="Write to this file (default: stdout).")
+        Path | None,
+        typer.Option("--output", "-o", help="Write to this file (default: stdout); a "
+                     "package: to this folder, or FILE.tar."),
     ] = None,
+    prefix: Annotated[str, typer.Option(help="Package: session keys starting so.")] = "",
+    start: Annotated[datetime | None, typer.Option("--from", help="Package: sessions "
+                                                   "changed at or after (UTC).")] = None,
+    end: Annotated[datetime | None, typer.Option("--to", help="Package: ... before.")] = None,
+    actor: Annotated[str | None, typer.Option(help="Package: sessions this actor "
+                                              "changed (in the range).")] = None,
     database_url: DatabaseUrl = None,
-) -> None:
-    """Export a session's transcript for compliance, streamed a page at a time."""
+) -> None:  # fmt: skip
+    """Export a session's transcript for compliance, streamed a page at a time; without
+    KEY, a package of every session of the tenant the query selects (--output needed)."""
     from session_ledger.projections.export import export_session
 
     settings = load_settings(database_url)
     tenant = tenant or settings.default_tenant
+    if key is None:
+        from .cli_evidence import export_package
+
+        with failing_cleanly():
+            export_package(settings, tenant, output, prefix, start, end, actor)
+        return
     with failing_cleanly(), opened_ledger(settings) as ledger:
         chunks = export_session(ledger, key, tenant=tenant, format=format.value,
-                                as_of_version=as_of_version)  # fmt: skip
+                                as_of_version=as_of_version,
+                                checkpoint_dir=settings.checkpoint_dir)  # fmt: skip
         if output is None:
             stdout = typer.get_binary_stream("stdout")
             for chunk in chunks:
@@ -356,28 +396,6 @@ def export(
     typer.echo(f"exported session {key!r} to {output}", err=True)
 
 
-@cli.command("verify-export")
-def verify_export(
-    file: Annotated[str, typer.Argument(help="A JSONL export, or - for stdin.")],
-) -> None:
-    """Check a JSONL export offline: exit 0 when intact, 1 naming the first broken line."""
-    from session_ledger.projections.export_verify import verify_export as verify
-
-    if file == "-":
-        report = verify(typer.get_binary_stream("stdin"))
-    else:
-        try:
-            with open(file, "rb") as lines:
-                report = verify(lines)
-        except OSError as exc:
-            typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
-            raise typer.Exit(2) from None
-    if not report.ok:
-        typer.secho(report.summary(), err=True, fg=typer.colors.RED)
-        raise typer.Exit(1)
-    typer.echo(report.summary())
-
-
 @contextmanager
 def opened_ledger(settings: Settings) -> Iterator[Ledger]:
     from .bootstrap import open_ledger
@@ -393,3 +411,9 @@ def opened_ledger(settings: Settings) -> Iterator[Ledger]:
 def main() -> None:
     """Entry point of the `session-ledger` script."""
     cli()
+
+
+from . import cli_compliance  # noqa: E402, F401  (registers erase, hold, retention)
+
+# The evidence commands register themselves on `cli` (kept apart for size).
+from .cli_evidence import start_checkpoint_timer  # noqa: E402

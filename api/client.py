@@ -7,11 +7,15 @@
 Both build the same requests (`Request`); only sending differs. Reads return the same
 `ChatMessage` values as the in-process `Ledger` (`.role`, `.blocks`, `.content`,
 `to_dict()`). A 4xx/5xx answer raises `LedgerAPIError` carrying the API's error code,
-message and details.
+message and details. Every write carries an Idempotency-Key (yours, or a fresh one), so a
+call whose connection failed, or that met a 503, is sent again (up to three times) and
+applied once.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator, Iterable, Iterator
 from datetime import datetime
 
@@ -31,6 +35,7 @@ from .client_requests import (
     client_kwargs,
     export_request,
     read_messages,
+    retry_wait,
     session_path,
 )  # fmt: skip
 from .schemas import (
@@ -72,9 +77,22 @@ class LedgerClient:
         return call.parse(self._request(call))
 
     def _request(self, call: Request[T]) -> httpx.Response:
-        return self.http.request(
-            call.method, call.path, params=call.params, headers=call.headers, json=call.json
-        )
+        attempt = 0
+        while True:
+            try:
+                response: httpx.Response | None = self.http.request(
+                    call.method, call.path, params=call.params, headers=call.headers,
+                    json=call.json,
+                )  # fmt: skip
+            except httpx.TransportError:
+                response = None
+                if retry_wait(attempt, None) is None:
+                    raise
+            wait = retry_wait(attempt, response)
+            if wait is None and response is not None:
+                return response
+            time.sleep(wait or 0)
+            attempt += 1
 
     def _messages(self, call: Request[MessageList]) -> list[ChatMessage]:
         return read_messages(self._request(call))
@@ -216,9 +234,22 @@ class AsyncLedgerClient:
         return call.parse(await self._request(call))
 
     async def _request(self, call: Request[T]) -> httpx.Response:
-        return await self.http.request(
-            call.method, call.path, params=call.params, headers=call.headers, json=call.json
-        )
+        attempt = 0
+        while True:
+            try:
+                response: httpx.Response | None = await self.http.request(
+                    call.method, call.path, params=call.params, headers=call.headers,
+                    json=call.json,
+                )  # fmt: skip
+            except httpx.TransportError:
+                response = None
+                if retry_wait(attempt, None) is None:
+                    raise
+            wait = retry_wait(attempt, response)
+            if wait is None and response is not None:
+                return response
+            await asyncio.sleep(wait or 0)
+            attempt += 1
 
     async def _messages(self, call: Request[MessageList]) -> list[ChatMessage]:
         return read_messages(await self._request(call))

@@ -3,6 +3,7 @@ session key encoded, write-option headers, and parsing answers or raising Ledger
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -76,6 +77,9 @@ def message_json(message: MessageLike) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Request(Generic[T]):
+    """One API call, with what it needs to be sent again: a read, or a write whose
+    Idempotency-Key makes a second delivery a replay."""
+
     method: str
     path: str
     model: type[T]
@@ -110,8 +114,9 @@ def _write(
         headers["If-Match"] = f'"{if_match}"' if isinstance(if_match, int) else if_match
     if if_none_match:
         headers["If-None-Match"] = "*"
-    if idempotency_key is not None:
-        headers["Idempotency-Key"] = idempotency_key
+    # Every write carries a key, the caller's or a fresh one, so a retry of it (after a
+    # dropped connection or a 503) is applied once.
+    headers["Idempotency-Key"] = idempotency_key or f"client-{uuid.uuid4().hex}"
     params = {"reason": reason} if reason is not None else {}
     return Request(method, path, WriteResult, params, headers, json)
 
@@ -228,3 +233,22 @@ def export_request(key: str, format: str, as_of_version: int | None) -> tuple[st
 def client_kwargs(base_url: str, api_key: str | None, timeout: float) -> dict[str, Any]:
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     return {"base_url": base_url, "headers": headers, "timeout": timeout}
+
+
+RETRIES = 3  # further attempts of a call whose connection failed or whose store was away
+MAX_RETRY_WAIT = 5.0  # seconds: the longest Retry-After the client honours
+
+
+def retry_wait(attempt: int, response: httpx.Response | None) -> float | None:
+    """Seconds to wait before attempt `attempt + 1` of a call (None: do not retry): after a
+    connection that failed (`response` None) or a 503, up to RETRIES times."""
+    if attempt >= RETRIES:
+        return None
+    if response is None:
+        return 0.2 * (attempt + 1)
+    if response.status_code != 503:
+        return None
+    try:
+        return min(float(response.headers.get("Retry-After", "1")), MAX_RETRY_WAIT)
+    except ValueError:
+        return 1.0

@@ -58,7 +58,14 @@ STATUS: dict[type[Exception], tuple[int, str]] = {
     domain.VersionConflict: (412, "version_conflict"),
     domain.IdempotencyKeyReused: (422, "idempotency_key_reused"),
     domain.StoreUnavailable: (503, "store_unavailable"),
+    domain.SessionErased: (410, "session_erased"),
+    domain.LegalHold: (409, "legal_hold"),
+    domain.HoldConflict: (409, "hold_conflict"),
+    domain.EncryptionRequired: (409, "encryption_required"),
+    domain.StreamConflict: (409, "stream_conflict"),
+    domain.StreamNotFound: (404, "stream_not_found"),
     domain.StoreNotReady: (503, "store_not_ready"),
+    domain.CheckpointNotFound: (404, "checkpoint_not_found"),
     domain.LedgerError: (500, "ledger_error"),
 }
 # A connection lost, refused or not had in time: the store, not the request, failed.
@@ -72,8 +79,11 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         400: "Malformed JSON body.",
         401: "No API key, or an unknown or revoked one.",
         403: "The key's role may not do this.",
-        404: "No such session (in the caller's tenant), message, past version or key.",
-        409: "A write lost too many races with other writers; retry.",
+        404: "No such session (in the caller's tenant), message, past version, key, "
+        "checkpoint or stream.",
+        409: "A write lost too many races with other writers (retry); a stream not open; or a "
+        "compliance command refused: legal_hold, hold_conflict, encryption_required.",
+        410: "The session was erased (session_erased): when, why and on what basis.",
         412: "If-Match / If-None-Match precondition failed; nothing written.",
         413: "Body, message or write over the configured limits.",
         422: "Invalid input: fields, headers, messages, session key.",
@@ -125,6 +135,9 @@ async def handle_error(request: Request, exc: Exception) -> JSONResponse:
         if "if-match" not in request.headers and "if-none-match" not in request.headers:
             # The caller set no precondition: the ledger gave up retrying a busy session.
             status, code = 409, "write_conflict"
+    elif isinstance(exc, domain.SessionErased):
+        details = {"erased_at": exc.erased_at.isoformat(), "reason": exc.reason,
+                   "basis": exc.basis}  # fmt: skip
     elif isinstance(exc, domain.InvalidMessage) and exc.index is not None:
         details = {"index": exc.index}
     elif isinstance(exc, domain.StoreUnavailable):

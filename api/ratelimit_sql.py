@@ -17,7 +17,7 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 from urllib.parse import unquote
 
-from session_ledger.domain.errors import StoreNotReady
+from session_ledger.domain.errors import StoreNotReady, StoreUnavailable
 
 from .ratelimit import SLACK, Bucket, LimitStore, settle
 
@@ -185,7 +185,7 @@ class SQLiteLimitStore(_SQLLimitStore):
             conn.rollback()
             if "no such table" in str(exc):
                 raise StoreNotReady(NOT_MIGRATED) from None
-            raise StoreNotReady(f"SQLite: {exc}") from None
+            raise StoreUnavailable(f"SQLite: {exc}") from None
         except BaseException:
             conn.rollback()
             raise
@@ -248,4 +248,4 @@ class PostgresLimitStore(_SQLLimitStore):
         except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedFunction):
             raise StoreNotReady(NOT_MIGRATED) from None
         except (psycopg.OperationalError, PoolTimeout) as exc:
-            raise StoreNotReady(f"PostgreSQL unreachable: {exc}") from None
+            raise StoreUnavailable(f"PostgreSQL unreachable: {exc}") from None

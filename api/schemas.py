@@ -97,6 +97,24 @@ class ArchiveIn(BaseModel):
     count: int = Field(ge=1, le=2**62, strict=True)
 
 
+class EraseIn(BaseModel):
+    """Why a session is erased, and on what legal ground (both kept in its audit trail)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reason: str = Field(min_length=1, max_length=4096)
+    basis: str = Field(min_length=1, max_length=4096, examples=["GDPR art. 17"])
+
+
+class HoldIn(BaseModel):
+    """A legal hold's reference (matter, ticket) and why it is placed or released."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reference: str = Field(min_length=1, max_length=4096)
+    reason: str = Field(min_length=1, max_length=4096)
+
+
 class AuditEvent(BaseModel):
     """One change to a session: which, by whom, why, when, and what it did."""
 

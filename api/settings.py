@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Self
 
 from pydantic import Field, field_validator, model_validator
@@ -141,3 +142,69 @@ class Settings(BaseSettings):
                     f"LEDGER_RATE_LIMIT_{scope.upper()}_PER_SECOND is set (0 turns it off)"
                 )
         return self
+
+    master_key: str | None = Field(
+        None,
+        description="Encryption at rest: base64 of a 32-byte AES-256 master key, or "
+        "`id:base64,id:base64` (oldest first; the last wraps new data keys). Unset: "
+        "stored clear, and erasure is refused.",
+    )
+    master_key_file: str | None = Field(
+        None, description="A file holding `master_key`'s value (instead of it)."
+    )
+    retention: str = Field(
+        "",
+        description="Retention rules for `retention apply`: `tenant:prefix:days` items "
+        "separated by commas (a prefix may be empty), e.g. `default:request/:1`.",
+    )
+    signing_key_file: Path | None = Field(
+        None,
+        description="Ed25519 private key (PEM) that signs checkpoints; kept outside the "
+        "database (`session-ledger checkpoint-keys` makes a pair).",
+    )
+    checkpoint_dir: Path = Field(
+        Path("./var/checkpoints"),
+        description="Where signed checkpoints are written (a folder per tenant) and "
+        "`GET /v1/checkpoints/latest` reads them.",
+    )
+    checkpoint_interval_minutes: float = Field(
+        0,
+        ge=0,
+        description="`serve` signs a checkpoint of every tenant every N minutes (0: only "
+        "`session-ledger checkpoint` makes them).",
+    )
+    log_agent_reads: bool = Field(
+        False,
+        description="Record agents' reads of windows, transcripts and audit trails in the "
+        "access log too (auditors', admins' reads and every export always are). Off: an "
+        "agent reads its window every turn, as many entries as messages.",
+    )
+    stream_flush_bytes: int = Field(
+        1024, ge=1, description="A stream's deltas are recorded once this many bytes wait."
+    )
+    stream_flush_ms: int = Field(
+        250, ge=0, description="...or once this many ms passed since the last batch."
+    )
+    stream_timeout_seconds: float = Field(
+        120,
+        gt=0,
+        description="An open stream with no event for this long is aborted "
+        "(cause timeout) by the server, also one left open by a process that died.",
+    )
+    tail_poll_ms: int = Field(
+        500,
+        ge=10,
+        description="How often a live tail reads the timeline when no "
+        "notification came (SQLite: always; PostgreSQL: LISTEN/NOTIFY, this the catch-up).",
+    )
+    tail_heartbeat_seconds: float = Field(
+        15, gt=0, description="A live tail sends a comment line when idle this long."
+    )
+    tail_batch: int = Field(
+        100,
+        ge=1,
+        le=1000,
+        description="Events a live tail reads and holds at once per "
+        "client (its memory bound: a slow client is sent the next batch when it has "
+        "taken this one).",
+    )

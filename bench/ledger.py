@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import os
 from typing import Any
 
 from .corpus import TOKEN_LIMIT, Message
@@ -14,9 +16,10 @@ class LedgerStore(Store):
     group = "ours"
     keeps_versions = True
 
-    def __init__(self, backend: str) -> None:
+    def __init__(self, backend: str, *, encrypted: bool = False) -> None:
         self.backend = backend
-        self.name = f"session-ledger {backend}"
+        self.encrypted = encrypted  # a master key: every session sealed (docs/compliance.md)
+        self.name = f"session-ledger {backend}" + (" encrypted" if encrypted else "")
 
     def open(self, ctx: Context) -> None:
         from session_ledger.api.bootstrap import migrate, open_ledger
@@ -29,7 +32,8 @@ class LedgerStore(Store):
         else:
             assert ctx.postgres_url is not None
             url = ctx.postgres_url
-        settings = Settings(database_url=url, token_limit=TOKEN_LIMIT)
+        master = base64.b64encode(os.urandom(32)).decode("ascii") if self.encrypted else None
+        settings = Settings(database_url=url, token_limit=TOKEN_LIMIT, master_key=master)
         migrate(settings)
         # An in-memory store has no tables until the Ledger that holds it makes them.
         self.ledger = open_ledger(settings)

@@ -95,10 +95,12 @@ def factories(with_postgres: bool) -> list[Callable[[], Store]]:
         log("session_ledger.api.bootstrap not found: measuring the anchors only")
     if ours:
         out.append(lambda: LedgerStore("sqlite"))
+        out.append(lambda: LedgerStore("sqlite", encrypted=True))
     out.append(RawSQLite)
     if with_postgres:
         if ours:
             out.append(lambda: LedgerStore("postgres"))
+            out.append(lambda: LedgerStore("postgres", encrypted=True))
         out.append(RawPostgres)
     if ours:
         out.append(lambda: LedgerStore("memory"))

@@ -6,6 +6,8 @@ raises library or database errors for an outcome the caller caused.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 
 class LedgerError(Exception):
     """Base class of every error the ledger raises on purpose."""
@@ -101,3 +103,64 @@ class StoreUnavailable(StoreNotReady):
     failed so may or may not have been stored: retry it with the same idempotency key."""
 
     code = "store_unavailable"
+
+
+class SessionErased(LedgerError):
+    """The session's content was erased: nothing of it can be read or written again."""
+
+    code = "session_erased"
+
+    def __init__(self, key: str, erased_at: datetime, reason: str | None, basis: str) -> None:
+        super().__init__(
+            f"session {key!r} was erased at {erased_at.isoformat()} (reason: {reason}; "
+            f"legal basis: {basis})"
+        )
+        self.key = key
+        self.erased_at = erased_at
+        self.reason = reason
+        self.basis = basis
+
+
+class LegalHold(LedgerError):
+    """The session is under legal hold: it cannot be erased until the hold is released."""
+
+    code = "legal_hold"
+
+
+class HoldConflict(LedgerError):
+    """A hold placed on a held session, or released from one that has none."""
+
+    code = "hold_conflict"
+
+
+class EncryptionRequired(LedgerError):
+    """Erasure needs the session's content sealed under a key of its own: a store with a
+    master key configured, and a session started after it was."""
+
+    code = "encryption_required"
+
+
+class CheckpointError(LedgerError):
+    """A checkpoint could not be made or read: no signing key, a file that is not one."""
+
+    code = "checkpoint_error"
+
+
+class CheckpointNotFound(LedgerError, LookupError):
+    """The tenant has no checkpoint yet (or checkpoints are not configured)."""
+
+    code = "checkpoint_not_found"
+
+
+class StreamConflict(LedgerError):
+    """A stream command does not fit the stream's state: a chunk, completion or abort of a
+    stream that is not open (never opened, completed or aborted), or a stream id used
+    twice; nothing was written."""
+
+    code = "stream_conflict"
+
+
+class StreamNotFound(LedgerError, LookupError):
+    """The session has no stream of this id."""
+
+    code = "stream_not_found"

@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import struct
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from .ports import ChainReport
 
@@ -102,10 +102,16 @@ def verify_chain(
     head_version: int,
     records: Records,
     stored_hashes: StoredHashes,
+    pinned: Mapping[int, bytes] | None = None,
 ) -> ChainReport:
     """Recompute a session's chain from its records and compare it with the hashes stored
     when they were written. `records(after, limit)` and `stored_hashes(after, limit)` read
-    a page after a version; the report names the first version that differs."""
+    a page after a version; the report names the first version that differs.
+
+    `pinned` maps versions to heads kept outside the store (a signed checkpoint's): the
+    recomputed chain must pass through each, so a session rewritten with its stored hashes
+    recomputed to match, or rolled back to an earlier head, is caught too."""
+    pins = pinned or {}
     checked, h = 0, GENESIS
     good = h  # h of the last version that checked out
 
@@ -128,10 +134,17 @@ def verify_chain(
             if kept != h:
                 return report(version, f"version {version}: the stored hash is {kept.hex()}, "
                                        f"the events give {h.hex()}")  # fmt: skip
+            if version in pins and pins[version] != h:
+                return report(version, f"rewritten at or before version {version}: the "
+                                       f"events give h_{version} = {h.hex()}, the "
+                                       f"checkpoint recorded {pins[version].hex()}")  # fmt: skip
             checked, good = version, h
         if len(page) < VERIFY_PAGE:
             break
     if checked < head_version:  # (writes made while verifying may add versions)
         return report(checked + 1, f"the events end at version {checked}; the session "
                                    f"says {head_version}")  # fmt: skip
+    if pins and max(pins) > checked:
+        return report(checked + 1, f"rolled back: the events end at version {checked}; the "
+                                   f"checkpoint recorded version {max(pins)}")  # fmt: skip
     return report()

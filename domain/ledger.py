@@ -23,14 +23,15 @@ import json
 import random
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, ParamSpec, TypeVar
 
 from eventsourcing.application import AggregateNotFoundError, Application
 from eventsourcing.persistence import IntegrityError, InterfaceError, OperationalError
 from eventsourcing.utils import Environment
 
-from .audit import audit_entry
+from .audit import AuditTrail
+from .compliance import Compliance
 from .errors import (
     IdempotencyKeyReused,
     LedgerError,
@@ -42,17 +43,14 @@ from .inputs import (
     Limits,
     check_int,
     check_key,
-    check_limit,
     check_tenant,
     check_write_options,
     parse_messages,
 )
-from .integrity import verify_chain
 from .messages import ChatMessage
 from .ports import (
     ACTIVE,
     AuditEntry,
-    ChainReport,
     MessagesRead,
     PriorWrite,
     SessionHead,
@@ -62,6 +60,7 @@ from .ports import (
 )
 from .reads import Reads
 from .session import Session, session_id
+from .streams import StreamCommands
 from .tokens import LazyCounts, NamedTokenizer, TokenCount, load_tokenizer
 
 P = ParamSpec("P")
@@ -81,7 +80,7 @@ def _async_twin(method: Callable[P, R]) -> Callable[P, Any]:
     return twin
 
 
-class Ledger(Reads, Application[uuid.UUID]):
+class Ledger(Compliance, StreamCommands, AuditTrail, Application[uuid.UUID]):
     """Sessions of chat history, addressed by (tenant, key), kept as event streams."""
 
     name = "ledger"
@@ -97,6 +96,8 @@ class Ledger(Reads, Application[uuid.UUID]):
         token_limit: int = 3000,
         write_retries: int = 100,
         snapshot_interval: int = 200,
+        stream_flush_bytes: int = 1024,
+        stream_flush_ms: int = 250,
     ) -> None:
         # Per instance, so the interval is a setting rather than a class constant.
         self.snapshotting_intervals = {Session: snapshot_interval}  # type: ignore[misc]
@@ -106,6 +107,8 @@ class Ledger(Reads, Application[uuid.UUID]):
         self.default_actor = default_actor
         self.token_limit = token_limit
         self.write_retries = write_retries
+        self.stream_flush_bytes = stream_flush_bytes
+        self.stream_flush_ms = stream_flush_ms
         super().__init__({**env, "IS_SNAPSHOTTING_ENABLED": "y"})
         if not isinstance(self.recorder, SessionViews):
             raise TypeError(f"{type(self.recorder).__name__} does not serve the session views")
@@ -201,7 +204,7 @@ class Ledger(Reads, Application[uuid.UUID]):
         *,
         command: Command,
         create: bool = False,
-        counts: LazyCounts | tuple[TokenCount, ...] = (),
+        counts: Sequence[TokenCount] = (),
         texts: tuple[str, ...] = (),
         tenant: str | None = None,
         actor: str | None = None,
@@ -230,6 +233,8 @@ class Ledger(Reads, Application[uuid.UUID]):
                 if prior is not None:
                     return _replayed(prior, digest, idempotency_key, key)
             session = self._load(sid, fresh=fresh)
+            if session is not None and session.erased:
+                raise self.erasure(sid, key) or LedgerError(f"session {key!r} was erased")
             actual = session.version if session else 0
             if expected_version is not None and expected_version != actual:
                 if not fresh:
@@ -248,14 +253,19 @@ class Ledger(Reads, Application[uuid.UUID]):
                 archived_count=session.archived_count, next_message_id=session.next_message_id,
                 counts=counts, bodies=texts,
             )  # fmt: skip
+            since = batch.events[0].originator_version
             try:
                 self.save(session, ledger_batch=batch)
-            except IntegrityError:
-                # Another writer took the version, or this write did and its answer was
-                # lost (the store's retry then found its own row).
-                done = self.views.prior_write(sid, write_id)
+            except (IntegrityError, OperationalError, InterfaceError) as error:
+                # Another writer took the version; or this write committed and its answer
+                # was lost (the store's retry then met its own row, or the connection
+                # dropped around COMMIT): ask whether its id committed (this raises again
+                # while the store stays unreachable).
+                done = self.views.prior_write(sid, write_id, since=since)
                 if done is not None:
                     return WriteResult(done.version, done.message_count, removed=removed)
+                if not isinstance(error, IntegrityError):
+                    raise
                 fresh = True
                 if expected_version is not None:
                     head = self.views.session_head(sid)
@@ -264,13 +274,6 @@ class Ledger(Reads, Application[uuid.UUID]):
                     ) from None
                 time.sleep(_RETRY_JITTER.uniform(0, 0.002 * min(attempt + 1, 10)))
                 continue
-            except (OperationalError, InterfaceError):
-                # The outcome is unknown: ask whether the write committed (this raises
-                # again while the store stays unreachable).
-                done = self.views.prior_write(sid, write_id)
-                if done is None:
-                    raise
-                return WriteResult(done.version, done.message_count, removed=removed)
             return WriteResult(session.version, session.message_count, removed=removed)
         raise LedgerError(
             f"session {key!r}: write lost the race {self.write_retries} times; try again"
@@ -289,46 +292,6 @@ class Ledger(Reads, Application[uuid.UUID]):
             return None
         return session
 
-    # -- the audit side -------------------------------------------------------------------
-
-    def audit(
-        self, key: str, *, tenant: str | None = None, after_version: int = 0, limit: int = 100
-    ) -> list[AuditEntry]:
-        """The session's events after `after_version`, oldest first: who changed what, when."""
-        check_int("after_version", after_version, least=0)
-        check_limit("limit", limit, 1000)
-        sid = self._session_id(key, tenant)
-        if self.views.session_head(sid) is None:
-            raise SessionNotFound(self._tenant(tenant), key)
-        events = self.events.get(sid, gt=after_version or None, limit=limit)
-        return [audit_entry(self.views, sid, e) for e in events]
-
-    def verify(self, key: str, *, tenant: str | None = None) -> ChainReport:
-        """Recompute the session's hash chain from its stored events and compare it with
-        the hashes stored as they were written; the report names the first version that
-        differs. Reads a page of events at a time."""
-        sid = self._session_id(key, tenant)
-        head = self.views.session_head(sid)
-        if head is None:
-            raise SessionNotFound(self._tenant(tenant), key)
-
-        def records(after: int, limit: int) -> list[tuple[int, str, bytes]]:
-            page = self.recorder.select_events(sid, gt=after or None, limit=limit)
-            return [(r.originator_version, r.topic, r.state) for r in page]
-
-        def hashes(after: int, limit: int) -> list[tuple[int, bytes | None]]:
-            return self.views.stored_chain(sid, after, limit)
-
-        return verify_chain(sid, head.tenant, key, head.version, records, hashes)
-
-    def verify_all(self) -> Iterator[ChainReport]:
-        """`verify` of every session of every tenant, in (tenant, key) order."""
-        after: tuple[str, str] | None = None
-        while page := self.views.all_sessions(after, 1000):
-            for tenant, key in page:
-                yield self.verify(key, tenant=tenant)
-            after = page[-1]
-
     aput = _async_twin(put)
     aput_messages = _async_twin(put_messages)
     aset = _async_twin(set)
@@ -336,12 +299,19 @@ class Ledger(Reads, Application[uuid.UUID]):
     adelete_message = _async_twin(delete_message)
     adelete_last_message = _async_twin(delete_last_message)
     aarchive_oldest = _async_twin(archive_oldest)
-    aaudit = _async_twin(audit)
-    averify = _async_twin(verify)
+    aaudit = _async_twin(AuditTrail.audit)
+    aerase = _async_twin(Compliance.erase)
+    aplace_hold = _async_twin(Compliance.place_hold)
+    arelease_hold = _async_twin(Compliance.release_hold)
+    averify = _async_twin(AuditTrail.verify)
     aget = _async_twin(Reads.get)
     aget_all = _async_twin(Reads.get_all)
     ahead = _async_twin(Reads.head)
     akeys = _async_twin(Reads.keys)
+    aopen_stream = _async_twin(StreamCommands.open_stream)
+    aappend_stream = _async_twin(StreamCommands.append_stream)
+    acomplete_stream = _async_twin(StreamCommands.complete_stream)
+    aabort_stream = _async_twin(StreamCommands.abort_stream)
 
 
 def _replayed(prior: PriorWrite, digest: str | None, idempotency_key: str, key: str) -> WriteResult:

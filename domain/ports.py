@@ -84,6 +84,22 @@ class PriorWrite:
     message_count: int
 
 
+@dataclass(frozen=True)
+class StreamView:
+    """A stream as its events left it: its text so far, and how it ended."""
+
+    stream_id: str
+    role: str
+    turn: str | None
+    parent: str | None
+    state: str  # open, completed, aborted
+    text: str
+    opened_version: int
+    ended_version: int | None
+    cause: str | None  # why it was aborted
+    updated_at: datetime  # its last event
+
+
 class WriteBatch(NamedTuple):
     """One write's new events and what the views need beside them (same transaction); a
     named tuple, as every write builds one."""
@@ -161,12 +177,27 @@ class SessionViews(Protocol):
         self, tenant: str, prefix: str, after: str | None, limit: int, exclude_cleared: bool = False
     ) -> list[str]: ...
 
-    def prior_write(self, session_id: uuid.UUID, idempotency_key: str) -> PriorWrite | None: ...
+    def prior_write(
+        self, session_id: uuid.UUID, write_id: str, since: int | None = None
+    ) -> PriorWrite | None:
+        """The committed write of this id: a caller's idempotency key (`since` None), or
+        any write id among the versions from `since` on."""
+        ...
 
     def stored_chain(
         self, session_id: uuid.UUID, after_version: int, limit: int
     ) -> list[tuple[int, bytes | None]]: ...  # (version, h_v as stored), in version order
 
+    def sealed(self, session_id: uuid.UUID) -> bool:
+        """Whether the session's content is stored sealed under a data key of its own."""
+        ...
+
     def all_sessions(
         self, after: tuple[str, str] | None, limit: int
     ) -> list[tuple[str, str]]: ...  # (tenant, key) in order, after `after`
+
+    def stream_view(self, session_id: uuid.UUID, stream_id: str) -> StreamView | None: ...
+
+    def idle_streams(self, before: datetime, limit: int) -> list[tuple[str, str, str]]:
+        """(tenant, key, stream id) of open streams with no event since `before`."""
+        ...

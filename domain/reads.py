@@ -8,7 +8,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from .errors import InvalidInput, SessionNotFound, StateNotFound
+from .errors import InvalidInput, SessionErased, SessionNotFound, StateNotFound
 from .inputs import (
     MAX_KEY_CHARS,
     check_int,
@@ -44,6 +44,7 @@ class Reads:
     tokenizer: NamedTokenizer
     token_limit: int
     default_tenant: str
+    erasure: Callable[[uuid.UUID, str], SessionErased | None]
 
     def get(
         self, key: str, *, tenant: str | None = None, token_limit: int | None = None,
@@ -74,7 +75,8 @@ class Reads:
             tokenizer = None  # the stored counts are this tokenizer's
         sid = self._session_id(key, tenant)
         version = self._version(sid, key, tenant, as_of_version, as_of)
-        return self.views.context_window(sid, limit, initial_token_count, tokenizer, version)
+        read = self.views.context_window(sid, limit, initial_token_count, tokenizer, version)
+        return self._unless_erased(read, sid, key)
 
     def get_all(
         self, key: str, *, tenant: str | None = None, status: str = "active", offset: int = 0,
@@ -101,7 +103,8 @@ class Reads:
             check_int("limit", limit, least=0)
         sid = self._session_id(key, tenant)
         version = self._version(sid, key, tenant, as_of_version, as_of)
-        return self.views.history(sid, status, offset, limit, version)
+        read = self.views.history(sid, status, offset, limit, version)
+        return self._unless_erased(read, sid, key)
 
     def head(
         self, key: str, *, tenant: str | None = None, as_of_version: int | None = None,
@@ -120,8 +123,8 @@ class Reads:
         limit: int = 100, exclude_cleared: bool = False,
     ) -> list[str]:  # fmt: skip
         """Session keys of a tenant in order, from after `after`, starting with `prefix`;
-        `exclude_cleared`: not those whose last change was a reset (what LlamaIndex's chat
-        stores list as keys: a reset deletes the key there)."""
+        `exclude_cleared`: not those whose last change was a reset or an erasure (what
+        LlamaIndex's chat stores list as keys: a reset deletes the key there)."""
         check_limit("limit", limit, 10_000)
         check_text(prefix, "prefix", MAX_KEY_CHARS, allow_empty=True)
         if after is not None:
@@ -150,6 +153,15 @@ class Reads:
                 )
             return version
         return past_version(key, head, as_of_version)
+
+    def _unless_erased(self, read: MessagesRead, sid: uuid.UUID, key: str) -> MessagesRead:
+        """`read`, unless its session was erased (SessionErased). Erasure drops every row of
+        the session, so only a read that found none asks (one more read, rarely)."""
+        if not len(read) and read.version:
+            erased = self.erasure(sid, key)
+            if erased is not None:
+                raise erased
+        return read
 
     def _session_id(self, key: str, tenant: str | None) -> uuid.UUID:
         return session_id(self._tenant(tenant), check_key(key))

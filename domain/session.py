@@ -17,6 +17,8 @@ from typing import Any
 
 from eventsourcing.domain import Aggregate, event
 
+from .errors import StreamConflict
+
 TENANT_NAMESPACE = uuid.UUID("6f0f9d3c-3b49-5c2e-9a57-2f5b8c1d7e40")
 
 
@@ -33,6 +35,11 @@ def _tenant_namespace(tenant: str) -> uuid.UUID:
 
 class Session(Aggregate):
     """A conversation's history, as the sequence of changes made to it."""
+
+    # The ids of the open streams: a tuple, which a snapshot keeps (as a JSON list: never
+    # changed in place, only replaced). Sessions snapshotted before streams existed have
+    # no attribute of their own.
+    open_streams: tuple[str, ...] = ()
 
     class SessionStarted(Aggregate.Created):
         tenant: str
@@ -79,6 +86,9 @@ class Session(Aggregate):
         self.message_count = 0
         self.archived_count = 0
         self.next_message_id = 0
+        self.held = False
+        self.erased = False
+        self.open_streams: tuple[str, ...] = ()
 
     # The command events are declared with their own `apply` rather than made by the
     # @event decorator: the decorator's event maps its fields onto the method's
@@ -144,6 +154,135 @@ class Session(Aggregate):
             aggregate.message_count -= self.count
             aggregate.archived_count += self.count
 
+    class LegalHoldPlaced(Aggregate.Event):
+        reference: str
+        actor: str
+        reason: str | None
+        idempotency_key: str | None
+        request_digest: str | None
+
+        def apply(self, aggregate: Any) -> None:
+            aggregate.held = True
+
+    class LegalHoldReleased(Aggregate.Event):
+        reference: str
+        actor: str
+        reason: str | None
+        idempotency_key: str | None
+        request_digest: str | None
+
+        def apply(self, aggregate: Any) -> None:
+            aggregate.held = False
+
+    class SessionErased(Aggregate.Event):
+        """The session's content was made unreadable (its data key destroyed); `reason`
+        says why, `basis` on what legal ground. It carries no content itself."""
+
+        basis: str
+        actor: str
+        reason: str | None
+        idempotency_key: str | None
+        request_digest: str | None
+
+        def apply(self, aggregate: Any) -> None:
+            aggregate.message_count = 0
+            aggregate.archived_count = 0
+            aggregate.erased = True
+
+    # A stream: opened, its deltas appended in batches, then completed (its message enters
+    # the history) or aborted (the partial stays in the events; a message only if the
+    # caller keeps it). The state holds the open streams' ids, never their text.
+
+    class StreamStarted(Aggregate.Event):
+        stream_id: str
+        role: str
+        turn: str | None
+        parent: str | None
+        actor: str
+        reason: str | None
+        idempotency_key: str | None
+        request_digest: str | None
+
+        def apply(self, aggregate: Any) -> None:
+            aggregate.open_streams = (*aggregate.open_streams, self.stream_id)
+
+    class StreamChunksAppended(Aggregate.Event):
+        stream_id: str
+        deltas: list[str]
+        actor: str
+        reason: str | None
+        idempotency_key: str | None
+        request_digest: str | None
+
+        def apply(self, aggregate: Any) -> None:
+            pass
+
+    class StreamCompleted(Aggregate.Event):
+        stream_id: str
+        deltas: list[str]  # the last ones, not flushed before
+        message: dict[str, Any]  # the assembled message, as MessagesAppended holds one
+        actor: str
+        reason: str | None
+        idempotency_key: str | None
+        request_digest: str | None
+
+        def apply(self, aggregate: Any) -> None:
+            aggregate.open_streams = _without(aggregate.open_streams, self.stream_id)
+            aggregate.message_count += 1
+            aggregate.next_message_id += 1
+
+    class StreamAborted(Aggregate.Event):
+        stream_id: str
+        deltas: list[str]
+        cause: str  # client_gone, error, timeout, superseded
+        message: dict[str, Any] | None  # the partial, when the caller keeps it as a message
+        actor: str
+        reason: str | None
+        idempotency_key: str | None
+        request_digest: str | None
+
+        def apply(self, aggregate: Any) -> None:
+            aggregate.open_streams = _without(aggregate.open_streams, self.stream_id)
+            if self.message is not None:
+                aggregate.message_count += 1
+                aggregate.next_message_id += 1
+
+    def start_stream(
+        self, stream_id: str, role: str, turn: str | None, parent: str | None, **audit: Any
+    ) -> None:
+        """Open a stream (its id not used before in this session: the caller checks)."""
+        if stream_id in self.open_streams:
+            raise StreamConflict(f"stream {stream_id!r} of session {self.key!r} is already open")
+        self._next(self.StreamStarted, stream_id=stream_id, role=role, turn=turn, parent=parent,
+                   **audit)  # fmt: skip
+
+    def append_chunks(self, stream_id: str, deltas: list[str], **audit: Any) -> None:
+        self.check_open(stream_id)
+        self._next(self.StreamChunksAppended, stream_id=stream_id, deltas=deltas, **audit)
+
+    def complete_stream(
+        self, stream_id: str, deltas: list[str], message: dict[str, Any], **audit: Any
+    ) -> None:
+        self.check_open(stream_id)
+        self._next(self.StreamCompleted, stream_id=stream_id, deltas=deltas, message=message,
+                   **audit)  # fmt: skip
+
+    def abort_stream(
+        self, stream_id: str, deltas: list[str], cause: str, message: dict[str, Any] | None,
+        **audit: Any,
+    ) -> None:  # fmt: skip
+        self.check_open(stream_id)
+        self._next(self.StreamAborted, stream_id=stream_id, deltas=deltas, cause=cause,
+                   message=message, **audit)  # fmt: skip
+
+    def check_open(self, stream_id: str) -> None:
+        """StreamConflict, naming the stream, unless it is open."""
+        if stream_id not in self.open_streams:
+            raise StreamConflict(
+                f"stream {stream_id!r} of session {self.key!r} is not open (never opened, "
+                "or already completed or aborted)"
+            )
+
     def append(self, messages: list[dict[str, Any]], **audit: Any) -> None:
         """Append messages (the audit fields: actor, reason, idempotency_key,
         request_digest)."""
@@ -168,6 +307,26 @@ class Session(Aggregate):
         """Move the `count` oldest active messages to the archive."""
         self._next(self.MessagesArchived, count=count, **audit)
 
+    def place_hold(self, reference: str, **audit: Any) -> None:
+        """Put the session under legal hold: it cannot be erased until released."""
+        self._next(self.LegalHoldPlaced, reference=reference, **audit)
+
+    def release_hold(self, reference: str, **audit: Any) -> None:
+        """Release the legal hold."""
+        self._next(self.LegalHoldReleased, reference=reference, **audit)
+
+    def erase(self, basis: str, **audit: Any) -> None:
+        """Record that the session's content was erased."""
+        self._next(self.SessionErased, basis=basis, **audit)
+
+
+def _without(ids: Any, stream_id: str) -> tuple[str, ...]:
+    return tuple(i for i in ids if i != stream_id)
+
+
+# Sessions snapshotted before holds and erasure existed have neither attribute.
+Session.held = False
+Session.erased = False
 
 MessagesAppended = Session.MessagesAppended
 HistoryReplaced = Session.HistoryReplaced
@@ -175,3 +334,11 @@ HistoryCleared = Session.HistoryCleared
 MessageRemoved = Session.MessageRemoved
 MessagesArchived = Session.MessagesArchived
 SessionStarted = Session.SessionStarted
+LegalHoldPlaced = Session.LegalHoldPlaced
+LegalHoldReleased = Session.LegalHoldReleased
+SessionErased = Session.SessionErased
+StreamStarted = Session.StreamStarted
+StreamChunksAppended = Session.StreamChunksAppended
+StreamCompleted = Session.StreamCompleted
+StreamAborted = Session.StreamAborted
+STREAM_EVENTS = (StreamStarted, StreamChunksAppended, StreamCompleted, StreamAborted)

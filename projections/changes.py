@@ -17,10 +17,17 @@ from session_ledger.domain.ports import ACTIVE, ARCHIVED, WriteBatch
 from session_ledger.domain.session import (
     HistoryCleared,
     HistoryReplaced,
+    LegalHoldPlaced,
+    LegalHoldReleased,
     MessageRemoved,
     MessagesAppended,
     MessagesArchived,
+    SessionErased,
     SessionStarted,
+    StreamAborted,
+    StreamChunksAppended,
+    StreamCompleted,
+    StreamStarted,
 )
 
 from .bodies import stored_body
@@ -62,7 +69,41 @@ class ArchiveOldest(NamedTuple):
     messages: int  # (not `count`: a named tuple has a method of that name)
 
 
-Change = InsertMessages | CloseHistory | CloseMessage | ArchiveOldest
+class EraseContent(NamedTuple):
+    """Drop every row of the session's content (and its data key): it was erased."""
+
+    version: int
+
+
+class OpenStream(NamedTuple):
+    version: int
+    stream_id: str
+    role: str
+    turn: str | None
+    parent: str | None
+    at: datetime
+
+
+class ExtendStream(NamedTuple):
+    """Add the deltas' text to the stream's row (and end it, when `state` is not open)."""
+
+    version: int
+    stream_id: str
+    text: str
+    at: datetime
+    state: str = "open"  # or "completed", "aborted"
+    cause: str | None = None
+
+
+Change = (
+    InsertMessages
+    | CloseHistory
+    | CloseMessage
+    | ArchiveOldest
+    | EraseContent
+    | OpenStream
+    | ExtendStream
+)
 
 
 class TimelineRow(NamedTuple):
@@ -132,15 +173,49 @@ def view_changes(batch: WriteBatch) -> ViewChanges:
             changes.append(CloseHistory(v, (ACTIVE, ARCHIVED)))
         elif isinstance(event, MessageRemoved):
             changes.append(CloseMessage(v, event.message_id))
+        elif isinstance(event, StreamStarted):
+            ends = False
+            changes.append(OpenStream(v, event.stream_id, event.role, event.turn, event.parent,
+                                      event.timestamp))  # fmt: skip
+        elif isinstance(event, StreamChunksAppended | StreamCompleted | StreamAborted):
+            ends = False
+            state, cause = "open", None
+            if isinstance(event, StreamCompleted):
+                state = "completed"
+            elif isinstance(event, StreamAborted):
+                state, cause = "aborted", event.cause
+            text = "".join(event.deltas)
+            changes.append(ExtendStream(v, event.stream_id, text, event.timestamp, state, cause))
+            message = stream_message(event)
+            if message is not None:
+                tokens, body = batch.counts[0], canonical_json(message)
+                row = MessageRow(batch.first_message_id, message["role"], tokens.alone,
+                                 tokens.joined, stored_body(message, body))  # fmt: skip
+                changes.append(InsertMessages(v, ACTIVE, (row,)))
+                added = row.tokens
         elif isinstance(event, MessagesArchived):
             ends = bool(event.count)
             if event.count:
                 changes.append(ArchiveOldest(v, event.count))
+        elif isinstance(event, SessionErased):
+            changes.append(EraseContent(v))
+            ends = False
+        elif isinstance(event, LegalHoldPlaced | LegalHoldReleased):
+            ends = False
         else:
             raise TypeError(f"no projection for {type(event).__name__}")
         timeline.append(timeline_row(event, count, next_id, archived, added, ends))
     session = SessionRow(batch.tenant, batch.key, batch.events[0].timestamp)
     return ViewChanges(batch.session_id, started, session, tuple(changes), tuple(timeline))
+
+
+def stream_message(event: Any) -> dict[str, Any] | None:
+    """The message a stream event adds to the history: a completion's, or the partial an
+    abort keeps; None for any other event."""
+    if isinstance(event, StreamCompleted | StreamAborted):
+        message: dict[str, Any] | None = event.message
+        return message
+    return None
 
 
 def timeline_row(

@@ -37,8 +37,8 @@ class ContextReads(ViewStore):
         if version is not None:  # a past version's rows never change: any read is consistent
             with self._reading_past() as read:
                 window, _ = self._window(read, sid, version, token_limit, initial_token_count,
-                                         tokenizer)  # fmt: skip
-            return StoredMessages(version, window)
+                                         tokenizer, session_id)  # fmt: skip
+            return StoredMessages(version, self._opened(session_id, window))
         # The live rows, in the key order of their own table (a plan no statistics can
         # spoil). Each statement also reads the session's version; versions only grow, so
         # equal versions at the first and the last statement mean no write came between,
@@ -46,14 +46,14 @@ class ContextReads(ViewStore):
         for _ in range(READ_ATTEMPTS):
             with self._reading() as read:
                 window, seen = self._window(
-                    read, sid, None, token_limit, initial_token_count, tokenizer
+                    read, sid, None, token_limit, initial_token_count, tokenizer, session_id
                 )
             if len(seen) == 1:
-                return StoredMessages(seen.pop() or 0, window)
+                return StoredMessages(seen.pop() or 0, self._opened(session_id, window))
         with self.snapshot() as read:
             window, seen = self._window(read, sid, None, token_limit, initial_token_count,
-                                        tokenizer)  # fmt: skip
-        return StoredMessages(max(v or 0 for v in seen), window)
+                                        tokenizer, session_id)  # fmt: skip
+        return StoredMessages(max(v or 0 for v in seen), self._opened(session_id, window))
 
     def _window(
         self,
@@ -63,6 +63,7 @@ class ContextReads(ViewStore):
         token_limit: int,
         initial_token_count: int,
         tokenizer: NamedTokenizer | None,
+        session_id: uuid.UUID,
     ) -> tuple[list[tuple[str, str]], set[Any]]:
         """The window's messages as stored, (role, body), and the versions of the session
         its statements read (now: one, unless a write came between them)."""
@@ -89,7 +90,7 @@ class ContextReads(ViewStore):
                 if tokenizer is None:
                     yield row
                 else:
-                    content = decode_body(row[0], row[3]).content
+                    content = decode_body(row[0], self._opened(session_id, [row], 3)[0][3]).content
                     yield TailEntry(row[0], *tokenizer.count(content))
 
         k = window_length(tail(), token_limit, initial_token_count)

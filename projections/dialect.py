@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from .changes import MessageRow
+from .sealing import DataKeys, open_bodies
 from .sql import ENDED_AT, LIVE, LIVE_AT, Reader
 
 
@@ -22,6 +23,7 @@ class ViewStore(ABC):
     # Where rows that ended at a version are looked up (session_id, valid_to = ?).
     ended_rows = "ledger_ended_messages"
     rows_read = 0  # view rows this store fetched: the cost model the tests check
+    data_keys: DataKeys | None = None  # set when a master key is configured (sealing.py)
 
     # -- dialect ----------------------------------------------------------------------------
 
@@ -43,6 +45,15 @@ class ViewStore(ABC):
     @abstractmethod
     def _write_transaction(self) -> AbstractContextManager[Any]:
         """A write transaction that keeps other writers of events out until it ends."""
+
+    def _committing(self) -> AbstractContextManager[Any]:
+        """A short transaction of its own that holds no other writer off for long."""
+        return self._write_transaction()
+
+    @abstractmethod
+    def _appending(self) -> AbstractContextManager[Any]:
+        """A write transaction of rows beside the events (the access log) that holds no
+        event writer off; a duplicate key raises eventsourcing's IntegrityError."""
 
     @abstractmethod
     def _reader(self, cursor: Any) -> Reader: ...
@@ -116,6 +127,12 @@ class ViewStore(ABC):
             if not rows or key(rows[-1]) != key(row):
                 rows.append(row)
         return rows[offset:] if limit is None else rows[offset : offset + limit]
+
+    def _opened(
+        self, session_id: uuid.UUID, rows: Sequence[Sequence[Any]], at: int = 1
+    ) -> Sequence[Any]:
+        """`rows` with their body (column `at`) opened where sealed, after the read."""
+        return rows if self.data_keys is None else open_bodies(self.data_keys, session_id, rows, at)
 
     def _limit(self, limit: int | None) -> Any:
         return self.no_limit if limit is None else limit

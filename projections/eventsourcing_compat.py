@@ -6,7 +6,9 @@ a write (the library asks sqlite3 for a statement cache of `True`, that is of on
 statement, so every statement of a write was compiled again). Everything else the
 ledger uses is the library's public or documented API: `Application.save` with
 `saved_kwargs`, the recorder's `_insert_events` hook (as in the library's
-searchable-timestamps example), `MAPPER_TOPIC`-free mappers, `create_table`.
+searchable-timestamps example), `MAPPER_TOPIC`-free mappers (with a master key, the
+factory's `mapper` returns a `Mapper` subclass that seals content: sealing.py),
+`create_table`.
 
 `tests/unit/test_eventsourcing_compat.py` fails loudly when a library release changes
 what this relies on; the `eventsourcing` pin in pyproject.toml names the releases tested.

@@ -11,6 +11,11 @@ JSONL (`export_jsonl`), one JSON object per line, UTF-8, each line ending in `\\
      the exact stored bytes), `state_sha256` and `chain` (hex of h_v, domain/integrity.py);
   3. trailer: `{"record": "trailer", "events", "chain_head", "sha256"}`, where `sha256`
      is the SHA-256 of every byte of the file before the trailer line.
+When the tenant has a signed checkpoint that lists the session at a version the export
+reaches, a line `{"record": "checkpoint", "tree_head", "signature", "leaf_index",
+"version", "head", "path"}` follows the header: the checkpoint's signed tree head and the
+Merkle path of the session's leaf (projections/checkpoint.inclusion_proof), so the file
+alone proves the session belongs to the signed state.
 CSV (`export_csv`): the history at the exported version, one row per message.
 
 Both read a page of events (or messages) at a time up to a version fixed when the
@@ -29,6 +34,8 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
 
 from eventsourcing.persistence import (
     StoredEvent,
@@ -84,13 +91,26 @@ def export_session(
     tenant: str | None = None,
     format: str = "jsonl",
     as_of_version: int | None = None,
+    checkpoint_dir: Path | None = None,
 ) -> Iterator[bytes]:
     """The export of one session as chunks of bytes. Every refusal (unknown session or
-    version, bad format) is raised by this call, before the first chunk."""
+    version, bad format) is raised by this call, before the first chunk. A JSONL export
+    carries the inclusion proof of the newest checkpoint in `checkpoint_dir`, if any."""
     if format not in FORMATS:
         raise InvalidInput(f"format must be one of {', '.join(FORMATS)}; got {format!r}")
     plan = plan_export(ledger, key, tenant=tenant, as_of_version=as_of_version)
-    return export_jsonl(ledger, plan) if format == "jsonl" else export_csv(ledger, plan)
+    if format == "csv":
+        return export_csv(ledger, plan)
+    return export_jsonl(ledger, plan, proof=plan_proof(plan, checkpoint_dir))
+
+
+def plan_proof(plan: ExportPlan, checkpoint_dir: Path | None) -> dict[str, Any] | None:
+    """The inclusion proof an export of `plan` carries (None: no checkpoint covers it)."""
+    if checkpoint_dir is None:
+        return None
+    from .checkpoint import inclusion_proof
+
+    return inclusion_proof(checkpoint_dir, plan.tenant, plan.key, plan.to_version)
 
 
 def stored_events(
@@ -117,7 +137,12 @@ def stored_events(
 
 
 def export_jsonl(
-    ledger: Ledger, plan: ExportPlan, *, page: int = EVENTS_PAGE, now: datetime | None = None
+    ledger: Ledger,
+    plan: ExportPlan,
+    *,
+    page: int = EVENTS_PAGE,
+    now: datetime | None = None,
+    proof: dict[str, Any] | None = None,
 ) -> Iterator[bytes]:
     """The JSONL export, one line (bytes, `\\n`-terminated) per item."""
     digest = hashlib.sha256()
@@ -132,6 +157,8 @@ def export_jsonl(
         "exported_at": utc(now or datetime.now(UTC)), "as_of_version": plan.as_of_version,
         "to_version": plan.to_version,
     }))  # fmt: skip
+    if proof is not None:
+        yield hashed(line({"record": "checkpoint", **proof}))
     head, count = GENESIS, 0
     for stored in stored_events(ledger, plan, page):
         state = bytes(stored.state)

@@ -1,6 +1,8 @@
 """The offline check of a JSONL export (`projections/export.py` writes it): recomputes
 everything from the file alone, line by line, and names the first line that does not
-hold. Needs no database and no keys."""
+hold. Needs no database and no keys (content sealed at rest is checked for its shape
+only: see `_take_sealed`); given the checkpoints' public key, it also checks the
+signature of the checkpoint the export carries (then `cryptography` is imported)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eventsourcing.persistence import (
     DatetimeAsISO,
@@ -22,8 +24,14 @@ from eventsourcing.persistence import (
     UUIDAsHex,
 )
 
+from session_ledger.domain import merkle
 from session_ledger.domain.integrity import GENESIS, chain_step
 from session_ledger.domain.session import session_id as derive_session_id
+
+from .sealing import SEALED_FIELDS
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 FORMAT = "session-ledger-export"
 FORMAT_VERSION = 1
@@ -65,6 +73,7 @@ class VerifyReport:
     to_version: int | None = None
     broken_line: int | None = None  # 1-based
     problem: str | None = None
+    checkpoint: str | None = None  # what the inclusion proof showed, if the file has one
 
     def summary(self) -> str:
         """One line for people."""
@@ -72,6 +81,7 @@ class VerifyReport:
             return (
                 f"intact: session {self.key!r} of tenant {self.tenant!r}, {self.events} events "
                 f"(versions 1 to {self.to_version}), chain head {self.chain_head}"
+                + (f"; {self.checkpoint}" if self.checkpoint else "; no checkpoint")
             )
         return f"broken at line {self.broken_line}: {self.problem}"
 
@@ -86,7 +96,10 @@ class _Broken(Exception):
 class _Verifier:
     """Checks the lines of an export one at a time (memory stays flat)."""
 
-    def __init__(self) -> None:
+    def __init__(self, public_key: Ed25519PublicKey | None = None) -> None:
+        self.public_key = public_key
+        self.proof: dict[str, Any] | None = None
+        self.proven: str | None = None  # set once the proof's head is met in the chain
         self.digest = hashlib.sha256()
         self.transcoder = JSONTranscoder()
         for transcoding in (UUIDAsHex(), DecimalAsStr(), DatetimeAsISO()):
@@ -113,13 +126,16 @@ class _Verifier:
         kind = record.get("record")
         if n == 1:
             self._header(n, record)
+        elif kind == "checkpoint" and n == 2:
+            self._checkpoint(n, record)
         elif kind == "event":
             self._event(n, record)
         elif kind == "trailer":
             self._trailer(n, record)
             return
         else:
-            raise _Broken(n, f"unknown record {kind!r} (expected an event or the trailer)")
+            raise _Broken(n, f"unknown record {kind!r} (expected an event or the trailer; a "
+                             "checkpoint only right after the header)")  # fmt: skip
         self.digest.update(data + b"\n")
 
     def _header(self, n: int, record: dict[str, Any]) -> None:
@@ -164,11 +180,17 @@ class _Verifier:
         if record.get("chain") != head.hex():
             raise _Broken(n, f"the chain breaks: h_{version} is {head.hex()}, the line says "
                              f"{record.get('chain')!r}")  # fmt: skip
+        if self.proof is not None and version == self.proof["version"]:
+            if head.hex() != self.proof["head"]:
+                raise _Broken(n, f"h_{version} is {head.hex()}; the signed checkpoint recorded "
+                                 f"{self.proof['head']}: not the signed state")  # fmt: skip
+            self.proven = self._proven()
         try:
             fields = self.transcoder.decode(state)
         except (ValueError, TypeError, KeyError) as e:
             raise _Broken(n, f"the stored state does not decode: {e}") from None
         expected = json.loads(line(readable(topic, fields)))
+        _take_sealed(expected["payload"], record.get("payload"))
         for name in READABLE:
             if record.get(name) != expected[name]:
                 raise _Broken(n, f"{name} does not match the stored state")
@@ -188,6 +210,52 @@ class _Verifier:
             raise _Broken(n, "the trailer's chain_head is not the chain's head")
         if record.get("sha256") != self.digest.hexdigest():
             raise _Broken(n, "the trailer's sha256 does not match the lines before it")
+        if self.public_key is not None and self.proof is None:
+            raise _Broken(n, "the export carries no checkpoint to check the public key against")
+
+    def _checkpoint(self, n: int, record: dict[str, Any]) -> None:
+        """The inclusion proof: the leaf (this session, version, head) and its path lead
+        to the signed root; the head itself is checked when the chain reaches it."""
+        assert self.header is not None
+        head, path = record.get("tree_head"), record.get("path")
+        version, index = record.get("version"), record.get("leaf_index")
+        try:
+            if not (isinstance(head, dict) and isinstance(path, list) and type(version) is int
+                    and type(index) is int and type(head["tree_size"]) is int):  # fmt: skip
+                raise TypeError
+            leaf = merkle.leaf_data(self.session_id, version, bytes.fromhex(record["head"]))
+            root = merkle.root_from_path(
+                index, head["tree_size"], merkle.leaf_hash(leaf), [bytes.fromhex(p) for p in path]
+            )
+        except (KeyError, TypeError, ValueError):
+            raise _Broken(n, "the checkpoint line does not have the documented shape") from None
+        if head.get("tenant") != self.header["tenant"]:
+            raise _Broken(n, "the checkpoint is of another tenant")
+        if root is None or root.hex() != head.get("root"):
+            raise _Broken(n, "the inclusion proof does not lead to the checkpoint's root")
+        if not 1 <= version <= self.header["to_version"]:
+            raise _Broken(n, f"the checkpoint's version {version} is not in the export")
+        if self.public_key is not None:
+            from cryptography.exceptions import InvalidSignature
+
+            from .checkpoint import key_id, signed_bytes  # (cryptography, only when asked)
+
+            if head.get("key_id") != key_id(self.public_key):
+                raise _Broken(n, "the checkpoint was signed by another key")
+            try:
+                signature = base64.b64decode(str(record.get("signature")), validate=True)
+                self.public_key.verify(signature, signed_bytes(head))
+            except (InvalidSignature, ValueError):  # (binascii.Error is a ValueError)
+                raise _Broken(n, "the checkpoint's signature does not verify") from None
+        self.proof = record
+
+    def _proven(self) -> str:
+        assert self.proof is not None
+        head = self.proof["tree_head"]
+        signed = "signature verified" if self.public_key else "signature not checked (no key)"
+        return (f"version {self.proof['version']} is leaf {self.proof['leaf_index']} of the "
+                f"{head['tree_size']}-session checkpoint of {head['created_at']} (root "
+                f"{head['root']}), {signed}")  # fmt: skip
 
     def report(self, problem: _Broken | None = None) -> VerifyReport:
         header = self.header or {}
@@ -196,15 +264,19 @@ class _Verifier:
             chain_head=self.head.hex() if self.events else None, tenant=header.get("tenant"),
             key=header.get("key"), to_version=header.get("to_version"),
             broken_line=problem.line if problem else None,
-            problem=problem.problem if problem else None,
+            problem=problem.problem if problem else None, checkpoint=self.proven,
         )  # fmt: skip
 
 
-def verify_export(lines: Iterable[bytes | str]) -> VerifyReport:
+def verify_export(
+    lines: Iterable[bytes | str], public_key: Ed25519PublicKey | None = None
+) -> VerifyReport:
     """Check a JSONL export from its lines alone (a file opened in binary mode, or
     `text.split("\\n")`): header, the chain of every event from its stored record, each
-    line's readable fields against its record, the trailer's count, head and digest."""
-    verifier = _Verifier()
+    line's readable fields against its record, the trailer's count, head and digest; and
+    the checkpoint's inclusion proof if it has one (its signature given `public_key`,
+    which then requires one)."""
+    verifier = _Verifier(public_key)
     try:
         for raw in lines:
             data = raw.encode("utf-8") if isinstance(raw, str) else bytes(raw)
@@ -223,6 +295,21 @@ def verify_export(lines: Iterable[bytes | str]) -> VerifyReport:
 
 
 # -- encoding ------------------------------------------------------------------------------
+
+
+def _take_sealed(stored: dict[str, Any], given: object) -> None:
+    """Where the stored state holds a sealed field (encryption at rest), the file's line
+    holds its content opened (or marked erased), which no key-less check can compare:
+    take the line's value when it has the sealed field's shape (as many messages)."""
+    if not isinstance(given, dict):
+        return
+    for name in SEALED_FIELDS:
+        sealed, value = stored.get(name), given.get(name)
+        if not (isinstance(sealed, dict) and "sealed" in sealed):
+            continue
+        listed = isinstance(value, list) and len(value) == sealed.get("n")
+        if listed or ("n" not in sealed and isinstance(value, dict)):
+            stored[name] = value
 
 
 def utc(moment: datetime) -> str:

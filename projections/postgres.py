@@ -14,9 +14,12 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
+import psycopg
 from eventsourcing.persistence import (
     ApplicationRecorder,
+    IntegrityError,
     InterfaceError,
+    Mapper,
     OperationalError,
     StoredEvent,
 )
@@ -33,8 +36,9 @@ from session_ledger.domain.errors import StoreUnavailable
 from session_ledger.domain.integrity import chain_hashes, record_bytes
 from session_ledger.domain.ports import ACTIVE
 
-from .changes import InsertMessages, MessageRow, ViewChanges, view_changes
+from .changes import InsertMessages, MessageRow, ViewChanges
 from .postgres_schema import migrate
+from .sealing import SealingFactory
 from .sql import LIVE_COLUMNS, SESSION_INSERT, TIMELINE_COLUMNS, Reader
 from .views import SQLViews
 
@@ -134,7 +138,7 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder, SQLViews):
         # every writer of every session wait in one line. Per-session order and
         # integrity rest on the (originator_id, originator_version) primary key.
         batch = kwargs.get("ledger_batch")
-        changes = view_changes(batch) if batch is not None else None
+        changes = self._view_changes(batch) if batch is not None else None
         events = [
             v for e in stored_events
             for v in (e.originator_id, e.originator_version, e.topic, e.state)
@@ -147,13 +151,16 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder, SQLViews):
                 sql, params = self._append(stored_events, events, changes)
                 with conn.cursor(row_factory=tuple_row) as curs:
                     curs.execute(sql, params, prepare=True, binary=True)
-                    return [r[0] for r in curs.fetchall()]
-            with conn.transaction(), conn.cursor() as curs:
-                curs.execute(_events_insert(len(stored_events)), events)
-                ids = [r["notification_id"] for r in curs.fetchall()]
-                if changes is not None:
-                    self.apply_changes(curs, changes, stored_events)
-            return ids
+                    ids = [r[0] for r in curs.fetchall()]
+            else:
+                with conn.transaction(), conn.cursor() as curs:
+                    curs.execute(_events_insert(len(stored_events)), events)
+                    ids = [r["notification_id"] for r in curs.fetchall()]
+                    if changes is not None:
+                        self.apply_changes(curs, changes, stored_events)
+        if self.after_commit is not None and changes is not None:
+            self.after_commit(changes.session_id)
+        return ids
 
     def _append(
         self, stored: Sequence[StoredEvent], events: list[Any], changes: ViewChanges
@@ -229,6 +236,14 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder, SQLViews):
             curs.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             yield self._reader(curs)
 
+    @contextmanager
+    def _appending(self) -> Iterator[Any]:
+        try:
+            with self._connection() as conn, conn.transaction(), conn.cursor() as curs:
+                yield curs
+        except psycopg.errors.UniqueViolation as e:
+            raise IntegrityError(str(e)) from e
+
     def _reader(self, cursor: Any) -> Reader:
         return PostgresReader(cursor)
 
@@ -236,6 +251,12 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder, SQLViews):
     def _write_transaction(self) -> Iterator[Any]:
         with self._connection() as conn, conn.transaction(), conn.cursor() as curs:
             curs.execute("LOCK TABLE ledger_events IN EXCLUSIVE MODE")
+            yield curs
+
+    @contextmanager
+    def _committing(self) -> Iterator[Any]:
+        # Not `_write_transaction`: its table lock would queue every writer behind a key.
+        with self._connection() as conn, conn.transaction(), conn.cursor() as curs:
             yield curs
 
     @contextmanager
@@ -297,11 +318,16 @@ class PostgresReader:
             self.cursor.row_factory = factory
 
 
-class PostgresLedgerFactory(PostgresFactory):
+class PostgresLedgerFactory(SealingFactory, PostgresFactory):
     """eventsourcing persistence module for the ledger on PostgreSQL."""
+
+    def mapper(self, transcoder: Any = None, mapper_class: Any = None) -> Mapper[Any]:
+        sealing = self.sealing_mapper(transcoder or self.transcoder())
+        return sealing or super().mapper(transcoder, mapper_class)
 
     def application_recorder(self) -> ApplicationRecorder:
         recorder = PostgresLedgerRecorder(self.datastore)
+        self.sealing(recorder)
         if self.env_create_table():
             recorder.create_table()
         return recorder

@@ -77,7 +77,53 @@ LAYOUT_AT_NUMBERING = [
     "DROP INDEX IF EXISTS ledger_timeline_time",
 ]
 SCHEMA_TABLE = "CREATE TABLE IF NOT EXISTS ledger_schema (version integer NOT NULL)"
-MIGRATIONS: tuple[tuple[str, ...], ...] = (tuple(LAYOUT_AT_NUMBERING),)
+# Migration 2: each session's data key, wrapped by a master key (sealing.py).
+DATA_KEYS = (
+    "CREATE TABLE IF NOT EXISTS ledger_data_keys (session_id uuid PRIMARY KEY,"
+    " master_key_id text NOT NULL, wrapped bytea NOT NULL, created_at timestamptz NOT NULL)",
+)
+# Migration 3: the access log (projections/access_log.py), kept beside the views: not
+# derived from the events, so `rebuild` leaves it alone.
+ACCESS_LOG = (
+    "CREATE TABLE IF NOT EXISTS ledger_access_log ("
+    " tenant text NOT NULL, seq bigint NOT NULL, recorded_at text NOT NULL,"
+    " actor text NOT NULL, role text NOT NULL, action text NOT NULL, session_key text,"
+    " parameters text NOT NULL, records bigint NOT NULL, chain bytea NOT NULL,"
+    " PRIMARY KEY (tenant, seq))",
+)
+# Migration 4: the indexes of the audit search (projections/audit_search.py).
+AUDIT_SEARCH_INDEXES = (
+    "CREATE INDEX IF NOT EXISTS ledger_timeline_actor ON ledger_timeline"
+    " (actor, recorded_at, session_id, version)",
+    "CREATE INDEX IF NOT EXISTS ledger_timeline_type ON ledger_timeline"
+    " (event_type, recorded_at, session_id, version)",
+)
+# Migration 5: every write now records a write id; only callers' idempotency keys (those
+# with a request digest) are looked up by key, so only they are indexed.
+CALLER_KEYS_INDEX = (
+    "DROP INDEX IF EXISTS ledger_timeline_idempotency",
+    "CREATE UNIQUE INDEX ledger_timeline_idempotency ON ledger_timeline"
+    " (session_id, idempotency_key) WHERE request_digest IS NOT NULL",
+)
+# Migration 6: the streams view (`projections/streams.py`); the sweep of streams left
+# open finds them by a partial index, without reading the ended ones.
+STREAMS = (
+    "CREATE TABLE IF NOT EXISTS ledger_streams ("
+    " session_id uuid NOT NULL, stream_id text NOT NULL, opened_version bigint NOT NULL,"
+    " role text NOT NULL, turn text, parent text, state text NOT NULL, text text NOT NULL,"
+    " updated_at timestamptz NOT NULL, ended_version bigint, cause text,"
+    " PRIMARY KEY (session_id, stream_id))",
+    "CREATE INDEX IF NOT EXISTS ledger_streams_open ON ledger_streams (updated_at)"
+    " WHERE state = 'open'",
+)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    tuple(LAYOUT_AT_NUMBERING),
+    DATA_KEYS,
+    ACCESS_LOG,
+    AUDIT_SEARCH_INDEXES,
+    CALLER_KEYS_INDEX,
+    STREAMS,
+)
 LATEST = len(MIGRATIONS)
 
 

@@ -21,7 +21,7 @@ from session_ledger.domain.ports import WriteBatch
 from session_ledger.domain.session import HistoryReplaced, MessagesAppended, Session
 from session_ledger.domain.tokens import NamedTokenizer
 
-from .changes import view_changes
+from .changes import stream_message, view_changes
 from .sqlite import SQLiteLedgerRecorder
 from .view_writes import EventsDisagree
 from .views import SQLViews
@@ -39,10 +39,9 @@ def write_batches(events: Iterable[Any], tokenizer: NamedTokenizer) -> Iterator[
         sessions[event.originator_id] = after
         counts: tuple[Any, ...] = ()
         if isinstance(event, MessagesAppended | HistoryReplaced):
-            counts = tuple(
-                tokenizer.count(ChatMessage(m["role"], tuple(m["blocks"]), {}).content)
-                for m in event.messages
-            )
+            counts = tuple(_count(tokenizer, m) for m in event.messages)
+        elif (message := stream_message(event)) is not None:
+            counts = (_count(tokenizer, message),)
         yield WriteBatch(
             session_id=event.originator_id,
             tenant=after.tenant,
@@ -54,6 +53,10 @@ def write_batches(events: Iterable[Any], tokenizer: NamedTokenizer) -> Iterator[
             next_message_id=after.next_message_id,
             counts=counts,
         )
+
+
+def _count(tokenizer: NamedTokenizer, message: dict[str, Any]) -> Any:
+    return tokenizer.count(ChatMessage(message["role"], tuple(message["blocks"]), {}).content)
 
 
 def rebuild(
@@ -80,7 +83,8 @@ def _replay_into(
     records, decoded = itertools.tee(stored)  # read in step: tee holds one record
     events = (mapper.to_domain_event(s) for s in decoded)
     for record, batch in zip(records, write_batches(events, tokenizer), strict=True):
-        target.apply_changes(cursor, view_changes(batch), (record,), check_kept=True)
+        target.apply_changes(cursor, target.sealed_changes(view_changes(batch)), (record,),
+                             check_kept=True)  # fmt: skip
         count += 1
         if progress is not None and count % 1000 == 0:
             progress(count)

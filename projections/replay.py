@@ -18,6 +18,10 @@ from session_ledger.domain.session import (
     MessagesAppended,
     MessagesArchived,
     SessionStarted,
+    StreamAborted,
+    StreamChunksAppended,
+    StreamCompleted,
+    StreamStarted,
 )
 
 
@@ -69,5 +73,12 @@ def apply(state: ReplayedSession, event: Any) -> None:
     elif isinstance(event, MessagesArchived):
         state.archived += state.active[: event.count]
         state.active = state.active[event.count :]
+    elif isinstance(event, StreamCompleted | StreamAborted):
+        # a completion's message, or the partial an abort kept, enters the history
+        if event.message is not None:
+            state.active.append((state.next_message_id, ChatMessage.parse(event.message)))
+            state.next_message_id += 1
+    elif isinstance(event, StreamStarted | StreamChunksAppended):
+        return  # in the events and the streams view; not in the history
     else:
         raise TypeError(f"cannot replay {type(event).__name__}")

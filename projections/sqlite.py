@@ -13,7 +13,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from eventsourcing.persistence import AggregateRecorder, ApplicationRecorder, StoredEvent
+from eventsourcing.persistence import (
+    AggregateRecorder,
+    ApplicationRecorder,
+    Mapper,
+    StoredEvent,
+)
 from eventsourcing.sqlite import (
     SQLiteApplicationRecorder,
     SQLiteCursor,
@@ -21,8 +26,9 @@ from eventsourcing.sqlite import (
     SQLiteFactory,
 )
 
-from .changes import MessageRow, view_changes
+from .changes import MessageRow
 from .eventsourcing_compat import DurableSQLitePool
+from .sealing import SealingFactory
 from .sql import LIVE_COLUMNS, TIME_FORMAT, Reader, utc_text
 from .sqlite_schema import LATEST, migrate, schema_version
 from .views import SQLViews
@@ -41,6 +47,15 @@ class SQLiteLedgerRecorder(SQLiteApplicationRecorder, SQLViews):
     def __init__(self, datastore: SQLiteDatastore, events_table_name: str = "ledger_events"):
         super().__init__(datastore, events_table_name)
         self.rows_read = 0
+
+    def insert_events(
+        self, stored_events: Sequence[StoredEvent], **kwargs: Any
+    ) -> Sequence[int] | None:
+        ids = super().insert_events(stored_events, **kwargs)
+        batch = kwargs.get("ledger_batch")
+        if self.after_commit is not None and batch is not None:
+            self.after_commit(batch.session_id)
+        return ids
 
     def create_table(self) -> None:
         """The events' table (the library's), then the views' migrations."""
@@ -63,7 +78,7 @@ class SQLiteLedgerRecorder(SQLiteApplicationRecorder, SQLViews):
         ids = super()._insert_events(c, stored_events, **kwargs)
         batch = kwargs.get("ledger_batch")
         if batch is not None:
-            self.apply_changes(c, view_changes(batch), stored_events)
+            self.apply_changes(c, self._view_changes(batch), stored_events)
         return ids
 
     @contextmanager
@@ -81,6 +96,11 @@ class SQLiteLedgerRecorder(SQLiteApplicationRecorder, SQLViews):
 
     @contextmanager
     def _write_transaction(self) -> Iterator[Any]:
+        with self.datastore.transaction(commit=True) as c, c as raw:
+            yield raw
+
+    @contextmanager
+    def _appending(self) -> Iterator[Any]:
         with self.datastore.transaction(commit=True) as c, c as raw:
             yield raw
 
@@ -137,7 +157,7 @@ class _Reader:
             raw.row_factory = sqlite3.Row
 
 
-class SQLiteLedgerFactory(SQLiteFactory):
+class SQLiteLedgerFactory(SealingFactory, SQLiteFactory):
     """eventsourcing persistence module for the ledger on SQLite."""
 
     def __init__(self, env: Any):
@@ -156,8 +176,13 @@ class SQLiteLedgerFactory(SQLiteFactory):
             recorder.create_table()
         return recorder
 
+    def mapper(self, transcoder: Any = None, mapper_class: Any = None) -> Mapper[Any]:
+        sealing = self.sealing_mapper(transcoder or self.transcoder())
+        return sealing or super().mapper(transcoder, mapper_class)
+
     def application_recorder(self) -> ApplicationRecorder:
         recorder = SQLiteLedgerRecorder(self.datastore)
+        self.sealing(recorder)
         if self.env_create_table():
             recorder.create_table()
         return recorder

@@ -86,7 +86,76 @@ def _layout_at_numbering(c: Any) -> None:
     c.execute("DROP INDEX IF EXISTS ledger_timeline_time")
 
 
-MIGRATIONS = (_layout_at_numbering,)
+def _data_keys(c: Any) -> None:
+    """Migration 2: each session's data key, wrapped by a master key (sealing.py)."""
+    c.execute(
+        "CREATE TABLE IF NOT EXISTS ledger_data_keys (session_id TEXT PRIMARY KEY,"
+        " master_key_id TEXT NOT NULL, wrapped BLOB NOT NULL, created_at TEXT NOT NULL)"
+        " WITHOUT ROWID"
+    )
+
+
+def _access_log(c: Any) -> None:
+    """Migration 3: the access log (projections/access_log.py), kept beside the views:
+    not derived from the events, so `rebuild` leaves it alone."""
+    c.execute(
+        "CREATE TABLE IF NOT EXISTS ledger_access_log ("
+        " tenant TEXT NOT NULL, seq INTEGER NOT NULL, recorded_at TEXT NOT NULL,"
+        " actor TEXT NOT NULL, role TEXT NOT NULL, action TEXT NOT NULL, session_key TEXT,"
+        " parameters TEXT NOT NULL, records INTEGER NOT NULL, chain BLOB NOT NULL,"
+        " PRIMARY KEY (tenant, seq)) WITHOUT ROWID"
+    )
+
+
+# Migration 4: the indexes of the audit search (projections/audit_search.py).
+AUDIT_SEARCH_INDEXES = (
+    "CREATE INDEX IF NOT EXISTS ledger_timeline_actor ON ledger_timeline"
+    " (actor, recorded_at, session_id, version)",
+    "CREATE INDEX IF NOT EXISTS ledger_timeline_type ON ledger_timeline"
+    " (event_type, recorded_at, session_id, version)",
+)
+
+
+def _audit_search(c: Any) -> None:
+    for statement in AUDIT_SEARCH_INDEXES:
+        c.execute(statement)
+
+
+# Migration 5: every write now records a write id; only callers' idempotency keys (those
+# with a request digest) are looked up by key, so only they are indexed.
+CALLER_KEYS_INDEX = (
+    "DROP INDEX IF EXISTS ledger_timeline_idempotency",
+    "CREATE UNIQUE INDEX ledger_timeline_idempotency ON ledger_timeline"
+    " (session_id, idempotency_key) WHERE request_digest IS NOT NULL",
+)
+
+
+def _caller_keys_index(c: Any) -> None:
+    for statement in CALLER_KEYS_INDEX:
+        c.execute(statement)
+
+
+STREAMS_TABLE = (
+    "CREATE TABLE IF NOT EXISTS ledger_streams ("
+    " session_id TEXT NOT NULL, stream_id TEXT NOT NULL, opened_version INTEGER NOT NULL,"
+    " role TEXT NOT NULL, turn TEXT, parent TEXT, state TEXT NOT NULL, text TEXT NOT NULL,"
+    " updated_at TEXT NOT NULL, ended_version INTEGER, cause TEXT,"
+    " PRIMARY KEY (session_id, stream_id)) WITHOUT ROWID",
+    # The sweep of streams left open finds them without reading the ended ones.
+    "CREATE INDEX IF NOT EXISTS ledger_streams_open ON ledger_streams (updated_at)"
+    " WHERE state = 'open'",
+)
+
+
+def _streams(c: Any) -> None:
+    """Migration 6: the streams view (`projections/streams.py`)."""
+    for statement in STREAMS_TABLE:
+        c.execute(statement)
+
+
+MIGRATIONS = (
+    _layout_at_numbering, _data_keys, _access_log, _audit_search, _caller_keys_index, _streams,
+)  # fmt: skip
 LATEST = len(MIGRATIONS)
 
 

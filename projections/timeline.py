@@ -63,13 +63,20 @@ class TimelineReads(ViewStore):
             )
         return [r["session_key"] for r in rows]
 
-    def prior_write(self, session_id: uuid.UUID, idempotency_key: str) -> PriorWrite | None:
+    def prior_write(
+        self, session_id: uuid.UUID, write_id: str, since: int | None = None
+    ) -> PriorWrite | None:
+        # Only callers' keys (which carry their request's digest) are indexed: the ids the
+        # ledger makes are looked for among the few versions a write may have taken.
+        where, params = (
+            ("request_digest IS NOT NULL", ()) if since is None else ("version >= ?", (since,))
+        )
         with self._reading() as read:
             rows = self._fetch(
                 read,
                 "SELECT request_digest, version, message_count FROM ledger_timeline "
-                "WHERE session_id = ? AND idempotency_key = ?",
-                (self._sid(session_id), idempotency_key),
+                f"WHERE session_id = ? AND idempotency_key = ? AND {where}",
+                (self._sid(session_id), write_id, *params),
             )
         if not rows:
             return None
@@ -97,3 +104,29 @@ class TimelineReads(ViewStore):
                 (tenant, tenant, key, limit),
             )
         return [(r["tenant"], r["session_key"]) for r in rows]
+
+    def tenants(self) -> list[str]:
+        """Every tenant that has a session (read from the (tenant, key) index)."""
+        with self._reading() as read:
+            rows = self._fetch(read, "SELECT DISTINCT tenant FROM ledger_sessions ORDER BY 1", ())
+        return [r["tenant"] for r in rows]
+
+    def tenant_heads(
+        self, tenant: str, after: str | None, limit: int
+    ) -> list[tuple[str, int, bytes | None]]:
+        """(key, version, stored chain head) of a tenant's sessions after key `after`, in
+        key order: what a checkpoint signs. The head is the newest timeline row's."""
+        with self._reading() as read:
+            rows = self._fetch(
+                read,
+                "SELECT s.session_key, t.version, t.chain FROM ledger_sessions s "
+                "JOIN ledger_timeline t ON t.session_id = s.session_id "
+                "WHERE s.tenant = ? AND s.session_key > ? AND t.version = "
+                "(SELECT max(m.version) FROM ledger_timeline m WHERE m.session_id = s.session_id) "
+                "ORDER BY s.session_key LIMIT ?",
+                (tenant, after or "", limit),
+            )
+        return [
+            (r["session_key"], r["version"], None if r["chain"] is None else bytes(r["chain"]))
+            for r in rows
+        ]

@@ -29,12 +29,12 @@ class TranscriptReads(ViewStore):
             if version is not None:  # (the id orders the merge of a past version's tables)
                 rows = self._rows(read, ("role, message, message_id", ()), 2, sid, status,
                                   version, limit=limit, offset=offset)  # fmt: skip
-                return StoredMessages(version, rows)
+                return StoredMessages(version, self._opened(session_id, rows))
             # One statement: the rows and the version they are of (one snapshot).
             rows = self._rows(read, (f"role, message, {HEAD_VERSION} AS seen", (sid,)), 2, sid,
                               status, None, limit=limit, offset=offset)  # fmt: skip
             if rows:
-                return StoredMessages(rows[0][2], rows)
+                return StoredMessages(rows[0][2], self._opened(session_id, rows))
             head = self._tuples(read, HEAD_VERSION_SELECT, (sid,))
         return StoredMessages(head[0][0] if head else 0, rows)
 
@@ -47,7 +47,8 @@ class TranscriptReads(ViewStore):
                 "AND valid_to = ? ORDER BY status, message_id",
                 (self._sid(session_id), version),
             )
-        return [(r["status"], decode_body(r["role"], r["message"])) for r in rows]
+        opened = self._opened(session_id, [(r["status"], r["message"], r["role"]) for r in rows])
+        return [(status, decode_body(role, body)) for status, body, role in opened]
 
     def message_at(
         self, session_id: uuid.UUID, position: int, count: int
@@ -65,5 +66,7 @@ class TranscriptReads(ViewStore):
             )
         if not rows:
             return None
-        r = rows[0]
-        return r["message_id"], decode_body(r["role"], r["message"])
+        ((message_id, role, body),) = self._opened(
+            session_id, [(rows[0]["message_id"], rows[0]["role"], rows[0]["message"])], 2
+        )
+        return message_id, decode_body(role, body)

@@ -22,11 +22,14 @@ from .changes import (
     ArchiveOldest,
     CloseHistory,
     CloseMessage,
+    EraseContent,
+    ExtendStream,
     InsertMessages,
+    OpenStream,
     TimelineRow,
     ViewChanges,
 )
-from .dialect import ViewStore
+from .key_rows import DataKeyRows
 from .sql import (
     ADDED_TOKENS,
     CHAIN_AT,
@@ -36,6 +39,7 @@ from .sql import (
     SESSION_INSERT,
     TIMELINE_COLUMNS,
 )
+from .streams import StreamViews
 
 
 def _records(stored: Iterable[StoredEvent]) -> Iterator[tuple[int, str, bytes]]:
@@ -49,7 +53,7 @@ class EventsDisagree(LedgerError):
     code = "events_disagree"
 
 
-class ViewWrites(ViewStore):
+class ViewWrites(DataKeyRows, StreamViews):
     """Writes the view rows of a write (and of `rebuild`, event by event)."""
 
     # -- inline writes ----------------------------------------------------------------------
@@ -85,6 +89,12 @@ class ViewWrites(ViewStore):
                                (sid, ACTIVE, c.message_id))  # fmt: skip
             elif isinstance(c, ArchiveOldest):
                 self._archive_oldest(cursor, sid, c)
+            elif isinstance(c, EraseContent):
+                self._erase_content(cursor, vc.session_id)
+            elif isinstance(c, OpenStream):
+                self._open_stream(cursor, sid, c)
+            elif isinstance(c, ExtendStream):
+                self._extend_stream(cursor, sid, c)
         chains = self._chains(cursor, vc.session_id, records, chain_before)
         rows = zip(
             self._timeline_params(vc, times, sid),
@@ -209,7 +219,8 @@ class ViewWrites(ViewStore):
     def _check_kept(self, cursor: Any, sid: Any, session_id: uuid.UUID, c: CloseHistory) -> None:
         self._execute(cursor, "SELECT message FROM ledger_messages WHERE session_id = ? AND "
                       "status = ? ORDER BY message_id LIMIT ?", (sid, ACTIVE, c.kept))  # fmt: skip
-        held = [row["message"] for row in cursor.fetchall()]
+        held = [r[1] for r in self._opened(session_id, [(0, row["message"]) for row in
+                                                            cursor.fetchall()])]  # fmt: skip
         for i, message in enumerate(c.kept_messages):
             expected = stored_body(message, canonical_json(message))
             if i >= len(held) or held[i] != expected:

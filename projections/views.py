@@ -7,7 +7,7 @@ Statements are written with `?` placeholders; a dialect converts them (`sql.py`)
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
@@ -33,14 +33,37 @@ def _portable(value: Any) -> Any:
 class SQLViews(ViewWrites, ContextReads, TranscriptReads, TimelineReads):
     """Reads and inline writes of the views; subclasses supply the SQL dialect."""
 
-    view_tables = ("ledger_sessions", "ledger_messages", "ledger_ended_messages", "ledger_timeline")
+    view_tables = (
+        "ledger_sessions", "ledger_messages", "ledger_ended_messages", "ledger_timeline",
+        "ledger_streams",
+    )  # fmt: skip
+    # (`ledger_data_keys` is no view: rebuild keeps it, the events' content needs it)
     view_order = {
         "ledger_sessions": "session_id",
         "ledger_messages": "session_id, status, message_id",
         "ledger_ended_messages": "session_id, status, message_id, valid_from",
         "ledger_timeline": "session_id, version",
+        "ledger_streams": "session_id, stream_id",
     }
     event_position = "rowid"  # the column that orders the whole event log
+    # Told each session id once its write committed (the live tails' hub, if any).
+    after_commit: Callable[[uuid.UUID], None] | None = None
+
+    # -- the live tails' watcher ------------------------------------------------------------
+
+    def last_event_position(self) -> int:
+        with self._reading() as read:
+            rows = read.tuples(f"SELECT max({self.event_position}) FROM ledger_events", ())
+        return int(rows[0][0] or 0)
+
+    def events_written_after(self, position: int, limit: int) -> list[tuple[int, uuid.UUID]]:
+        """(position, session id) of the events after `position` in the log, in log order
+        (on PostgreSQL an id may commit after a higher one: a hint, not a cursor)."""
+        p = self.event_position
+        with self._reading() as read:
+            rows = read.tuples(f"SELECT {p}, originator_id FROM ledger_events WHERE {p} > ?"
+                               f" ORDER BY {p} LIMIT ?", (position, limit))  # fmt: skip
+        return [(int(at), uuid.UUID(str(sid))) for at, sid in rows]
 
     # -- rebuild ----------------------------------------------------------------------------
 
@@ -81,5 +104,7 @@ class SQLViews(ViewWrites, ContextReads, TranscriptReads, TimelineReads):
                 # sqlite3.Row iterates its values, psycopg's dict rows their keys
                 values = {k: _portable(row[k]) for k in row.keys()}  # noqa: SIM118
                 if "message" in values:
-                    values["message"] = body_json(values["role"], values["message"])
+                    ((body,),) = self._opened(uuid.UUID(values["session_id"]),
+                                              [(values["message"],)], 0)  # fmt: skip
+                    values["message"] = body_json(values["role"], body)
                 yield tuple(values.values())

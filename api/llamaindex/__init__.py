@@ -8,6 +8,8 @@
 - `LedgerMemory`: `BaseChatStoreMemory`, `ChatMemoryBuffer`'s window served by the ledger;
   its `chat_store` is a `LedgerChatStore` on the same session.
 - `record_response`: an agent's answer with its tool outputs and source nodes.
+- `tee_tokens`, `atee_tokens`, `tee_response`, `tee_events`: a streamed answer handed on
+  unchanged and recorded as a stream of the session (in-process `Ledger`).
 Each works on an in-process `Ledger` (`ledger=`, or a database `url=`) or on a
 session-ledger server (`url="http(s)://..."`, API key from `api_key=` or LEDGER_API_KEY).
 """
@@ -17,6 +19,7 @@ from .chat_store import LedgerChatStore
 from .db_chat_store import LedgerDBChatStore
 from .memory import LedgerMemory
 from .responses import arecord_response, record_response, response_message
+from .tee import atee_tokens, tee_events, tee_response, tee_tokens
 
 __all__ = [
     "API_KEY_ENV",
@@ -24,6 +27,10 @@ __all__ = [
     "LedgerDBChatStore",
     "LedgerMemory",
     "arecord_response",
+    "atee_tokens",
     "record_response",
     "response_message",
+    "tee_events",
+    "tee_response",
+    "tee_tokens",
 ]

@@ -4,17 +4,21 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Depends, Query, Response
 
+from ..access_log import AccessLoggedRoute, logged
 from ..deps import BIG, LedgerDep, ReaderDep, SessionKeyDep
 from ..errors import ERROR_RESPONSES
 from ..responses import etag
 from ..schemas import AuditEvent, AuditTrail
 
-router = APIRouter(prefix="/v1/sessions", tags=["sessions"], responses=ERROR_RESPONSES)
+router = APIRouter(
+    prefix="/v1/sessions", tags=["sessions"], responses=ERROR_RESPONSES,
+    route_class=AccessLoggedRoute,
+)  # fmt: skip
 
 
-@router.get("/{key}/events", response_model=AuditTrail)
+@router.get("/{key}/events", response_model=AuditTrail, dependencies=[Depends(logged("audit"))])
 def get_audit_trail(
     key: SessionKeyDep, ledger: LedgerDep, who: ReaderDep, response: Response,
     after: Annotated[int, Query(ge=0, le=BIG, description="Events after this version.")] = 0,

@@ -11,15 +11,19 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import StreamingResponse
 
-from session_ledger.projections.export import export_csv, export_jsonl, plan_export
+from session_ledger.projections.export import export_csv, export_jsonl, plan_export, plan_proof
 
+from ..access_log import AccessLoggedRoute, logged
 from ..deps import AsOfVersion, ExporterDep, LedgerDep, SessionKeyDep
 from ..errors import ERROR_RESPONSES
 
-router = APIRouter(prefix="/v1/sessions", tags=["export"], responses=ERROR_RESPONSES)
+router = APIRouter(
+    prefix="/v1/sessions", tags=["export"], responses=ERROR_RESPONSES,
+    route_class=AccessLoggedRoute,
+)  # fmt: skip
 MEDIA_TYPES = {"jsonl": "application/x-ndjson", "csv": "text/csv; charset=utf-8"}
 CHUNK_BYTES = 64 * 1024  # one worker-thread hand-off per chunk, not per line
 EXPORT_RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -50,9 +54,10 @@ def _chunks(parts: Iterator[bytes]) -> Iterator[bytes]:
 
 @router.get(
     "/{key}/export", response_class=StreamingResponse, responses=EXPORT_RESPONSES,
+    dependencies=[Depends(logged("export"))],
 )  # fmt: skip
 def export_session(
-    key: SessionKeyDep, ledger: LedgerDep, who: ExporterDep,
+    request: Request, key: SessionKeyDep, ledger: LedgerDep, who: ExporterDep,
     format: Annotated[Literal["jsonl", "csv"], Query(
         description="jsonl: every event with its stored record and hash chain, verifiable "
         "offline (`session-ledger verify-export`); csv: the history, one row per message."
@@ -61,7 +66,11 @@ def export_session(
 ) -> StreamingResponse:  # fmt: skip
     """Export the session's transcript for compliance, streamed (auditor and admin keys)."""
     plan = plan_export(ledger, key, tenant=who.tenant, as_of_version=as_of_version)
-    lines = export_jsonl(ledger, plan) if format == "jsonl" else export_csv(ledger, plan)
+    if format == "jsonl":
+        proof = plan_proof(plan, request.app.state.settings.checkpoint_dir)
+        lines = export_jsonl(ledger, plan, proof=proof)
+    else:
+        lines = export_csv(ledger, plan)
     filename = f"session-{plan.session_id}-v{plan.to_version}.{format}"
     return StreamingResponse(
         _chunks(lines),

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Path, Query, Response
+from fastapi import APIRouter, Depends, Path, Query, Response
 
 from session_ledger.domain import ports
 from session_ledger.domain.errors import SessionNotFound
 
+from ..access_log import AccessLoggedRoute, logged
 from ..deps import (
     BIG,
     AsOf,
@@ -31,7 +32,10 @@ from ..errors import ERROR_RESPONSES, PreconditionFailed
 from ..responses import etag, message_list
 from ..schemas import AppendIn, ArchiveIn, MessageList, MessagesIn, WriteResult
 
-router = APIRouter(prefix="/v1/sessions", tags=["sessions"], responses=ERROR_RESPONSES)
+router = APIRouter(
+    prefix="/v1/sessions", tags=["sessions"], responses=ERROR_RESPONSES,
+    route_class=AccessLoggedRoute,
+)  # fmt: skip
 
 
 def _written(response: Response, result: ports.WriteResult) -> WriteResult:
@@ -114,7 +118,9 @@ def archive_oldest(
     return _written(response, ledger.archive_oldest(key, body.count, **kwargs))
 
 
-@router.get("/{key}/messages", response_model=MessageList)
+@router.get(
+    "/{key}/messages", response_model=MessageList, dependencies=[Depends(logged("transcript"))]
+)
 def get_history(
     key: SessionKeyDep, ledger: LedgerDep, who: ReaderDep,
     status: Literal["active", "archived"] = "active",
@@ -129,7 +135,7 @@ def get_history(
     return message_list(read, who.tenant, key)
 
 
-@router.get("/{key}/context", response_model=MessageList)
+@router.get("/{key}/context", response_model=MessageList, dependencies=[Depends(logged("window"))])
 def get_context(
     key: SessionKeyDep, ledger: LedgerDep, who: ReaderDep,
     token_limit: Annotated[int | None, Query(ge=1, le=BIG, description="Default: "

@@ -37,7 +37,7 @@ def list_sessions(
                                         description="`next_cursor` of the previous page.")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     exclude_cleared: Annotated[bool, Query(description="Leave out sessions whose last "
-                                           "change was a reset.")] = False,
+                                           "change was a reset or an erasure.")] = False,
 ) -> SessionKeys:  # fmt: skip
     """The caller's tenant's session keys, sorted, one page at a time."""
     found = ledger.keys(tenant=who.tenant, prefix=prefix, after=cursor, limit=limit + 1,

@@ -1,0 +1,270 @@
+"""The `session-ledger` commands of evidence an auditor checks without trusting the
+operator: make a signing key pair, sign checkpoints and check the store against them
+(`verify --checkpoint`, an option of `verify` in cli.py that lands here), check exports
+and packages (`verify-export`), write a tenant's package (`export` without a key lands
+here), search events across sessions (`events`) and read the access log (`access-log`)."""
+
+from __future__ import annotations
+
+import getpass
+import itertools
+import json
+import threading
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from session_ledger.domain.errors import CheckpointError, InvalidInput
+from session_ledger.domain.ledger import Ledger
+from session_ledger.domain.ports import ChainReport
+
+from .cli import DatabaseUrl, cli, failing_cleanly, load_settings, opened_ledger
+from .settings import Settings
+
+
+@cli.command("checkpoint-keys")
+def checkpoint_keys(
+    private: Annotated[Path, typer.Option(help="Write the private key here (PEM, mode 0600).")],
+    public: Annotated[Path, typer.Option(help="Write the public key here (PEM).")],
+) -> None:
+    """Make an Ed25519 key pair for checkpoints: the private one for
+    LEDGER_SIGNING_KEY_FILE, the public one for auditors."""
+    from session_ledger.projections.checkpoint import generate_keys
+
+    try:
+        fingerprint = generate_keys(private, public)
+    except OSError as exc:
+        typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
+        raise typer.Exit(2) from None
+    typer.echo(f"key id {fingerprint}\nprivate key: {private}\npublic key: {public}")
+
+
+@cli.command()
+def checkpoint(
+    tenant: Annotated[
+        str | None, typer.Option(help="One tenant (default: every tenant with a session).")
+    ] = None,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Sign a checkpoint of each tenant's session heads with LEDGER_SIGNING_KEY_FILE and
+    write it under LEDGER_CHECKPOINT_DIR."""
+    settings = load_settings(database_url)
+    with failing_cleanly(), opened_ledger(settings) as ledger:
+        for path in make_checkpoints(settings, ledger, tenant):
+            typer.echo(str(path))
+
+
+def make_checkpoints(settings: Settings, ledger: Ledger, tenant: str | None = None) -> list[Path]:
+    """One checkpoint per tenant (or of `tenant`): the files written."""
+    from session_ledger.projections.checkpoint import load_private_key, make_checkpoint
+    from session_ledger.projections.views import SQLViews
+
+    if settings.signing_key_file is None:
+        raise CheckpointError("set LEDGER_SIGNING_KEY_FILE to the checkpoint signing key")
+    key = load_private_key(settings.signing_key_file)
+    views = ledger.views
+    assert isinstance(views, SQLViews)
+    tenants = [tenant] if tenant is not None else views.tenants()
+    return [make_checkpoint(views, t, key, settings.checkpoint_dir)[0] for t in tenants]
+
+
+def start_checkpoint_timer(settings: Settings) -> threading.Event | None:
+    """When LEDGER_CHECKPOINT_INTERVAL_MINUTES is set, a thread of `serve`'s own process
+    (one per server, not per worker, so the files form one chain) that signs every
+    tenant's checkpoint at that interval; set the event returned to stop it."""
+    if not settings.checkpoint_interval_minutes:
+        return None
+    if settings.signing_key_file is None:
+        raise CheckpointError("LEDGER_CHECKPOINT_INTERVAL_MINUTES needs LEDGER_SIGNING_KEY_FILE")
+    stop = threading.Event()
+
+    def run() -> None:
+        while not stop.wait(settings.checkpoint_interval_minutes * 60):
+            try:
+                with opened_ledger(settings) as ledger:
+                    make_checkpoints(settings, ledger)
+            except Exception as exc:  # the server goes on; the next round tries again
+                typer.secho(f"checkpoint failed: {type(exc).__name__}: {exc}", err=True)
+
+    threading.Thread(target=run, name="checkpoints", daemon=True).start()
+    return stop
+
+
+def verify_checkpoints(
+    settings: Settings, files: list[Path], public_key_file: Path | None, tenant: str | None
+) -> int:
+    """`verify --checkpoint`: each checkpoint's signature and tree, growth between them,
+    then every session of their tenant against them. Prints each finding; the number of
+    problems found."""
+    from session_ledger.projections.checkpoint import load_public_key, read_checkpoint
+    from session_ledger.projections.checkpoint_verify import (
+        check_checkpoint,
+        check_growth,
+        verify_store,
+    )
+
+    if public_key_file is None:
+        raise CheckpointError("verify --checkpoint needs --public-key FILE")
+    public_key = load_public_key(public_key_file)
+    loaded = sorted(((read_checkpoint(f), f) for f in files),
+                    key=lambda pair: str(pair[0].tree_head["created_at"]))  # fmt: skip
+    checkpoints = [cp for cp, _ in loaded]
+    if tenant is not None and any(c.tenant != tenant for c in checkpoints):
+        raise CheckpointError(f"a checkpoint given is not of tenant {tenant!r}")
+    problems = 0
+    for cp, file in loaded:
+        for problem in check_checkpoint(cp, public_key):
+            problems += 1
+            typer.echo(f"BROKEN  checkpoint {file}: {problem}")
+    for earlier, later in itertools.pairwise(checkpoints):
+        for problem in check_growth(earlier, later):
+            problems += 1
+            typer.echo(f"BROKEN  checkpoints {earlier.hash[:16]} -> {later.hash[:16]}: {problem}")
+    with opened_ledger(settings) as ledger:
+        for report in verify_store(ledger, checkpoints):
+            problems += _show(report)
+    return problems
+
+
+def _show(report: ChainReport) -> int:
+    where = f"{report.tenant}/{report.key}"
+    if report.intact:
+        typer.echo(f"ok      {where}  {report.versions} events  head {report.head}")
+        return 0
+    typer.echo(f"BROKEN  {where}  at version {report.first_bad_version}: {report.problem}")
+    return 1
+
+
+@cli.command()
+def events(
+    actor: Annotated[str | None, typer.Option(help="The events of this actor (key:<id>).")] = None,
+    type: Annotated[str | None, typer.Option(help="The events of this type.")] = None,
+    start: Annotated[datetime | None, typer.Option("--from", help="At or after (UTC).")] = None,
+    end: Annotated[datetime | None, typer.Option("--to", help="Before (UTC).")] = None,
+    prefix: Annotated[str, typer.Option(help="Session keys starting so.")] = "",
+    tenant: Annotated[str | None, typer.Option(help="Tenant (LEDGER_DEFAULT_TENANT).")] = None,
+    limit: Annotated[int, typer.Option(help="At most this many events.")] = 1000,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Search the events of every session of a tenant by actor and/or type, in a time
+    range, oldest first (the twin of GET /v1/events)."""
+    from session_ledger.projections.audit_search import search_events
+    from session_ledger.projections.views import SQLViews
+
+    settings = load_settings(database_url)
+    tenant = tenant or settings.default_tenant
+    shown, cursor = 0, None
+    with failing_cleanly(), opened_ledger(settings) as ledger:
+        views = ledger.views
+        assert isinstance(views, SQLViews)
+        while shown < limit:
+            found, cursor = search_events(
+                views, tenant, actor=actor, event_type=type, start=start, end=end,
+                prefix=prefix, cursor=cursor, limit=min(1000, limit - shown),
+            )  # fmt: skip
+            for e in found:
+                why = f"  reason: {e.reason}" if e.reason else ""
+                typer.echo(f"{e.recorded_at:%Y-%m-%d %H:%M:%S}  {e.key!r} v{e.version}  "
+                           f"{e.event_type:<17} by {e.actor}{why}")  # fmt: skip
+            shown += len(found)
+            if cursor is None:
+                break
+
+
+def export_package(
+    settings: Settings, tenant: str, output: Path | None, prefix: str,
+    start: datetime | None, end: datetime | None, actor: str | None,
+) -> None:  # fmt: skip
+    """`export --tenant T --output DIR|FILE.tar`: the tenant-wide package."""
+    import tempfile
+
+    from session_ledger.projections.package import tar_folder, write_package
+
+    if output is None or output.exists():
+        raise InvalidInput("a package is written to --output DIR or FILE.tar, not there yet")
+    with opened_ledger(settings) as ledger, tempfile.TemporaryDirectory(dir=output.parent) as tmp:
+        folder = Path(tmp) / "package" if output.suffix == ".tar" else output
+        manifest = write_package(ledger, tenant, folder, exported_by=f"cli:{getpass.getuser()}",
+                                 prefix=prefix, start=start, end=end, actor=actor,
+                                 checkpoint_dir=settings.checkpoint_dir)  # fmt: skip
+        if output.suffix == ".tar":
+            tar_folder(folder, output)
+    counts = manifest["counts"]
+    typer.echo(f"exported {counts['sessions']} sessions, {counts['events']} events to {output}",
+               err=True)  # fmt: skip
+
+
+@cli.command("access-log")
+def access_log(
+    tenant: Annotated[str | None, typer.Option(help="Tenant (LEDGER_DEFAULT_TENANT).")] = None,
+    after: Annotated[int, typer.Option(help="Only entries after this number.")] = 0,
+    limit: Annotated[int, typer.Option(help="At most this many entries.")] = 1000,
+    verify: Annotated[bool, typer.Option(help="Also recompute the log's hash chain.")] = False,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Print who read or exported what: the tenant's access log, oldest first."""
+    from session_ledger.projections.access_log import access_entries, verify_access_log
+    from session_ledger.projections.views import SQLViews
+
+    settings = load_settings(database_url)
+    tenant = tenant or settings.default_tenant
+    with failing_cleanly(), opened_ledger(settings) as ledger:
+        views = ledger.views
+        assert isinstance(views, SQLViews)
+        for e in access_entries(views, tenant, after, limit):
+            query = json.dumps(e.parameters, ensure_ascii=False)
+            typer.echo(f"{e.seq}  {e.recorded_at}  {e.actor}  {e.role}  {e.action}  "
+                       f"{e.session_key!r}  {e.records} records  {query}")  # fmt: skip
+        problems = list(verify_access_log(views, tenant)) if verify else []
+    for problem in problems:
+        typer.echo(f"BROKEN  access log of {tenant!r}: {problem}")
+    if verify:
+        typer.echo("the access log's chain is " + ("broken" if problems else "intact"), err=True)
+    if problems:
+        raise typer.Exit(1)
+
+
+@cli.command("verify-export")
+def verify_export(
+    file: Annotated[str, typer.Argument(help="A JSONL export, or - for stdin.")],
+    public_key: Annotated[
+        Path | None,
+        typer.Option(help="The checkpoints' Ed25519 public key (PEM): the export must carry "
+                     "a checkpoint signed by it."),
+    ] = None,
+) -> None:  # fmt: skip
+    """Check a JSONL export offline: exit 0 when intact, 1 naming the first broken line.
+    An export that carries a checkpoint is proven to be in its signed tree."""
+    from session_ledger.projections.export_verify import verify_export as verify
+
+    key = None
+    if public_key is not None:
+        from session_ledger.projections.checkpoint import load_public_key
+
+        with failing_cleanly():
+            key = load_public_key(public_key)
+    if file != "-" and (Path(file).is_dir() or file.endswith(".tar")):
+        from session_ledger.projections.package import verify_package
+
+        problems = verify_package(Path(file), key)
+        for problem in problems:
+            typer.secho(f"BROKEN  {problem}", err=True, fg=typer.colors.RED)
+        if problems:
+            raise typer.Exit(1)
+        typer.echo(f"intact: the package {file}")
+        return
+    if file == "-":
+        report = verify(typer.get_binary_stream("stdin"), key)
+    else:
+        try:
+            with open(file, "rb") as lines:
+                report = verify(lines, key)
+        except OSError as exc:
+            typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
+            raise typer.Exit(2) from None
+    if not report.ok:
+        typer.secho(report.summary(), err=True, fg=typer.colors.RED)
+        raise typer.Exit(1)
+    typer.echo(report.summary())

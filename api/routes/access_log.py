@@ -1,0 +1,55 @@
+"""The tenant's access log: who read or exported which session, when, with which
+parameters, and how many records (auditor and admin keys)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+from pydantic import BaseModel
+
+from session_ledger.projections.access_log import access_entries, verify_access_log
+from session_ledger.projections.views import SQLViews
+
+from ..deps import BIG, ExporterDep, LedgerDep
+from ..errors import ERROR_RESPONSES
+
+router = APIRouter(prefix="/v1/access-log", tags=["access log"], responses=ERROR_RESPONSES)
+
+
+class AccessLogEntry(BaseModel):
+    seq: int
+    recorded_at: str
+    actor: str
+    role: str
+    action: str
+    session_key: str | None
+    parameters: dict[str, object]
+    records: int
+    chain: str
+
+
+class AccessLogPage(BaseModel):
+    entries: list[AccessLogEntry]
+    next_after: int | None
+    problems: list[str] | None = None
+
+
+@router.get("", response_model=AccessLogPage)
+def access_log(
+    ledger: LedgerDep, who: ExporterDep,
+    after: Annotated[int, Query(ge=0, le=BIG, description="Entries after this number.")] = 0,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    verify: Annotated[bool, Query(description="Also recompute the whole chain.")] = False,
+) -> AccessLogPage:  # fmt: skip
+    """The caller's tenant's access log, oldest first, a page at a time; with `verify`,
+    the problems found recomputing its hash chain (an empty list: intact)."""
+    views = ledger.views
+    assert isinstance(views, SQLViews)
+    entries = access_entries(views, who.tenant, after, limit)
+    return AccessLogPage(
+        entries=[AccessLogEntry(**{k: v for k, v in vars(e).items() if k != "tenant"})
+                 for e in entries],
+        next_after=entries[-1].seq if len(entries) == limit else None,
+        problems=list(verify_access_log(views, who.tenant)) if verify else None,
+    )  # fmt: skip

@@ -1,0 +1,62 @@
+"""Audit search across the tenant's sessions: every change one API key made, or every
+event of one type, in a time range (auditor and admin keys), paged by a cursor and
+read from an index (projections/audit_search.py), never session by session."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query
+from pydantic import BaseModel
+
+from session_ledger.projections.audit_search import search_events
+from session_ledger.projections.views import SQLViews
+
+from ..access_log import AccessLoggedRoute, logged_query
+from ..deps import ExporterDep, LedgerDep
+from ..errors import ERROR_RESPONSES
+
+router = APIRouter(
+    prefix="/v1/events", tags=["audit search"], responses=ERROR_RESPONSES,
+    route_class=AccessLoggedRoute,
+)  # fmt: skip
+
+
+class FoundEventOut(BaseModel):
+    key: str
+    version: int
+    event_type: str
+    recorded_at: datetime
+    actor: str
+    reason: str | None
+
+
+class EventSearchPage(BaseModel):
+    events: list[FoundEventOut]
+    next_cursor: str | None
+
+
+@router.get("", response_model=EventSearchPage, dependencies=[Depends(logged_query("search"))])
+def search(
+    ledger: LedgerDep, who: ExporterDep,
+    actor: Annotated[str | None, Query(description="The events of this actor (key:<id>).")] = None,
+    type: Annotated[str | None, Query(description="The events of this type, e.g. "
+                                      "HistoryCleared.")] = None,
+    start: Annotated[datetime | None, Query(alias="from", description="At or after.")] = None,
+    end: Annotated[datetime | None, Query(alias="to", description="Recorded before.")] = None,
+    prefix: Annotated[str, Query(max_length=1024, description="Session keys starting so.")] = "",
+    cursor: Annotated[str | None, Query(max_length=1024, description="next_cursor of the "
+                                        "page before.")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> EventSearchPage:  # fmt: skip
+    """Events across the caller's tenant, oldest first: name an actor or a type (or both)."""
+    views = ledger.views
+    assert isinstance(views, SQLViews)
+    found, next_cursor = search_events(
+        views, who.tenant, actor=actor, event_type=type, start=start, end=end, prefix=prefix,
+        cursor=cursor, limit=limit,
+    )  # fmt: skip
+    return EventSearchPage(
+        events=[FoundEventOut(**vars(e)) for e in found], next_cursor=next_cursor
+    )

@@ -1,0 +1,137 @@
+"""A session's streams over HTTP: open one, append its deltas in batches, then complete it
+(its text enters the history as one message) or abort it (the partial stays in the audit
+trail). A stream with no request for `stream_timeout_seconds` is aborted by the server."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Path, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from session_ledger.domain.errors import StreamNotFound
+from session_ledger.domain.streams import MAX_STREAM_ID_CHARS
+
+from ..deps import TEXT_PATTERN, LedgerDep, ReaderDep, SessionKeyDep, WriteOptionsDep, WriterDep
+from ..errors import ERROR_RESPONSES
+from ..schemas import WriteResult
+from .messages import _precondition, _written
+
+router = APIRouter(prefix="/v1/sessions", tags=["streams"], responses=ERROR_RESPONSES)
+
+StreamIdDep = Annotated[
+    str,
+    Path(min_length=1, max_length=MAX_STREAM_ID_CHARS, pattern=TEXT_PATTERN,
+         description="The stream's id, as its opening answered."),
+]  # fmt: skip
+Deltas = list[Annotated[str, Field(max_length=4 * 1024 * 1024)]]
+
+
+class StreamOpenIn(BaseModel):
+    """A stream to open: the role of the message it will make, and where it belongs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    role: str = Field("assistant", max_length=32, description="A LlamaIndex role.")
+    stream_id: str | None = Field(None, min_length=1, max_length=MAX_STREAM_ID_CHARS,
+                                  pattern=TEXT_PATTERN)  # fmt: skip
+    turn: str | None = Field(None, max_length=256)
+    parent: str | None = Field(None, max_length=256)
+
+
+class ChunksIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    deltas: Deltas = Field(min_length=1)
+
+
+class CompleteIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    deltas: Deltas = Field(default_factory=list, description="The last deltas, if any.")
+    additional_kwargs: dict[str, Any] | None = None
+
+
+class AbortIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    cause: Literal["client_gone", "error", "timeout", "superseded"]
+    deltas: Deltas = Field(default_factory=list)
+    keep_partial: bool = Field(
+        False, description="Also keep the partial text as a message of the history."
+    )
+
+
+class StreamOpened(WriteResult):
+    stream_id: str
+
+
+class StreamState(BaseModel):
+    stream_id: str
+    role: str
+    turn: str | None
+    parent: str | None
+    state: Literal["open", "completed", "aborted"]
+    text: str = Field(description="The deltas recorded so far, joined.")
+    opened_version: int
+    ended_version: int | None
+    cause: str | None
+    updated_at: datetime
+
+
+@router.post("/{key}/streams", response_model=StreamOpened, status_code=201)
+def open_stream(
+    key: SessionKeyDep, body: StreamOpenIn, ledger: LedgerDep, who: WriterDep,
+    options: WriteOptionsDep, response: Response,
+) -> StreamOpened:  # fmt: skip
+    """Open a stream (creates the session); deltas follow on its `chunks` route."""
+    _precondition(ledger, key, who.tenant, options)
+    opened = ledger.open_stream(key, role=body.role, stream_id=body.stream_id, turn=body.turn,
+                                parent=body.parent, **options.ledger_kwargs(who))  # fmt: skip
+    written = _written(response, opened.result)
+    return StreamOpened(**written.model_dump(), stream_id=opened.stream_id)
+
+
+@router.post("/{key}/streams/{stream_id}/chunks", response_model=WriteResult)
+def append_chunks(
+    key: SessionKeyDep, stream_id: StreamIdDep, body: ChunksIn, ledger: LedgerDep,
+    who: WriterDep, options: WriteOptionsDep, response: Response,
+) -> WriteResult:  # fmt: skip
+    """Append a batch of deltas; 409 once the stream has completed or been aborted."""
+    result = ledger.append_stream(key, stream_id, body.deltas, **options.ledger_kwargs(who))
+    return _written(response, result)
+
+
+@router.post("/{key}/streams/{stream_id}/complete", response_model=WriteResult)
+def complete_stream(
+    key: SessionKeyDep, stream_id: StreamIdDep, body: CompleteIn, ledger: LedgerDep,
+    who: WriterDep, options: WriteOptionsDep, response: Response,
+) -> WriteResult:  # fmt: skip
+    """Complete the stream: its text becomes one message of the history."""
+    result = ledger.complete_stream(key, stream_id, body.deltas, body.additional_kwargs,
+                                    **options.ledger_kwargs(who))  # fmt: skip
+    return _written(response, result)
+
+
+@router.post("/{key}/streams/{stream_id}/abort", response_model=WriteResult)
+def abort_stream(
+    key: SessionKeyDep, stream_id: StreamIdDep, body: AbortIn, ledger: LedgerDep,
+    who: WriterDep, options: WriteOptionsDep, response: Response,
+) -> WriteResult:  # fmt: skip
+    """Abort the stream: the partial stays in the audit trail (and in the history only
+    with `keep_partial`)."""
+    result = ledger.abort_stream(key, stream_id, body.cause, body.deltas, body.keep_partial,
+                                 **options.ledger_kwargs(who))  # fmt: skip
+    return _written(response, result)
+
+
+@router.get("/{key}/streams/{stream_id}", response_model=StreamState)
+def get_stream(
+    key: SessionKeyDep, stream_id: StreamIdDep, ledger: LedgerDep, who: ReaderDep
+) -> StreamState:
+    """The stream as recorded: its text so far and how it ended."""
+    found = ledger.stream_state(key, stream_id, tenant=who.tenant)
+    if found is None:
+        raise StreamNotFound(f"session {key!r} has no stream {stream_id!r}")
+    return StreamState(**vars(found))

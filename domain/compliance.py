@@ -1,0 +1,189 @@
+"""Erasure, legal hold and retention: the commands a compliance team runs on sessions.
+
+Erasure is crypto-shredding: a session's content is stored sealed under a data key of
+its own (by the store, at the stored-event and view-row boundary), and `erase` records
+a `SessionErased` event whose write destroys that key and drops the rows that held the
+content, in one transaction. The events stay, so the hash chain and the audit trail
+still hold; their content can no longer be opened.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from .errors import (
+    EncryptionRequired,
+    HoldConflict,
+    InvalidInput,
+    LegalHold,
+    SessionErased,
+    SessionNotFound,
+)
+from .inputs import MAX_REASON_CHARS, check_int, check_tenant, check_text
+from .ports import SessionViews, WriteResult
+from .session import Session, session_id
+
+ERASED_EVENT = "SessionErased"
+
+
+@dataclass(frozen=True)
+class RetentionRule:
+    """Erase the sessions of `tenant` whose key starts with `prefix` once their last write
+    is more than `days` days old."""
+
+    tenant: str
+    prefix: str
+    days: int
+
+    def __post_init__(self) -> None:
+        check_tenant(self.tenant)
+        check_text(self.prefix, "retention prefix", 512, allow_empty=True)
+        check_int("retention days", self.days, least=1)
+
+    @property
+    def reason(self) -> str:
+        scope = f"keys starting {self.prefix!r}" if self.prefix else "every key"
+        return f"retention policy: tenant {self.tenant!r}, {scope}, {self.days} days"
+
+
+def parse_retention(text: str) -> list[RetentionRule]:
+    """Rules from `tenant:prefix:days` items separated by commas (the prefix may be empty
+    or hold colons); InvalidInput naming the item otherwise."""
+    rules = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        tenant, _, rest = item.partition(":")
+        prefix, _, days = rest.rpartition(":")
+        if not tenant or not days.isdigit():
+            raise InvalidInput(f"retention rule {item!r} is not tenant:prefix:days")
+        rules.append(RetentionRule(tenant, prefix, int(days)))
+    return rules
+
+
+@dataclass(frozen=True)
+class RetentionAction:
+    """What `apply_retention` did, or would do in a dry run, to one session."""
+
+    tenant: str
+    key: str
+    last_write: datetime
+    # "erase" (dry run), "erased", "held" (kept: under legal hold) or "clear" (kept:
+    # stored without encryption, so it cannot be erased)
+    action: str
+    reason: str
+
+
+class Compliance:
+    """Erasure, holds and retention (mixed into the Ledger, which sets these)."""
+
+    views: SessionViews
+    events: Any
+    repository: Any
+    _write: Callable[..., WriteResult]
+    _tenant: Callable[[str | None], str]
+
+    def erase(
+        self, key: str, *, reason: str, basis: str, tenant: str | None = None,
+        actor: str | None = None, idempotency_key: str | None = None,
+    ) -> WriteResult:  # fmt: skip
+        """Erase the session's content for good: its data key is destroyed and every view
+        row that held its messages dropped, with a `SessionErased` event (who, why, on what
+        legal basis, when). LegalHold if held; EncryptionRequired if its content is not
+        sealed under a key of its own (no master key, or a session older than it)."""
+        check_text(reason, "reason", MAX_REASON_CHARS, allow_controls=True)
+        check_text(basis, "basis", MAX_REASON_CHARS, allow_controls=True)
+
+        def command(s: Session, audit: dict[str, Any]) -> None:
+            if s.held:
+                raise LegalHold(f"session {key!r} is under legal hold: release it before erasing")
+            if not self.views.sealed(s.id):
+                raise EncryptionRequired(
+                    f"session {key!r} is not stored encrypted under a key of its own, so it "
+                    "cannot be erased: configure LEDGER_MASTER_KEY before sessions start"
+                )
+            s.erase(basis=basis, **audit)
+
+        return self._write(key, "erase", {"basis": basis}, command=command, tenant=tenant,
+                           actor=actor, reason=reason, idempotency_key=idempotency_key)  # fmt: skip
+
+    def place_hold(
+        self, key: str, *, reference: str, reason: str, tenant: str | None = None,
+        actor: str | None = None,
+    ) -> WriteResult:  # fmt: skip
+        """Put the session under legal hold (`reference`: the matter or ticket)."""
+        return self._hold(key, True, reference, reason, tenant, actor)
+
+    def release_hold(
+        self, key: str, *, reference: str, reason: str, tenant: str | None = None,
+        actor: str | None = None,
+    ) -> WriteResult:  # fmt: skip
+        """Release the session's legal hold."""
+        return self._hold(key, False, reference, reason, tenant, actor)
+
+    def _hold(
+        self, key: str, place: bool, reference: str, reason: str, tenant: str | None,
+        actor: str | None,
+    ) -> WriteResult:  # fmt: skip
+        check_text(reference, "reference", MAX_REASON_CHARS)
+        check_text(reason, "reason", MAX_REASON_CHARS, allow_controls=True)
+
+        def command(s: Session, audit: dict[str, Any]) -> None:
+            if s.held == place:
+                state = "already under" if place else "not under"
+                raise HoldConflict(f"session {key!r} is {state} legal hold")
+            (s.place_hold if place else s.release_hold)(reference=reference, **audit)
+
+        op = "hold" if place else "release"
+        return self._write(key, op, {"reference": reference}, command=command, tenant=tenant,
+                           actor=actor, reason=reason)  # fmt: skip
+
+    def erasure(self, session_id: uuid.UUID, key: str) -> SessionErased | None:
+        """The SessionErased error of an erased session (when, why, on what basis), else
+        None. An erased session's last event is its erasure: nothing is written after it."""
+        head = self.views.session_head(session_id)
+        if head is None or head.last_event != ERASED_EVENT:
+            return None
+        (event,) = self.events.get(session_id, gt=head.version - 1, limit=1)
+        return SessionErased(key, event.timestamp, event.reason, event.basis)
+
+    def retention(
+        self, rules: list[RetentionRule], now: datetime, *, dry_run: bool = True
+    ) -> Iterator[RetentionAction]:
+        """Apply each rule at time `now`: erase (unless `dry_run`) each session whose last
+        write is older than its rule allows, with the rule as the reason. Held sessions
+        are kept and listed as "held"; sessions erased already are skipped."""
+        for rule in rules:
+            cutoff = now - timedelta(days=rule.days)
+            after: str | None = None
+            while page := self.views.session_keys(rule.tenant, rule.prefix, after, 1000):
+                after = page[-1]
+                for key in page:
+                    action = self._retain(rule, key, cutoff, dry_run)
+                    if action is not None:
+                        yield action
+
+    def _retain(
+        self, rule: RetentionRule, key: str, cutoff: datetime, dry_run: bool
+    ) -> RetentionAction | None:
+        sid = session_id(rule.tenant, key)
+        head = self.views.session_head(sid)
+        if head is None or head.updated_at >= cutoff or head.last_event == ERASED_EVENT:
+            return None
+        if not self.views.sealed(sid):  # stored clear: erasure would be refused
+            return RetentionAction(rule.tenant, key, head.updated_at, "clear", rule.reason)
+        held = bool(self.repository.get(sid).held)
+        action = "held" if held else ("erase" if dry_run else "erased")
+        if action == "erased":
+            try:
+                self.erase(key, tenant=rule.tenant, reason=rule.reason, basis="retention",
+                           actor="retention")  # fmt: skip
+            except LegalHold:  # held since it was read: kept
+                action = "held"
+            except SessionNotFound:
+                return None
+        return RetentionAction(rule.tenant, key, head.updated_at, action, rule.reason)

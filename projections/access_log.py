@@ -1,0 +1,131 @@
+"""The access log: who read or exported what, per tenant, append-only and hash-chained.
+
+One row per access in `ledger_access_log` (migration 2), numbered 1, 2, ... per tenant:
+
+    h_0   = 32 zero bytes
+    h_seq = SHA-256(h_{seq-1} || entry_bytes(entry))
+    entry_bytes = canonical JSON (sorted keys, no spaces, UTF-8) of {tenant, seq,
+                  recorded_at, actor, role, action, session_key, parameters, records}
+
+An append reads the tenant's last row and inserts the next; two appends that race for a
+number collide on the primary key and the loser reads again, so the log never forks.
+`verify_access_log` recomputes the chain from the rows alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from eventsourcing.persistence import IntegrityError
+
+from session_ledger.domain.errors import LedgerError
+from session_ledger.domain.integrity import GENESIS
+
+from .views import SQLViews
+
+APPEND_RETRIES = 100  # appends that lost the race for a number, before giving up
+COLUMNS = "tenant, seq, recorded_at, actor, role, action, session_key, parameters, records, chain"
+
+
+@dataclass(frozen=True)
+class AccessEntry:
+    tenant: str
+    seq: int
+    recorded_at: str  # ISO 8601, UTC
+    actor: str
+    role: str
+    action: str  # transcript, window, audit, export, ...
+    session_key: str | None
+    parameters: dict[str, Any]
+    records: int  # messages, events or lines the answer held
+    chain: str = ""  # hex h_seq
+
+    def entry_bytes(self) -> bytes:
+        fields = asdict(self)
+        del fields["chain"]
+        return json.dumps(fields, sort_keys=True, ensure_ascii=False,
+                          separators=(",", ":")).encode()  # fmt: skip
+
+
+def next_hash(previous: bytes, entry: AccessEntry) -> bytes:
+    return hashlib.sha256(previous + entry.entry_bytes()).digest()
+
+
+def record_access(
+    views: SQLViews,
+    tenant: str,
+    actor: str,
+    role: str,
+    action: str,
+    session_key: str | None,
+    parameters: dict[str, Any],
+    records: int,
+    now: datetime | None = None,
+) -> AccessEntry:
+    """Append one access to the tenant's log: the entry as stored, with its hash."""
+    entry = AccessEntry(tenant, 0, (now or datetime.now(UTC)).astimezone(UTC).isoformat(),
+                        actor, role, action, session_key, parameters, records)  # fmt: skip
+    for _ in range(APPEND_RETRIES):
+        try:
+            with views._appending() as cursor:
+                read = views._reader(cursor)
+                last = read("SELECT seq, chain FROM ledger_access_log WHERE tenant = ? "
+                            "ORDER BY seq DESC LIMIT 1", (tenant,))  # fmt: skip
+                seq, previous = (last[0]["seq"], bytes(last[0]["chain"])) if last else (0, GENESIS)
+                entry = replace(entry, seq=seq + 1)
+                h = next_hash(previous, entry)
+                views._execute(
+                    cursor, f"INSERT INTO ledger_access_log ({COLUMNS}) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (tenant, entry.seq, entry.recorded_at, actor, role, action, session_key,
+                     json.dumps(parameters, sort_keys=True, ensure_ascii=False), records, h),
+                )  # fmt: skip
+            return replace(entry, chain=h.hex())
+        except IntegrityError:
+            continue  # another process took this number: read the new last row
+    raise LedgerError(f"the access log of tenant {tenant!r} is too busy to append to")
+
+
+def access_entries(views: SQLViews, tenant: str, after: int, limit: int) -> list[AccessEntry]:
+    """The tenant's log after number `after`, oldest first."""
+    with views._reading() as read:
+        rows = read(f"SELECT {COLUMNS} FROM ledger_access_log WHERE tenant = ? AND seq > ? "
+                    "ORDER BY seq LIMIT ?", (tenant, after, limit))  # fmt: skip
+    return [
+        AccessEntry(
+            r["tenant"],
+            r["seq"],
+            r["recorded_at"],
+            r["actor"],
+            r["role"],
+            r["action"],
+            r["session_key"],
+            json.loads(r["parameters"]),
+            r["records"],
+            bytes(r["chain"]).hex(),
+        )
+        for r in rows
+    ]
+
+
+def verify_access_log(views: SQLViews, tenant: str, page: int = 1000) -> Iterator[str]:
+    """Problems found recomputing the tenant's access chain (none: intact)."""
+    h, seq = GENESIS, 0
+    while entries := access_entries(views, tenant, seq, page):
+        for entry in entries:
+            if entry.seq != seq + 1:
+                yield f"entry {seq + 1} is missing"
+                return
+            h = next_hash(h, entry)
+            if entry.chain != h.hex():
+                yield (
+                    f"entry {entry.seq}: the stored hash is {entry.chain}, the entries give "
+                    + h.hex()
+                )
+                return
+            seq = entry.seq

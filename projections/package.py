@@ -1,0 +1,240 @@
+"""A tenant-wide export package (e-discovery): every session of a tenant that a query
+selects, each as its verifiable JSONL export, one CSV of all their events, and
+`manifest.json`, written a session at a time (memory does not grow with messages).
+
+    manifest.sha256 the SHA-256 of manifest.json, as `sha256sum -c` reads it
+    manifest.json   {"format": "session-ledger-package", "format_version": 1, "tenant",
+                     "query": {prefix, from, to, actor}, "exported_by", "exported_at",
+                     "counts": {"sessions", "events"},
+                     "sessions": [{"key", "file", "to_version", "chain_head"}, ...],
+                     "checkpoint": the tree head the exports prove against (or null),
+                     "files": {name: sha256 hex, ...}}
+    sessions/NNNNNN.jsonl   a session's export (projections/export.py), with its proof
+    events.csv      key, version, type, recorded_at, actor, reason: one row per event
+
+A query selects whole sessions (each export holds every event, so its chain verifies):
+those whose key starts with `prefix` and, given `from`/`to`, that changed in [from, to),
+and, given `actor`, that the actor changed in that range (found by the audit search's
+index). `verify_package` checks a package offline: every file's SHA-256, nothing added or
+missing, each session export whole (and its checkpoint), the manifest's heads and counts.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import tarfile
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from session_ledger.domain.ledger import Ledger
+from session_ledger.domain.session import session_id
+
+from .audit_search import search_events
+from .export import export_jsonl, plan_export, plan_proof
+from .export_verify import verify_export
+from .views import SQLViews
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+FORMAT = "session-ledger-package"
+FORMAT_VERSION = 1
+CSV_COLUMNS = ("key", "version", "type", "recorded_at", "actor", "reason")  # (line fields)
+KEYS_PAGE = 1000
+# The manifest's own digest, so that no byte of it changes unseen (keyless like the chain:
+# what a forger cannot recompute is the checkpoint's signature each session proves to).
+DIGEST = "manifest.sha256"
+TICK = timedelta(microseconds=1)
+
+
+def selected_keys(
+    views: SQLViews, ledger: Ledger, tenant: str, prefix: str,
+    start: datetime | None, end: datetime | None, actor: str | None,
+) -> Iterator[str]:  # fmt: skip
+    """The keys the query selects, in key order (an actor's: in the order first found)."""
+    if actor is not None:
+        seen: set[str] = set()
+        cursor = None
+        while True:
+            found, cursor = search_events(views, tenant, actor=actor, start=start, end=end,
+                                          prefix=prefix, cursor=cursor, limit=1000)  # fmt: skip
+            for event in found:
+                if event.key not in seen:
+                    seen.add(event.key)
+                    yield event.key
+            if cursor is None:
+                return
+    after: str | None = None
+    while keys := ledger.keys(tenant=tenant, prefix=prefix, after=after, limit=KEYS_PAGE):
+        for key in keys:
+            if start is None and end is None:
+                yield key
+                continue
+            sid = session_id(tenant, key)
+            before = views.version_at(sid, start - TICK) if start else 0
+            until = (
+                views.version_at(sid, end - TICK)
+                if end
+                else ledger.head(key, tenant=tenant).version
+            )
+            if (until or 0) > (before or 0):  # an event in [start, end)
+                yield key
+        after = keys[-1]
+
+
+def write_package(
+    ledger: Ledger, tenant: str, folder: Path, *, exported_by: str,
+    prefix: str = "", start: datetime | None = None, end: datetime | None = None,
+    actor: str | None = None, checkpoint_dir: Path | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """Write the package into `folder` (made, and empty); its manifest."""
+    views = ledger.views
+    assert isinstance(views, SQLViews)
+    (folder / "sessions").mkdir(parents=True)
+    files: dict[str, str] = {}
+    sessions: list[dict[str, Any]] = []
+    checkpoint: dict[str, Any] | None = None
+    events = 0
+    with (folder / "events.csv").open("w", encoding="utf-8", newline="") as table:
+        rows = csv.writer(table)
+        rows.writerow(CSV_COLUMNS)
+        for key in selected_keys(views, ledger, tenant, prefix, start, end, actor):
+            plan = plan_export(ledger, key, tenant=tenant)
+            proof = plan_proof(plan, checkpoint_dir)
+            if proof is not None:
+                checkpoint = checkpoint or proof["tree_head"]
+            name = f"sessions/{len(sessions):06d}.jsonl"
+            digest, head = hashlib.sha256(), None
+            with (folder / name).open("wb") as out:
+                for line in export_jsonl(ledger, plan, proof=proof):
+                    out.write(line)
+                    digest.update(line)
+                    record = json.loads(line)
+                    if record["record"] == "event":
+                        rows.writerow([key, *(record[c] for c in CSV_COLUMNS[1:])])
+                        events += 1
+                    elif record["record"] == "trailer":
+                        head = record["chain_head"]
+            files[name] = digest.hexdigest()
+            sessions.append({"key": key, "file": name, "to_version": plan.to_version,
+                             "chain_head": head})  # fmt: skip
+    files["events.csv"] = _sha256(folder / "events.csv")
+    manifest = {
+        "format": FORMAT, "format_version": FORMAT_VERSION, "tenant": tenant,
+        "query": {"prefix": prefix, "from": start and start.isoformat(),
+                  "to": end and end.isoformat(), "actor": actor},
+        "exported_by": exported_by, "exported_at": datetime.now(UTC).isoformat(),
+        "counts": {"sessions": len(sessions), "events": events}, "sessions": sessions,
+        "checkpoint": checkpoint, "files": files,
+    }  # fmt: skip
+    (folder / "manifest.json").write_text(json.dumps(manifest, ensure_ascii=False, indent=1))
+    (folder / DIGEST).write_text(_digest_line(_sha256(folder / "manifest.json")))
+    return manifest
+
+
+def _digest_line(sha256: str) -> str:
+    return f"{sha256}  manifest.json\n"  # the format of `sha256sum -c`
+
+
+def tar_folder(folder: Path, output: Path) -> None:
+    """The package as one tar file (written aside, renamed when whole)."""
+    partial = output.with_name(output.name + ".partial")
+    with tarfile.open(partial, "w") as tar:
+        for path in sorted(folder.rglob("*")):
+            if path.is_file():
+                tar.add(path, arcname=str(path.relative_to(folder)))
+    partial.replace(output)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+class _Files:
+    """A package's files, from a folder or a tar, each read as a stream."""
+
+    def __init__(self, path: Path) -> None:
+        # (closed by `close`: the tar is read member by member while checking)
+        self.tar = tarfile.open(path) if path.is_file() else None  # noqa: SIM115
+        self.folder = path
+
+    def close(self) -> None:
+        if self.tar is not None:
+            self.tar.close()
+
+    def names(self) -> set[str]:
+        if self.tar is not None:
+            return {m.name for m in self.tar.getmembers() if m.isfile()}
+        return {str(p.relative_to(self.folder)) for p in self.folder.rglob("*") if p.is_file()}
+
+    def open(self, name: str) -> io.BufferedIOBase:
+        if self.tar is not None:
+            member = self.tar.extractfile(name)
+            if member is None:
+                raise KeyError(name)
+            return member  # type: ignore[return-value]
+        return (self.folder / name).open("rb")
+
+
+def verify_package(path: Path, public_key: Ed25519PublicKey | None = None) -> list[str]:
+    """The problems of a package (a folder or a tar): empty when it is whole."""
+    files = _Files(path)
+    try:
+        return _problems(files, public_key)
+    finally:
+        files.close()
+
+
+def _problems(files: _Files, public_key: Ed25519PublicKey | None) -> list[str]:
+    try:
+        with files.open("manifest.json") as f:
+            text = f.read()
+        with files.open(DIGEST) as f:
+            digest_text = f.read()
+        manifest = json.loads(text)
+    except (KeyError, OSError, ValueError) as e:
+        return [f"no readable manifest.json and {DIGEST}: {e}"]
+    if digest_text != _digest_line(hashlib.sha256(text).hexdigest()).encode():
+        return [f"{DIGEST} is not the digest of manifest.json"]
+    if manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
+        return [f"not a {FORMAT} version {FORMAT_VERSION}"]
+    problems = []
+    listed = dict(manifest.get("files", {}))
+    present = files.names() - {"manifest.json", DIGEST}
+    problems += [f"{n}: in the package, not in the manifest" for n in sorted(present - set(listed))]
+    problems += [f"{n}: in the manifest, not in the package" for n in sorted(set(listed) - present)]
+    for name in sorted(set(listed) & present):
+        digest = hashlib.sha256()
+        with files.open(name) as f:
+            while chunk := f.read(1 << 20):
+                digest.update(chunk)
+        if digest.hexdigest() != listed[name]:
+            problems.append(f"{name}: its sha256 is not the manifest's")
+    events = 0
+    for entry in manifest.get("sessions", []):
+        if entry.get("file") not in present:
+            continue
+        with files.open(entry["file"]) as f:
+            report = verify_export(f, public_key)
+        if not report.ok:
+            problems.append(f"{entry['file']}: {report.summary()}")
+        elif (report.tenant, report.key, report.chain_head) != (
+            manifest.get("tenant"),
+            entry.get("key"),
+            entry.get("chain_head"),
+        ):
+            problems.append(f"{entry['file']}: not the session and head the manifest lists")
+        events += report.events
+    counts = manifest.get("counts", {})
+    if counts != {"sessions": len(manifest.get("sessions", [])), "events": events}:
+        problems.append(f"the manifest's counts {counts} are not the package's")
+    return problems

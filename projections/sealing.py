@@ -1,0 +1,260 @@
+"""Encryption at rest, per session: each session's content sealed under its own data key.
+
+With a master key configured, a session gets a random AES-256-GCM data key when it
+starts, kept in `ledger_data_keys` wrapped by the newest master key (several master
+keys by id: a rotation adds one; every key a stored data key names must stay
+configured). What is sealed is the content: the `messages` / `message` fields of an
+event's stored state (`SealingMapper`, at the stored-event boundary) and the body of
+every view row (`seal_body`, from `view_writes`). Ids, versions, topics, times, actors,
+counts and the hash chain stay clear, so a window still reads O(window) rows (opened
+after the read) and `verify` needs no key. Erasure deletes the data key in the
+transaction that records it: what was sealed can no longer be opened.
+
+Stored forms: an event field `{"sealed": base64(nonce | ciphertext), "n": messages}`, a
+view body `~` + the same base64. Both are bound to their session (associated data).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import os
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from eventsourcing.persistence import Mapper, StoredEvent
+from eventsourcing.utils import get_topic
+
+from session_ledger.domain.errors import LedgerError, StoreNotReady
+
+SEALED_BODY = "~"  # a clear body starts with `"` or `{`
+SEALED_FIELDS = ("messages", "message", "deltas")  # the event fields that hold content
+NONCE_BYTES = 12
+KEY_BYTES = 32
+# What an erased message reads as in the audit trail and the export (its content gone).
+ERASED_MESSAGE: dict[str, Any] = {"role": "system", "blocks": [], "additional_kwargs": {},
+                                  "erased": True}  # fmt: skip
+
+
+class SealError(LedgerError):
+    """Sealed content that does not open: a wrong or missing key, or altered bytes."""
+
+    code = "seal_error"
+
+
+class MasterKeys:
+    """The configured master keys by id; the last one given wraps new data keys."""
+
+    def __init__(self, keys: Mapping[str, bytes]) -> None:
+        if not keys:
+            raise StoreNotReady("no master key given")
+        self.keys = {kid: AESGCM(key) for kid, key in keys.items()}
+        self.newest = list(keys)[-1]
+
+    @classmethod
+    def parse(cls, text: str) -> MasterKeys:
+        """`base64` (one key, id "1") or `id:base64,id:base64,...` (oldest first), each
+        32 bytes; StoreNotReady with what is wrong otherwise."""
+        keys: dict[str, bytes] = {}
+        for n, item in enumerate(part.strip() for part in text.replace("\n", ",").split(",")):
+            if not item:
+                continue
+            kid, _, encoded = item.rpartition(":")
+            kid = kid or str(n + 1)
+            try:
+                key = base64.b64decode(encoded, validate=True)
+            except binascii.Error:
+                raise StoreNotReady(f"master key {kid!r} is not base64") from None
+            if len(key) != KEY_BYTES:
+                raise StoreNotReady(
+                    f"master key {kid!r} is {len(key)} bytes; AES-256 needs {KEY_BYTES}"
+                )
+            keys[kid] = key
+        return cls(keys)
+
+    def wrap(self, session_id: uuid.UUID, data_key: bytes) -> tuple[str, bytes]:
+        nonce = os.urandom(NONCE_BYTES)
+        return self.newest, nonce + self.keys[self.newest].encrypt(
+            nonce, data_key, session_id.bytes
+        )
+
+    def unwrap(self, session_id: uuid.UUID, kid: str, wrapped: bytes) -> bytes:
+        if kid not in self.keys:
+            raise StoreNotReady(f"the data key of session {session_id} is wrapped by master "
+                                f"key {kid!r}, which is not configured")  # fmt: skip
+        try:
+            return self.keys[kid].decrypt(wrapped[:NONCE_BYTES], wrapped[NONCE_BYTES:],
+                                          session_id.bytes)  # fmt: skip
+        except InvalidTag:
+            raise SealError(f"master key {kid!r} does not open session {session_id}'s data "
+                            "key") from None  # fmt: skip
+
+
+class KeyTable(Protocol):
+    """Where wrapped data keys are kept (the recorder: `view_writes.DataKeyRows`)."""
+
+    def data_key_row(self, session_id: uuid.UUID) -> tuple[str, bytes] | None: ...
+
+    def add_data_key_row(
+        self, session_id: uuid.UUID, kid: str, wrapped: bytes, created: datetime
+    ) -> None: ...
+
+
+class DataKeys:
+    """Each session's data key: made when it starts, found in the key table after, kept
+    in memory per process (a bounded cache)."""
+
+    cache_size = 10_000
+
+    def __init__(self, master: MasterKeys) -> None:
+        self.master = master
+        self.table: KeyTable | None = None  # set when the recorder is made
+        self._cache: dict[uuid.UUID, AESGCM | None] = {}
+
+    def key(self, session_id: uuid.UUID, *, create: bool = False) -> AESGCM | None:
+        """The session's data key; None when it has none (started before encryption, or
+        erased). `create`: make one if it has none (a session that starts)."""
+        if session_id in self._cache:
+            found = self._cache[session_id]
+            if found is not None or not create:
+                return found
+        assert self.table is not None
+        row = self.table.data_key_row(session_id)
+        if row is None and create:
+            kid, wrapped = self.master.wrap(session_id, AESGCM.generate_key(bit_length=256))
+            # Committed on its own, before the session's first write: a writer that races
+            # to start the same session keeps the key stored first (a key whose session
+            # write then fails holds nothing).
+            self.table.add_data_key_row(session_id, kid, wrapped, datetime.now(UTC))
+            row = self.table.data_key_row(session_id)
+        # A session without a key is remembered too (a session that started before the
+        # master key never gets one), so its writes do not look it up again and again.
+        key = None if row is None else AESGCM(self.master.unwrap(session_id, *row))
+        if len(self._cache) >= self.cache_size:
+            self._cache.clear()
+        self._cache[session_id] = key
+        return key
+
+    def forget(self, session_id: uuid.UUID) -> None:
+        self._cache.pop(session_id, None)
+
+
+def seal(key: AESGCM, session_id: uuid.UUID, data: bytes) -> str:
+    nonce = os.urandom(NONCE_BYTES)
+    sealed = nonce + key.encrypt(nonce, data, session_id.bytes)
+    return base64.b64encode(sealed).decode("ascii")
+
+
+def unseal(key: AESGCM, session_id: uuid.UUID, text: str) -> bytes:
+    raw = base64.b64decode(text)
+    try:
+        return key.decrypt(raw[:NONCE_BYTES], raw[NONCE_BYTES:], session_id.bytes)
+    except InvalidTag:
+        raise SealError(f"sealed content of session {session_id} does not open") from None
+
+
+def seal_body(key: AESGCM, session_id: uuid.UUID, body: str) -> str:
+    return SEALED_BODY + seal(key, session_id, body.encode("utf-8"))
+
+
+def open_bodies(
+    keys: DataKeys | None, session_id: uuid.UUID, rows: Sequence[Sequence[Any]], at: int = 1
+) -> Sequence[Sequence[Any]]:
+    """`rows` with their body (column `at`) opened where it is sealed."""
+    if keys is None or not any(r[at][:1] == SEALED_BODY for r in rows):
+        return rows
+    key = keys.key(session_id)
+    if key is None:
+        raise SealError(f"session {session_id} has sealed rows and no data key")
+    return [
+        (*r[:at], unseal(key, session_id, r[at][1:]).decode("utf-8"), *r[at + 1 :])
+        if r[at][:1] == SEALED_BODY
+        else r
+        for r in rows
+    ]
+
+
+class SealingMapper(Mapper[uuid.UUID]):
+    """The library's mapper, sealing the content fields of each event of a session that
+    has a data key (a session that starts gets one)."""
+
+    def __init__(self, transcoder: Any, keys: DataKeys) -> None:
+        super().__init__(transcoder)
+        self.data_keys = keys
+
+    def to_stored_event(self, domain_event: Any) -> StoredEvent:
+        # The library's `to_stored_event`, with the content fields sealed (this store
+        # configures no library cipher or compressor).
+        state = dict(vars(domain_event))
+        sid = state.pop("originator_id")
+        version = state.pop("originator_version")
+        class_version = getattr(type(domain_event), "class_version", 1)
+        if class_version > 1:
+            state["class_version"] = class_version
+        fields = [f for f in SEALED_FIELDS if f in state]
+        starts = type(domain_event).__name__ == "SessionStarted"
+        key = self.data_keys.key(sid, create=starts) if fields or starts else None
+        if key is not None:
+            for f in fields:
+                value = state[f]
+                data = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+                envelope = {"sealed": seal(key, sid, data.encode("utf-8"))}
+                if isinstance(value, list):
+                    envelope["n"] = len(value)  # type: ignore[assignment]
+                state[f] = envelope
+        return StoredEvent(
+            originator_id=sid,
+            originator_version=version,
+            topic=get_topic(type(domain_event)),
+            state=self.transcoder.encode(state),
+        )
+
+    def to_domain_event(self, stored_event: StoredEvent) -> Any:
+        event = super().to_domain_event(stored_event)
+        state = vars(event)
+        for f in SEALED_FIELDS:
+            value = state.get(f)
+            if isinstance(value, dict) and "sealed" in value:
+                state[f] = self._opened(event.originator_id, value, f)
+        return event
+
+    def _opened(self, session_id: uuid.UUID, envelope: dict[str, Any], field: str) -> Any:
+        key = self.data_keys.key(session_id)
+        if key is None:  # erased: the content is gone, its shape is not
+            if field == "deltas":
+                return [""] * envelope.get("n", 0)
+            if "n" in envelope:
+                return [dict(ERASED_MESSAGE) for _ in range(envelope["n"])]
+            return dict(ERASED_MESSAGE)
+        return json.loads(unseal(key, session_id, envelope["sealed"]))
+
+
+class SealingFactory:
+    """What the ledger's persistence modules add to the library's factories: with
+    `MASTER_KEYS` in the environment, the sealing mapper and a recorder that seals view
+    bodies, sharing one `DataKeys`."""
+
+    env: Any
+    _data_keys: DataKeys | None
+
+    def data_keys(self) -> DataKeys | None:
+        if not hasattr(self, "_data_keys"):
+            text = self.env.get("MASTER_KEYS")
+            self._data_keys = DataKeys(MasterKeys.parse(text)) if text else None
+        return self._data_keys
+
+    def sealing_mapper(self, transcoder: Any) -> SealingMapper | None:
+        keys = self.data_keys()
+        return None if keys is None else SealingMapper(transcoder, keys)
+
+    def sealing(self, recorder: Any) -> None:
+        """Give `recorder` the data keys, and the keys their table."""
+        keys = self.data_keys()
+        if keys is not None:
+            recorder.data_keys = keys
+            keys.table = recorder

@@ -1,0 +1,114 @@
+"""Erasure, legal hold and retention through a real server and the real CLI, with a
+master key configured (SQLite: the store file is read back byte for byte)."""
+
+from __future__ import annotations
+
+import base64
+import os
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import quote
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import Server, run_cli, server_env
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, str, Path]]:
+    path = tmp_path_factory.mktemp("erasure") / "ledger.db"
+    admin = "sl_test_" + secrets.token_urlsafe(24)
+    key = base64.b64encode(os.urandom(32)).decode("ascii")
+    env = server_env(f"sqlite:///{path}", LEDGER_BOOTSTRAP_KEY=admin,
+                     LEDGER_MASTER_KEY=f"k1:{key}")  # fmt: skip
+    running = Server(env).start()
+    try:
+        yield running, admin, path
+    finally:
+        running.stop()
+
+
+def client(server: tuple[Server, str, Path], key: str | None = None) -> httpx.Client:
+    running, admin, _ = server
+    headers = {"Authorization": f"Bearer {key or admin}"}
+    return httpx.Client(base_url=running.base_url, headers=headers, timeout=60)
+
+
+def test_http_erase_answers_410_after_and_holds_answer_409(
+    server: tuple[Server, str, Path],
+) -> None:
+    canary = f"CANARY-{secrets.token_hex(8)}"
+    with client(server) as http:
+        agent = http.post("/v1/keys", json={"role": "agent", "name": "agent"}).json()["key"]
+        assert http.post("/v1/sessions/u1/messages", json={"messages": [
+            {"role": "user", "content": canary}]}).status_code == 200  # fmt: skip
+        with client(server, agent) as as_agent:
+            refused = as_agent.post("/v1/sessions/u1/erase", json={"reason": "r", "basis": "b"})
+        assert refused.status_code == 403
+        hold = {"reference": "CASE-1", "reason": "litigation"}
+        assert http.post("/v1/sessions/u1/hold", json=hold).status_code == 200
+        assert http.post("/v1/sessions/u1/hold", json=hold).json()["error"]["code"] == (
+            "hold_conflict"
+        )
+        held = http.post("/v1/sessions/u1/erase", json={"reason": "asked", "basis": "art. 17"})
+        assert (held.status_code, held.json()["error"]["code"]) == (409, "legal_hold")
+        assert canary in http.get("/v1/sessions/u1/context").text  # the refusal changed nothing
+        assert http.post("/v1/sessions/u1/hold/release", json=hold).status_code == 200
+        done = http.post("/v1/sessions/u1/erase", json={"reason": "asked", "basis": "art. 17"})
+        assert done.status_code == 200, done.text
+        for path in ("/v1/sessions/u1/context", "/v1/sessions/u1/messages",
+                     "/v1/sessions/u1/messages?as_of_version=2"):  # fmt: skip
+            gone = http.get(path)
+            assert gone.status_code == 410, (path, gone.text)
+            error = gone.json()["error"]
+            assert error["code"] == "session_erased"
+            assert error["details"]["basis"] == "art. 17" and error["details"]["reason"] == "asked"
+        again = http.post("/v1/sessions/u1/messages", json={"messages": [
+            {"role": "user", "content": "again"}]})  # fmt: skip
+        assert again.status_code == 410
+        export = http.get("/v1/sessions/u1/export")
+        assert export.status_code == 200 and canary not in export.text
+    _, _, path = server
+    assert run_cli(server[0].env, "verify", "u1").returncode == 0
+    stored = b"".join(Path(f"{path}{s}").read_bytes() for s in ("", "-wal")
+                      if Path(f"{path}{s}").exists())  # fmt: skip
+    assert canary.encode() not in stored
+
+
+def test_cli_erase_and_retention_with_a_fixed_clock(server: tuple[Server, str, Path]) -> None:
+    with client(server) as http:
+        for key in ("request/1", "request/2", "user/1"):
+            written = http.post(
+                f"/v1/sessions/{quote(key, safe='')}/messages",
+                json={"messages": [{"role": "user", "content": key}]},
+            )
+            assert written.status_code == 200, written.text
+        held = http.post("/v1/sessions/request%2F2/hold", json={"reference": "C-2", "reason": "k"})
+        assert held.status_code == 200, held.text
+    env = {**server[0].env, "LEDGER_RETENTION": "default:request/:1"}
+    later = "2100-01-01T00:00:00"
+    dry = run_cli(env, "retention", "apply", "--dry-run", "--now", later)
+    assert dry.returncode == 0, dry.stderr
+    lines = sorted(dry.stdout.splitlines())
+    assert [line.split()[:2] for line in lines] == [
+        ["erase", "default/request/1"], ["held", "default/request/2"],
+    ]  # fmt: skip
+    soon = run_cli(env, "retention", "apply", "--dry-run")  # now: nothing is a day old
+    assert soon.stdout == ""
+    applied = run_cli(env, "retention", "apply", "--now", later)
+    assert applied.returncode == 0, applied.stderr
+    assert sorted(line.split()[0] for line in applied.stdout.splitlines()) == ["erased", "held"]
+    with client(server) as http:
+        assert http.get("/v1/sessions/request%2F1/context").status_code == 410
+        assert http.get("/v1/sessions/request%2F2/context").status_code == 200
+        assert http.get("/v1/sessions/user%2F1/context").status_code == 200
+        trail = http.get("/v1/sessions/request%2F1/events").json()
+    last = trail["events"][-1]
+    assert last["event_type"] == "SessionErased"
+    assert last["reason"].startswith("retention policy")
+    erased = run_cli(server[0].env, "erase", "user/1", "--reason", "asked", "--basis", "art. 17")
+    assert erased.returncode == 0, erased.stderr
+    again = run_cli(server[0].env, "erase", "user/1", "--reason", "asked", "--basis", "art. 17")
+    assert again.returncode == 1 and "was erased" in again.stderr

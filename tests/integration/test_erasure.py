@@ -1,0 +1,206 @@
+"""Encryption at rest and erasure, on SQLite and PostgreSQL: a canary written everywhere
+a message can go is nowhere in the store or its exports after its session is erased;
+the chain still verifies; other sessions read as before; holds block erasure."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import sqlite3
+import subprocess
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from session_ledger.api.settings import Settings
+from session_ledger.domain.compliance import RetentionRule
+from session_ledger.domain.errors import (
+    EncryptionRequired,
+    LegalHold,
+    SessionErased,
+)
+from session_ledger.domain.ledger import Ledger
+from session_ledger.projections.export import export_session
+from session_ledger.projections.export_verify import verify_export
+from session_ledger.projections.rebuild import check
+from tests.conftest import make_ledger, make_settings
+from tests.integration.test_cost_does_not_grow import message, view_rows_during
+
+
+def master_key() -> str:
+    return base64.b64encode(os.urandom(32)).decode("ascii")
+
+
+@pytest.fixture(params=("sqlite", "postgres"))
+def sealed(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Ledger]:
+    """A ledger with a master key, on a store of its own."""
+    settings = make_settings(str(request.param), tmp_path, master_key=master_key())
+    if request.param == "postgres":
+        settings.database_url = request.getfixturevalue("fresh_postgres_url")
+    ledger = make_ledger(settings)
+    ledger.test_settings = settings  # type: ignore[attr-defined]
+    yield ledger
+    ledger.close()
+
+
+def write_canary(ledger: Ledger, key: str, canary: str) -> None:
+    """The canary in content, tool-call arguments, additional_kwargs, a `set`, an archived
+    message and a removed one."""
+    ledger.put(key, {"role": "user", "content": f"my name is {canary}"})
+    ledger.put(key, {"role": "assistant", "content": "", "additional_kwargs": {
+        "tool_calls": [{"id": "c1", "type": "function", "function": {
+            "name": "lookup", "arguments": json.dumps({"who": canary})}}]}})  # fmt: skip
+    ledger.put(key, {"role": "user", "content": "note", "additional_kwargs": {"memo": canary}})
+    ledger.set(key, [{"role": "user", "content": f"my name is {canary}"},
+                     {"role": "assistant", "content": f"hello {canary}"},
+                     {"role": "user", "content": f"bye {canary}"}])  # fmt: skip
+    ledger.archive_oldest(key, 1)
+    ledger.delete_last_message(key)
+
+
+def exports(ledger: Ledger, key: str) -> bytes:
+    return b"".join(
+        b"".join(export_session(ledger, key, format=fmt, tenant=ledger.default_tenant))
+        for fmt in ("jsonl", "csv")
+    )
+
+
+def store_bytes(ledger: Ledger) -> bytes:
+    """Every value of every table, and the database's files (SQLite) or `pg_dump`."""
+    settings: Settings = ledger.test_settings  # type: ignore[attr-defined]
+    url = settings.database_url
+    chunks: list[bytes] = []
+    if url.startswith("sqlite:///"):
+        path = Path(url.removeprefix("sqlite:///"))
+        with sqlite3.connect(path) as conn:
+            tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE "
+                                                  "type = 'table'")]  # fmt: skip
+            for table in tables:
+                for row in conn.execute(f"SELECT * FROM {table}"):
+                    chunks += [v if isinstance(v, bytes) else str(v).encode() for v in row]
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            file = Path(f"{path}{suffix}")
+            if file.exists():
+                chunks.append(file.read_bytes())
+        return b"\n".join(chunks)
+    with psycopg.connect(url) as conn:
+        tables = [r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE "
+                                              "schemaname = current_schema()")]  # fmt: skip
+        for table in tables:
+            for row in conn.execute(f"SELECT * FROM {table}"):
+                chunks += [bytes(v) if isinstance(v, bytes | memoryview) else str(v).encode()
+                           for v in row]  # fmt: skip
+    dump = subprocess.run(["pg_dump", "--no-owner", url], capture_output=True, check=True)
+    return b"\n".join([*chunks, dump.stdout])
+
+
+def test_erased_canary_is_nowhere_and_the_chain_still_verifies(sealed: Ledger) -> None:
+    canary, other = f"CANARY-{uuid.uuid4().hex}", f"KEPT-{uuid.uuid4().hex}"
+    write_canary(sealed, "victim", canary)
+    write_canary(sealed, "bystander", other)
+    assert canary.encode() in exports(sealed, "victim")  # readable until erased
+    # Sealed at rest: neither session's text is in the store, erased or not.
+    raw = store_bytes(sealed)
+    assert raw.count(canary.encode()) == 0 and raw.count(other.encode()) == 0
+    assert raw.count(b"my name is") == 0
+
+    sealed.erase("victim", reason="the user asked", basis="GDPR art. 17", actor="dpo")
+
+    assert store_bytes(sealed).count(canary.encode()) == 0
+    export = exports(sealed, "victim")
+    assert export.count(canary.encode()) == 0
+    jsonl = b"".join(export_session(sealed, "victim", tenant=sealed.default_tenant))
+    assert verify_export(jsonl.splitlines(keepends=True)).ok
+    assert sealed.verify("victim").intact and sealed.verify("bystander").intact
+    assert sealed.keys() == ["bystander", "victim"]
+    assert sealed.keys(exclude_cleared=True) == ["bystander"]  # reads as absent to LlamaIndex
+    # The views derived again from the log are the live ones (the erased rows stay gone).
+    assert check(sealed.recorder, sealed.mapper, sealed.tokenizer) == []  # type: ignore[arg-type]
+    # The other session reads as before.
+    assert other in sealed.get_all("bystander")[0].content  # type: ignore[operator]
+    assert (
+        b"".join(export_session(sealed, "bystander", tenant=sealed.default_tenant)).count(
+            other.encode()
+        )
+        > 0
+    )
+
+
+def test_reads_and_writes_of_an_erased_session_are_refused(sealed: Ledger) -> None:
+    write_canary(sealed, "victim", "x")
+    version = sealed.head("victim").version
+    sealed.erase("victim", reason="the user asked", basis="GDPR art. 17")
+    for read in (
+        lambda: sealed.get("victim"),
+        lambda: sealed.get_all("victim"),
+        lambda: sealed.get_all("victim", status="archived"),
+        lambda: sealed.get("victim", as_of_version=2),
+        lambda: sealed.get_all("victim", as_of_version=version),
+        lambda: sealed.put("victim", {"role": "user", "content": "again"}),
+        lambda: sealed.reset("victim"),
+    ):
+        with pytest.raises(SessionErased) as refused:
+            read()
+        assert refused.value.basis == "GDPR art. 17"
+        assert refused.value.reason == "the user asked"
+    # A process that never saw the session (no cached state, no cached key) refuses too.
+    settings: Settings = sealed.test_settings  # type: ignore[attr-defined]
+    other = make_ledger(settings)
+    try:
+        with pytest.raises(SessionErased):
+            other.put("victim", {"role": "user", "content": "again"})
+        trail = other.audit("victim")
+    finally:
+        other.close()
+    assert [e.event_type for e in trail][-1] == "SessionErased"
+    assert len(trail) == version + 1
+    added = [m for e in trail for m in e.changes.get("added", [])]
+    assert added and all(m.get("erased") for m in added)
+
+
+def test_a_held_session_cannot_be_erased_until_released(sealed: Ledger) -> None:
+    sealed.put("held", {"role": "user", "content": "evidence"})
+    sealed.place_hold("held", reference="CASE-7", reason="litigation")
+    with pytest.raises(LegalHold):
+        sealed.erase("held", reason="asked", basis="GDPR art. 17")
+    assert sealed.get("held")[0].content == "evidence"
+    assert sealed.head("held").version == 3  # nothing written by the refusal
+    sealed.release_hold("held", reference="CASE-7", reason="case closed")
+    sealed.erase("held", reason="asked", basis="GDPR art. 17")
+    events = [e.event_type for e in sealed.audit("held")]
+    assert events[-3:] == ["LegalHoldPlaced", "LegalHoldReleased", "SessionErased"]
+
+
+def test_a_get_at_10000_messages_reads_the_window_only_when_sealed(sealed: Ledger) -> None:
+    sealed.put_messages("small", [message(i) for i in range(100)])
+    for start in range(0, 10_000, 2_000):
+        sealed.put_messages("large", [message(i) for i in range(start, start + 2_000)])
+    for limit in (100, 1_000, 3_000):
+        window = sealed.get("large", token_limit=limit)
+        small = view_rows_during(sealed, lambda limit=limit: sealed.get("small", token_limit=limit))
+        large = view_rows_during(sealed, lambda limit=limit: sealed.get("large", token_limit=limit))
+        assert small <= large <= 2 * (len(window) + 1) + 64, (limit, small, large)
+        assert window[-1].content == message(9_999)["content"]
+
+
+def test_without_a_master_key_erasure_is_refused_and_nothing_changes(tmp_path: Path) -> None:
+    ledger = make_ledger(make_settings("sqlite", tmp_path))
+    try:
+        ledger.put("clear", {"role": "user", "content": "kept"})
+        with pytest.raises(EncryptionRequired):
+            ledger.erase("clear", reason="asked", basis="GDPR art. 17")
+        assert ledger.head("clear").version == 2
+        # Retention lists such a session as kept ("clear"), erases nothing, goes on.
+        rule = RetentionRule(ledger.default_tenant, "", 1)
+        later = datetime.now(UTC) + timedelta(days=2)
+        (action,) = ledger.retention([rule], later, dry_run=False)
+        assert (action.key, action.action) == ("clear", "clear")
+        assert ledger.head("clear").version == 2
+        assert ledger.get("clear")[0].content == "kept"
+    finally:
+        ledger.close()
