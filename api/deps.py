@@ -42,10 +42,12 @@ def moment_in_range(value: datetime | None) -> datetime | None:
         raise ValueError("the time in UTC must lie within years 1 to 9999") from None
 
 
-# Every time a route takes goes through this type, so none reaches a store out of range.
+# Every time a route takes goes through this check (`AsOf`, or `InRange` beside a Query of
+# its own), so none reaches a store out of range.
+InRange = AfterValidator(moment_in_range)
 AsOf = Annotated[
     datetime | None,
-    AfterValidator(moment_in_range),
+    InRange,
     Query(description="Read the session as it was at this time (ISO 8601; no zone: UTC)."),
 ]
 

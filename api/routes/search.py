@@ -14,7 +14,7 @@ from session_ledger.projections.audit_search import search_events
 from session_ledger.projections.views import SQLViews
 
 from ..access_log import AccessLoggedRoute, logged_query
-from ..deps import ExporterDep, LedgerDep
+from ..deps import TEXT_PATTERN, ExporterDep, InRange, LedgerDep
 from ..errors import ERROR_RESPONSES
 
 router = APIRouter(
@@ -40,14 +40,19 @@ class EventSearchPage(BaseModel):
 @router.get("", response_model=EventSearchPage, dependencies=[Depends(logged_query("search"))])
 def search(
     ledger: LedgerDep, who: ExporterDep,
-    actor: Annotated[str | None, Query(description="The events of this actor (key:<id>).")] = None,
-    type: Annotated[str | None, Query(description="The events of this type, e.g. "
+    actor: Annotated[str | None, Query(max_length=256, pattern=TEXT_PATTERN,
+                                       description="The events of this actor (key:<id>).")] = None,
+    type: Annotated[str | None, Query(max_length=128, pattern=TEXT_PATTERN,
+                                      description="The events of this type, e.g. "
                                       "HistoryCleared.")] = None,
-    start: Annotated[datetime | None, Query(alias="from", description="At or after.")] = None,
-    end: Annotated[datetime | None, Query(alias="to", description="Recorded before.")] = None,
-    prefix: Annotated[str, Query(max_length=1024, description="Session keys starting so.")] = "",
-    cursor: Annotated[str | None, Query(max_length=1024, description="next_cursor of the "
-                                        "page before.")] = None,
+    start: Annotated[datetime | None, InRange,
+                     Query(alias="from", description="At or after.")] = None,
+    end: Annotated[datetime | None, InRange,
+                   Query(alias="to", description="Recorded before.")] = None,
+    prefix: Annotated[str, Query(max_length=1024, pattern=TEXT_PATTERN,
+                                 description="Session keys starting so.")] = "",
+    cursor: Annotated[str | None, Query(max_length=1024, pattern=TEXT_PATTERN,
+                                        description="next_cursor of the page before.")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> EventSearchPage:  # fmt: skip
     """Events across the caller's tenant, oldest first: name an actor or a type (or both)."""
