@@ -49,7 +49,8 @@ def with_links(document: dict[str, Any]) -> dict[str, Any]:
             continue
         source = next(m[method] for p, m in paths.items() if m.get(method, {}).get(
             "operationId") == operation_id)  # fmt: skip
-        source["responses"]["200"]["links"] = {
+        answered = next(code for code in source["responses"] if code.startswith("2"))
+        source["responses"][answered]["links"] = {
             f"to_{target}": {"operationId": target, "parameters": {"key": "$request.path.key"}}
             for _, _, target in on_session
         }
