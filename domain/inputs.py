@@ -6,6 +6,8 @@ anything is stored.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -159,3 +161,9 @@ def check_write_options(
         check_int("expected_version", expected_version, least=0)
     if idempotency_key is not None:
         check_text(idempotency_key, "idempotency key", MAX_IDEMPOTENCY_KEY_CHARS)
+
+
+def request_digest(op: str, request: dict[str, Any]) -> str:
+    """The digest of a keyed write's request: a key used again for another write is refused."""
+    canonical = json.dumps({"op": op, **request}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()

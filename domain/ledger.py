@@ -18,8 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import hashlib
-import json
 import random
 import time
 import uuid
@@ -46,6 +44,7 @@ from .inputs import (
     check_tenant,
     check_write_options,
     parse_messages,
+    request_digest,
 )
 from .messages import ChatMessage
 from .ports import (
@@ -99,8 +98,9 @@ class Ledger(Compliance, StreamCommands, AuditTrail, Application[uuid.UUID]):
         stream_flush_bytes: int = 1024,
         stream_flush_ms: int = 250,
     ) -> None:
-        # Per instance, so the interval is a setting rather than a class constant.
-        self.snapshotting_intervals = {Session: snapshot_interval}  # type: ignore[misc]
+        # Snapshots are taken by `_snapshot_if_due`, not by the library (which would read
+        # the stream back to the version first): none in `snapshotting_intervals`.
+        self.snapshot_interval = snapshot_interval
         self.tokenizer = tokenizer or load_tokenizer("cl100k_base")
         self.limits = limits or Limits()
         self.default_tenant = check_tenant(default_tenant)
@@ -218,7 +218,7 @@ class Ledger(Compliance, StreamCommands, AuditTrail, Application[uuid.UUID]):
         sid = session_id(tenant, key)
         # The write id: the caller's key (with the digest of what it asked, so a key
         # reused for another write is refused), or one of our own.
-        digest = None if idempotency_key is None else _digest(op, request)
+        digest = None if idempotency_key is None else request_digest(op, request)
         write_id = idempotency_key or f"w-{uuid.uuid4().hex}"
         audit: dict[str, Any] = {
             "actor": actor or self.default_actor,
@@ -274,10 +274,21 @@ class Ledger(Compliance, StreamCommands, AuditTrail, Application[uuid.UUID]):
                     ) from None
                 time.sleep(_RETRY_JITTER.uniform(0, 0.002 * min(attempt + 1, 10)))
                 continue
+            self._snapshot_if_due(session, len(batch.events))
             return WriteResult(session.version, session.message_count, removed=removed)
         raise LedgerError(
             f"session {key!r}: write lost the race {self.write_retries} times; try again"
         )
+
+    def _snapshot_if_due(self, session: Session, new_events: int) -> None:
+        """A snapshot of the state just saved, when a multiple of the interval is among the
+        versions it reached. A snapshot only saves reads: one that fails (the store gone
+        after the write committed) is skipped, never reported as the write's failure."""
+        version, interval = session.version, self.snapshot_interval
+        if self.snapshots is None or version // interval <= (version - new_events) // interval:
+            return
+        with contextlib.suppress(IntegrityError, OperationalError, InterfaceError):
+            self.snapshots.put([Session.Snapshot.take(session)])
 
     def _load(self, sid: uuid.UUID, *, fresh: bool) -> Session | None:
         """The session's write state: cached without a read (a stale copy fails to save and
@@ -334,11 +345,6 @@ def _common_prefix(old: list[str], new: tuple[str, ...]) -> int:
         if a != b:
             return i
     return min(len(old), len(new))
-
-
-def _digest(op: str, request: dict[str, Any]) -> str:
-    canonical = json.dumps({"op": op, **request}, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
 __all__ = ["AuditEntry", "Ledger", "Limits", "MessagesRead", "SessionHead", "WriteResult"]
