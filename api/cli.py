@@ -24,13 +24,11 @@ from session_ledger.domain.errors import LedgerError
 from session_ledger.domain.ledger import Ledger
 from session_ledger.domain.ports import ChainReport
 
-from .keystore import ROLES, KeyNotFound, KeyStore, open_key_store
+from .keystore import KeyNotFound, KeyStore, open_key_store
 from .settings import Settings
 
 cli = typer.Typer(name="session-ledger", no_args_is_help=True, add_completion=False,
                   help="Event-sourced conversation memory for LLM agents.")  # fmt: skip
-keys_cli = typer.Typer(no_args_is_help=True, help="Create, list and revoke API keys.")
-cli.add_typer(keys_cli, name="keys")
 
 DatabaseUrl = Annotated[
     str | None, typer.Option(help="Store URL (default: LEDGER_DATABASE_URL).", show_default=False)
@@ -142,78 +140,6 @@ def serve(
         os.environ[f"LEDGER_{name.upper()}"] = str(getattr(settings, name))
     uvicorn.run("session_ledger.api.app:app_from_env", factory=True, workers=settings.workers,
                 **listen)  # fmt: skip
-
-
-@keys_cli.command("create")
-def keys_create(
-    role: Annotated[str, typer.Option(help=f"One of: {', '.join(ROLES)}.")] = "agent",
-    tenant: Tenant = None,
-    name: Annotated[str, typer.Option(help="A label for people.")] = "",
-    database_url: DatabaseUrl = None,
-) -> None:
-    """Create an API key and print its secret (shown this once)."""
-    settings = load_settings(database_url)
-    with failing_cleanly(), key_store(settings) as store:
-        record, secret = store.create(tenant or settings.default_tenant, role, name)
-    typer.echo(f"id: {record.id}\ntenant: {record.tenant}\nrole: {record.role}\nkey: {secret}")
-
-
-@keys_cli.command("list")
-def keys_list(tenant: Tenant = None, database_url: DatabaseUrl = None) -> None:
-    """List API keys (all tenants unless --tenant), revoked ones marked."""
-    settings = load_settings(database_url)
-    with failing_cleanly(), key_store(settings) as store:
-        records = store.list(tenant)
-    for r in records:
-        state = f"revoked {r.revoked_at:%Y-%m-%d %H:%M}" if r.revoked_at else "active"
-        typer.echo(f"{r.id}  {r.tenant}  {r.role:<7}  {state:<24}  {r.name}")
-
-
-@keys_cli.command("revoke")
-def keys_revoke(key_id: str, database_url: DatabaseUrl = None) -> None:
-    """Revoke an API key by its id: it stops working at once."""
-    settings = load_settings(database_url)
-    with failing_cleanly(), key_store(settings) as store:
-        store.revoke(key_id)
-    typer.echo(f"revoked {key_id}")
-
-
-@cli.command()
-def show(
-    key: str,
-    tenant: Tenant = None,
-    as_of_version: Annotated[
-        int | None, typer.Option(help="Show the session as it was at this version.")
-    ] = None,
-    as_of: Annotated[
-        datetime | None, typer.Option(help="Show it as it was at this time (UTC).")
-    ] = None,
-    archived: Annotated[bool, typer.Option(help="Show the archived messages.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON document.")] = False,
-    database_url: DatabaseUrl = None,
-) -> None:
-    """Print a session: its version and counts, then its messages, oldest first."""
-    settings = load_settings(database_url)
-    tenant = tenant or settings.default_tenant
-    status = "archived" if archived else "active"
-    with failing_cleanly(), opened_ledger(settings) as ledger:
-        head = ledger.head(key, tenant=tenant)
-        messages = ledger.get_all(
-            key, tenant=tenant, status=status, as_of_version=as_of_version, as_of=as_of
-        )
-    point = f" as of version {as_of_version}" if as_of_version else ""
-    point += f" as of {as_of.isoformat()}" if as_of else ""
-    if as_json:
-        document = {"key": key, "tenant": tenant, "version": head.version,
-                    "as_of_version": as_of_version, "as_of": as_of and as_of.isoformat(),
-                    "messages": [m.to_dict() for m in messages]}  # fmt: skip
-        typer.echo(json.dumps(document, ensure_ascii=False, indent=2))
-        return
-    typer.echo(f"session {key!r} (tenant {tenant!r}){point}: now at version {head.version}, "
-               f"{head.message_count} active, {head.archived_count} archived, "
-               f"updated {head.updated_at:%Y-%m-%d %H:%M:%S} UTC")  # fmt: skip
-    for index, message in enumerate(messages):
-        typer.echo(f"[{index}] {message.role}: {message.content}")
 
 
 @cli.command()
@@ -413,7 +339,7 @@ def main() -> None:
     cli()
 
 
-from . import cli_compliance  # noqa: E402, F401  (registers erase, hold, retention)
+from . import cli_compliance, cli_keys, cli_reads  # noqa: E402, F401  (register their commands)
 
 # The evidence commands register themselves on `cli` (kept apart for size).
 from .cli_evidence import start_checkpoint_timer  # noqa: E402

@@ -103,7 +103,7 @@ async def _drive(
     call: Callable[[Any, int], Awaitable[object]],
     budget_s: float,
 ) -> Cell:
-    from session_ledger.api.client import AsyncLedgerClient
+    from session_ledger.api.client_async import AsyncLedgerClient
 
     latencies: list[float] = []
     pending = iter(range(requests))

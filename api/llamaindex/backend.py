@@ -22,7 +22,8 @@ from session_ledger.domain.ledger import Ledger
 from session_ledger.domain.messages import ChatMessage
 from session_ledger.domain.tokens import NamedTokenizer
 
-from ..client import AsyncLedgerClient, LedgerAPIError, LedgerClient
+from ..client import LedgerAPIError, LedgerClient
+from ..client_async import AsyncLedgerClient
 from ..schemas import Message
 
 API_KEY_ENV = "LEDGER_API_KEY"  # the remote API key, when none is passed in

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from session_ledger.api.client import AsyncLedgerClient, LedgerAPIError, session_path
+from session_ledger.api.client import LedgerAPIError, session_path
+from session_ledger.api.client_async import AsyncLedgerClient
 from session_ledger.projections.export_verify import verify_export
 
 from .conftest import Deployment, run_cli

@@ -173,7 +173,7 @@ def test_initial_token_count_over_the_limit_is_refused(
 async def test_async_client_covers_the_same_routes(
     deployment: Deployment, session_key: str
 ) -> None:
-    from session_ledger.api.client import AsyncLedgerClient
+    from session_ledger.api.client_async import AsyncLedgerClient
 
     async with AsyncLedgerClient(deployment.base_url, deployment.keys["a_admin"]) as api:
         assert (await api.healthz()).status == "ok"
