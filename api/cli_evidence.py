@@ -96,14 +96,16 @@ def verify_checkpoints(
     settings: Settings, files: list[Path], public_key_file: Path | None, tenant: str | None
 ) -> int:
     """`verify --checkpoint`: each checkpoint's signature and tree, growth between them,
-    then every session of their tenant against them. Prints each finding; the number of
-    problems found."""
+    then every session of their tenant and its access log against them. Prints each
+    finding; the number of problems found."""
     from session_ledger.projections.checkpoint import load_public_key, read_checkpoint
     from session_ledger.projections.checkpoint_verify import (
         check_checkpoint,
         check_growth,
+        verify_access,
         verify_store,
     )
+    from session_ledger.projections.views import SQLViews
 
     if public_key_file is None:
         raise CheckpointError("verify --checkpoint needs --public-key FILE")
@@ -125,7 +127,14 @@ def verify_checkpoints(
     with opened_ledger(settings) as ledger:
         for report in verify_store(ledger, checkpoints):
             problems += _show(report)
-    return problems
+        views = ledger.views
+        assert isinstance(views, SQLViews)
+        access = verify_access(views, checkpoints)
+    for problem in access:
+        typer.echo(f"BROKEN  access log of {checkpoints[0].tenant!r}: {problem}")
+    if not access:
+        typer.echo(f"ok      access log of {checkpoints[0].tenant!r}")
+    return problems + len(access)
 
 
 def _show(report: ChainReport) -> int:

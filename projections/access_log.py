@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -113,8 +113,22 @@ def access_entries(views: SQLViews, tenant: str, after: int, limit: int) -> list
     ]
 
 
-def verify_access_log(views: SQLViews, tenant: str, page: int = 1000) -> Iterator[str]:
-    """Problems found recomputing the tenant's access chain (none: intact)."""
+def access_head(views: SQLViews, tenant: str) -> tuple[int, bytes]:
+    """The tenant's log as it stands: (number of its last entry, its hash), (0, h_0) if empty."""
+    with views._reading() as read:
+        last = read("SELECT seq, chain FROM ledger_access_log WHERE tenant = ? "
+                    "ORDER BY seq DESC LIMIT 1", (tenant,))  # fmt: skip
+    return (last[0]["seq"], bytes(last[0]["chain"])) if last else (0, GENESIS)
+
+
+def verify_access_log(
+    views: SQLViews, tenant: str, page: int = 1000, pinned: Mapping[int, bytes] | None = None
+) -> Iterator[str]:
+    """Problems found recomputing the tenant's access chain (none: intact); given
+    `pinned` (entry number -> the hash a signed checkpoint recorded there), the chain
+    recomputed from the entries must pass through each, so a log cut short or rewritten
+    and rehashed since the checkpoint is named."""
+    pins = dict(pinned or {})
     h, seq = GENESIS, 0
     while entries := access_entries(views, tenant, seq, page):
         for entry in entries:
@@ -128,4 +142,13 @@ def verify_access_log(views: SQLViews, tenant: str, page: int = 1000) -> Iterato
                     + h.hex()
                 )
                 return
+            if entry.seq in pins and pins.pop(entry.seq) != h:
+                yield (f"rewritten at or before entry {entry.seq}: the entries give "
+                       f"{h.hex()}, the checkpoint recorded another hash")  # fmt: skip
+                return
             seq = entry.seq
+    if pins.pop(0, GENESIS) != GENESIS:
+        yield "the checkpoint recorded an empty log with a hash other than h_0"
+    if pins:
+        yield (f"cut short: the log ends at entry {seq}; the checkpoint recorded entry "
+               f"{max(pins)}")  # fmt: skip

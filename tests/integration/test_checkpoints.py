@@ -15,7 +15,15 @@ from typer.testing import CliRunner
 
 from session_ledger.api.cli import cli
 from session_ledger.api.settings import Settings
+from session_ledger.domain.integrity import GENESIS
 from session_ledger.domain.ledger import Ledger
+from session_ledger.projections.access_log import (
+    access_entries,
+    access_head,
+    next_hash,
+    record_access,
+    verify_access_log,
+)
 from session_ledger.projections.checkpoint import (
     Checkpoint,
     generate_keys,
@@ -24,6 +32,7 @@ from session_ledger.projections.checkpoint import (
     sign,
 )
 from session_ledger.projections.checkpoint_verify import check_checkpoint, verify_store
+from session_ledger.projections.views import SQLViews
 from tests.conftest import fresh_postgres_database, make_ledger, make_settings
 
 from .tampering import Database, flip
@@ -86,7 +95,8 @@ def test_an_untouched_store_verifies_against_its_checkpoint(signed: dict[str, An
     ledger.put("a", {"role": "user", "content": "later"})  # growth is fine
     ledger.put("new", {"role": "user", "content": "made after the checkpoint"})
     output = verify(signed, code=0)
-    assert len([line for line in output.splitlines() if line.startswith("ok")]) == 5
+    assert len([line for line in output.splitlines() if line.startswith("ok")]) == 5 + 1
+    assert "ok      access log of" in output
 
 
 def tamper(s: dict[str, Any], kind: str) -> None:
@@ -229,3 +239,38 @@ def _public(s: dict[str, Any]) -> Any:
     from session_ledger.projections.checkpoint import load_public_key
 
     return load_public_key(s["public"])
+
+
+@pytest.mark.parametrize("kind", ["cut short", "rewritten and rehashed"])
+def test_the_access_log_is_signed_so_cutting_or_rewriting_it_is_caught(
+    signed: dict[str, Any], kind: str
+) -> None:
+    ledger: Ledger = signed["ledger"]
+    views = ledger.views
+    assert isinstance(views, SQLViews)
+    tenant = ledger.default_tenant
+    for n in range(5):
+        record_access(views, tenant, f"key:{n}", "auditor", "transcript", "a", {}, n)
+    later = Path(_invoke(signed["settings"], "checkpoint").strip())
+    assert read_checkpoint(later).access_log == access_head(views, tenant)
+    assert read_checkpoint(later).access_log[0] == 5  # type: ignore[index]
+    record_access(views, tenant, "key:9", "auditor", "window", "b", {}, 1)  # growth is fine
+    verify(signed, signed["checkpoint"], later, code=0)
+
+    db: Database = signed["db"]
+    if kind == "cut short":  # the tail removed: what is left still chains from h_0
+        db.run("DELETE FROM ledger_access_log WHERE tenant = ? AND seq >= 4", tenant)
+        says = "cut short: the log ends at entry 3; the checkpoint recorded entry 5"
+    else:  # an entry edited and every hash after it recomputed to match
+        db.run("UPDATE ledger_access_log SET actor = 'key:nobody' WHERE tenant = ? AND seq = 2",
+               tenant)  # fmt: skip
+        h = GENESIS
+        for entry in access_entries(views, tenant, 0, 100):
+            h = next_hash(h, entry)
+            db.run("UPDATE ledger_access_log SET chain = ? WHERE tenant = ? AND seq = ?",
+                   h, tenant, entry.seq)  # fmt: skip
+        says = "rewritten at or before entry 5"
+    assert list(verify_access_log(views, tenant)) == []  # the keyless chain stays green
+    output = verify(signed, signed["checkpoint"], later)
+    [line] = broken_lines(output)
+    assert line.startswith(f"BROKEN  access log of {tenant!r}: " + says), output
