@@ -1,0 +1,63 @@
+"""The tenant-wide export package over HTTP (e-discovery): the same package as
+`session-ledger export --tenant`, streamed as a tar while it is built (auditor and admin
+keys), and entered in the access log as an export when the stream ends."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import StreamingResponse
+
+from session_ledger.domain.errors import InvalidInput
+from session_ledger.projections.package import stream_package
+
+from ..access_log import AccessLoggedRoute, logged_query
+from ..deps import TEXT_PATTERN, ExporterDep, InRange, LedgerDep
+from ..errors import ERROR_RESPONSES
+
+router = APIRouter(
+    prefix="/v1/package", tags=["export"], responses=ERROR_RESPONSES,
+    route_class=AccessLoggedRoute,
+)  # fmt: skip
+PACKAGE_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "The package as a tar: sessions/NNNNNN.jsonl (each selected "
+        "session's verifiable export), events.csv, manifest.json and manifest.sha256; "
+        "`session-ledger verify-export FILE.tar` checks it offline.",
+        "content": {"application/x-tar": {"schema": {"type": "string", "format": "binary"}}},
+    }
+}
+
+
+@router.get(
+    "", response_class=StreamingResponse, responses=PACKAGE_RESPONSES,
+    dependencies=[Depends(logged_query("export"))],
+)  # fmt: skip
+def export_package(
+    request: Request, ledger: LedgerDep, who: ExporterDep,
+    prefix: Annotated[str, Query(max_length=1024, pattern=TEXT_PATTERN,
+                                 description="Sessions whose key starts so.")] = "",
+    start: Annotated[datetime | None, InRange,
+                     Query(alias="from", description="Sessions changed at or after.")] = None,
+    end: Annotated[datetime | None, InRange,
+                   Query(alias="to", description="Sessions changed before.")] = None,
+    actor: Annotated[str | None, Query(max_length=256, pattern=TEXT_PATTERN,
+                                       description="Sessions this actor changed (in the "
+                                       "range given).")] = None,
+) -> StreamingResponse:  # fmt: skip
+    """Export every session of the caller's tenant the query selects, as one verifiable
+    package, streamed (auditor and admin keys)."""
+    start, end = (m and (m if m.tzinfo else m.replace(tzinfo=UTC)) for m in (start, end))
+    if start is not None and end is not None and start >= end:
+        raise InvalidInput("`from` must be before `to`")
+    chunks = stream_package(
+        ledger, who.tenant, exported_by=who.actor, prefix=prefix, start=start, end=end,
+        actor=actor, checkpoint_dir=request.app.state.settings.checkpoint_dir,
+    )  # fmt: skip
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    return StreamingResponse(
+        chunks, media_type="application/x-tar",
+        headers={"Content-Disposition": f'attachment; filename="package-{stamp}.tar"'},
+    )  # fmt: skip

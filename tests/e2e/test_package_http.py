@@ -1,0 +1,46 @@
+"""The tenant-wide package over HTTP: streamed as a tar that the offline checker passes,
+selecting what the CLI's package selects, entered in the access log as an export."""
+
+from __future__ import annotations
+
+import tarfile
+from pathlib import Path
+
+from session_ledger.projections.package import verify_package
+
+from .conftest import Deployment
+from .test_access_log import entries_of
+
+
+def test_an_auditor_streams_a_package_that_verifies_and_is_logged(
+    deployment: Deployment, session_key: str, tmp_path: Path
+) -> None:
+    with deployment.client("a_agent") as agent:
+        for n in range(3):
+            messages = [{"role": "user", "content": f"m{i}"} for i in range(n + 1)]
+            agent.put_messages(f"{session_key}/{n}", messages)
+    package = tmp_path / "package.tar"
+    with deployment.raw("a_auditor") as auditor:
+        with auditor.stream("GET", "/v1/package", params={"prefix": session_key}) as answer:
+            assert answer.status_code == 200, answer.read()
+            assert answer.headers["content-type"] == "application/x-tar"
+            with package.open("wb") as out:
+                for chunk in answer.iter_bytes():
+                    out.write(chunk)
+        bad = auditor.get("/v1/package", params={"from": "2026-02-01", "to": "2026-01-01"})
+        assert (bad.status_code, bad.json()["error"]["code"]) == (422, "invalid_input")
+    with deployment.raw("a_agent") as agent:
+        assert agent.get("/v1/package").status_code == 403
+
+    assert verify_package(package) == []
+    with tarfile.open(package) as tar:
+        names = tar.getnames()
+        manifest = tar.extractfile("manifest.json").read()  # type: ignore[union-attr]
+        rows = tar.extractfile("events.csv").read().decode().splitlines()  # type: ignore[union-attr]
+    assert names == ["sessions/000000.jsonl", "sessions/000001.jsonl", "sessions/000002.jsonl",
+                     "events.csv", "manifest.json", "manifest.sha256"]  # fmt: skip
+    auditor_id = f"key:{deployment.key_ids['a_auditor']}"
+    assert f'"exported_by": "{auditor_id}"'.encode() in manifest
+    [entry] = entries_of(deployment, None, prefix=session_key)
+    assert len(rows) == 1 + 6  # a header, then SessionStarted and one append a session
+    assert (entry["actor"], entry["action"], entry["records"]) == (auditor_id, "export", 6)
