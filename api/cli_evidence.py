@@ -184,7 +184,7 @@ def events(
 
 def export_package(
     settings: Settings, tenant: str, output: Path | None, prefix: str,
-    start: datetime | None, end: datetime | None, actor: str | None,
+    start: datetime | None, end: datetime | None, actor: str | None, access_log: bool = False,
 ) -> None:  # fmt: skip
     """`export --tenant T --output DIR|FILE.tar`: the tenant-wide package."""
     import tempfile
@@ -197,7 +197,8 @@ def export_package(
         folder = Path(tmp) / "package" if output.suffix == ".tar" else output
         manifest = write_package(ledger, tenant, folder, exported_by=f"cli:{getpass.getuser()}",
                                  prefix=prefix, start=start, end=end, actor=actor,
-                                 checkpoint_dir=settings.checkpoint_dir)  # fmt: skip
+                                 checkpoint_dir=settings.checkpoint_dir,
+                                 access_log=access_log)  # fmt: skip
         if output.suffix == ".tar":
             tar_folder(folder, output)
     counts = manifest["counts"]

@@ -4,7 +4,8 @@ selects, each as its verifiable JSONL export, one CSV of all their events, and
 
     manifest.sha256 the SHA-256 of manifest.json, as `sha256sum -c` reads it
     manifest.json   {"format": "session-ledger-package", "format_version": 1, "tenant",
-                     "query": {prefix, from, to, actor}, "exported_by", "exported_at",
+                     "query": {prefix, from, to, actor, access_log}, "exported_by",
+                     "exported_at",
                      "counts": {"sessions", "events"},
                      "sessions": [{"key", "file", "to_version", "chain_head"}, ...],
                      "checkpoint": the tree head the exports prove against (or null),
@@ -92,13 +93,14 @@ def selected_keys(
 def package_files(
     ledger: Ledger, tenant: str, folder: Path, *, exported_by: str,
     prefix: str = "", start: datetime | None = None, end: datetime | None = None,
-    actor: str | None = None, checkpoint_dir: Path | None = None,
+    actor: str | None = None, checkpoint_dir: Path | None = None, access_log: bool = False,
 ) -> Iterator[str]:  # fmt: skip
     """Write the package into `folder` (made, and empty) a file at a time, naming each
     file as soon as it is whole: the sessions' exports in turn, then `events.csv`,
     `manifest.json` and its digest. A consumer may take each file away once named (the
     HTTP stream does): what the writer holds is one page of events and, for the manifest,
-    a line per session, never a session's or the package's content."""
+    a line per session, never a session's or the package's content. With `access_log`,
+    each session's export also carries the access log's entries about it."""
     views = ledger.views
     assert isinstance(views, SQLViews)
     (folder / "sessions").mkdir(parents=True)
@@ -110,7 +112,7 @@ def package_files(
         rows = csv.writer(table)
         rows.writerow(CSV_COLUMNS)
         for key in selected_keys(views, ledger, tenant, prefix, start, end, actor):
-            plan = plan_export(ledger, key, tenant=tenant)
+            plan = plan_export(ledger, key, tenant=tenant, access_log=access_log)
             proof = plan_proof(plan, checkpoint_dir)
             if proof is not None:
                 checkpoint = checkpoint or proof["tree_head"]
@@ -135,7 +137,7 @@ def package_files(
     manifest = {
         "format": FORMAT, "format_version": FORMAT_VERSION, "tenant": tenant,
         "query": {"prefix": prefix, "from": start and start.isoformat(),
-                  "to": end and end.isoformat(), "actor": actor},
+                  "to": end and end.isoformat(), "actor": actor, "access_log": access_log},
         "exported_by": exported_by, "exported_at": datetime.now(UTC).isoformat(),
         "counts": {"sessions": len(sessions), "events": events}, "sessions": sessions,
         "checkpoint": checkpoint, "files": files,

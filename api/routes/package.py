@@ -46,6 +46,8 @@ def export_package(
     actor: Annotated[str | None, Query(max_length=256, pattern=TEXT_PATTERN,
                                        description="Sessions this actor changed (in the "
                                        "range given).")] = None,
+    access_log: Annotated[bool, Query(description="Each session's export also carries the "
+                                      "access log's entries about it.")] = False,
 ) -> StreamingResponse:  # fmt: skip
     """Export every session of the caller's tenant the query selects, as one verifiable
     package, streamed (auditor and admin keys)."""
@@ -55,6 +57,7 @@ def export_package(
     chunks = stream_package(
         ledger, who.tenant, exported_by=who.actor, prefix=prefix, start=start, end=end,
         actor=actor, checkpoint_dir=request.app.state.settings.checkpoint_dir,
+        access_log=access_log,
     )  # fmt: skip
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     return StreamingResponse(

@@ -1,11 +1,15 @@
 """The tenant-wide package over HTTP: streamed as a tar that the offline checker passes,
-selecting what the CLI's package selects, entered in the access log as an export."""
+selecting what the CLI's package selects, entered in the access log as an export; and an
+export that carries the access log's entries about its session."""
 
 from __future__ import annotations
 
+import json
 import tarfile
 from pathlib import Path
+from urllib.parse import quote
 
+from session_ledger.projections.export_verify import verify_export
 from session_ledger.projections.package import verify_package
 
 from .conftest import Deployment
@@ -44,3 +48,23 @@ def test_an_auditor_streams_a_package_that_verifies_and_is_logged(
     [entry] = entries_of(deployment, None, prefix=session_key)
     assert len(rows) == 1 + 6  # a header, then SessionStarted and one append a session
     assert (entry["actor"], entry["action"], entry["records"]) == (auditor_id, "export", 6)
+
+
+def test_an_export_asked_for_it_carries_who_read_the_session(
+    deployment: Deployment, session_key: str
+) -> None:
+    path = f"/v1/sessions/{quote(session_key, safe='')}"
+    with deployment.client("a_agent") as agent:
+        agent.put(session_key, {"role": "user", "content": "hello"})
+    with deployment.raw("a_auditor") as auditor:
+        assert auditor.get(f"{path}/messages").status_code == 200
+        assert auditor.get(f"{path}/export").status_code == 200
+        data = auditor.get(f"{path}/export", params={"access_log": "true"}).content
+    lines = data.splitlines(keepends=True)
+    report = verify_export(lines)
+    assert report.ok, report.summary()
+    access = [json.loads(x) for x in lines if b'"record":"access"' in x]
+    auditor_id = f"key:{deployment.key_ids['a_auditor']}"
+    assert [(e["actor"], e["action"]) for e in access] == [
+        (auditor_id, "transcript"), (auditor_id, "export")
+    ]  # fmt: skip
