@@ -186,13 +186,24 @@ def export_package(
     settings: Settings, tenant: str, output: Path | None, prefix: str,
     start: datetime | None, end: datetime | None, actor: str | None, access_log: bool = False,
 ) -> None:  # fmt: skip
-    """`export --tenant T --output DIR|FILE.tar`: the tenant-wide package."""
+    """`export --tenant T --output DIR|FILE.tar|FILE.rsmf`: the tenant-wide package, or
+    its sessions as RSMF for review tools."""
     import tempfile
 
     from session_ledger.projections.package import tar_folder, write_package
 
     if output is None or output.exists():
-        raise InvalidInput("a package is written to --output DIR or FILE.tar, not there yet")
+        raise InvalidInput("a package is written to --output DIR, FILE.tar or FILE.rsmf, "
+                           "not there yet")  # fmt: skip
+    if output.suffix == ".rsmf":
+        from session_ledger.projections.rsmf import write_rsmf
+
+        with opened_ledger(settings) as ledger:
+            summary = write_rsmf(ledger, tenant, output, exported_by=f"cli:{getpass.getuser()}",
+                                 prefix=prefix, start=start, end=end, actor=actor)  # fmt: skip
+        typer.echo(f"exported {summary['conversations']} conversations, {summary['events']} "
+                   f"RSMF events to {output}", err=True)  # fmt: skip
+        return
     with opened_ledger(settings) as ledger, tempfile.TemporaryDirectory(dir=output.parent) as tmp:
         folder = Path(tmp) / "package" if output.suffix == ".tar" else output
         manifest = write_package(ledger, tenant, folder, exported_by=f"cli:{getpass.getuser()}",

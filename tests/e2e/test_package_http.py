@@ -12,6 +12,7 @@ from urllib.parse import quote
 from session_ledger.projections.export_verify import verify_export
 from session_ledger.projections.package import verify_package
 
+from ..integration.test_rsmf import rsmf_manifest
 from .conftest import Deployment
 from .test_access_log import entries_of
 
@@ -68,3 +69,18 @@ def test_an_export_asked_for_it_carries_who_read_the_session(
     assert [(e["actor"], e["action"]) for e in access] == [
         (auditor_id, "transcript"), (auditor_id, "export")
     ]  # fmt: skip
+
+
+def test_the_same_sessions_as_rsmf_over_http(deployment: Deployment, session_key: str) -> None:
+    with deployment.client("a_agent") as agent:
+        agent.put_messages(session_key, [{"role": "user", "content": "q"},
+                                         {"role": "assistant", "content": "a"}])  # fmt: skip
+    with deployment.raw("a_auditor") as auditor:
+        answer = auditor.get("/v1/package", params={"prefix": session_key, "format": "rsmf"})
+    assert answer.status_code == 200 and answer.headers["content-type"] == "message/rfc822"
+    _, manifest = rsmf_manifest(answer.content)
+    assert [(e["participant"], e["body"]) for e in manifest["events"]] == [
+        ("role:user", "q"), ("role:assistant", "a")
+    ]  # fmt: skip
+    [entry] = entries_of(deployment, None, prefix=session_key, format="rsmf")
+    assert (entry["action"], entry["records"]) == ("export", 2)
