@@ -9,6 +9,7 @@ from __future__ import annotations
 import getpass
 import itertools
 import json
+import sys
 import threading
 from datetime import datetime
 from pathlib import Path
@@ -190,7 +191,7 @@ def export_package(
     its sessions as RSMF for review tools."""
     import tempfile
 
-    from session_ledger.projections.package import tar_folder, write_package
+    from session_ledger.projections.package import package_files, tar_folder
 
     if output is None or output.exists():
         raise InvalidInput("a package is written to --output DIR, FILE.tar or FILE.rsmf, "
@@ -206,10 +207,16 @@ def export_package(
         return
     with opened_ledger(settings) as ledger, tempfile.TemporaryDirectory(dir=output.parent) as tmp:
         folder = Path(tmp) / "package" if output.suffix == ".tar" else output
-        manifest = write_package(ledger, tenant, folder, exported_by=f"cli:{getpass.getuser()}",
-                                 prefix=prefix, start=start, end=end, actor=actor,
-                                 checkpoint_dir=settings.checkpoint_dir,
-                                 access_log=access_log)  # fmt: skip
+        files = package_files(ledger, tenant, folder, exported_by=f"cli:{getpass.getuser()}",
+                              prefix=prefix, start=start, end=end, actor=actor,
+                              checkpoint_dir=settings.checkpoint_dir,
+                              access_log=access_log)  # fmt: skip
+        # On a terminal, the files written so far and the last one; elsewhere, nothing.
+        with typer.progressbar(files, label="package", show_pos=True, file=sys.stderr,
+                               item_show_func=lambda name: name) as written:  # fmt: skip
+            for _ in written:
+                pass
+        manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
         if output.suffix == ".tar":
             tar_folder(folder, output)
     counts = manifest["counts"]
