@@ -21,6 +21,8 @@ from session_ledger.api.cli import cli
 from session_ledger.domain.ledger import Ledger
 from session_ledger.domain.session import session_id
 from session_ledger.projections.rsmf import write_rsmf
+from tests.conftest import make_ledger, make_settings
+from tests.integration.test_erasure import master_key
 
 EVENT_TYPES = {"message", "disclaimer", "join", "leave", "history", "unknown"}
 CONVERSATION_TYPES = {"direct", "channel"}
@@ -122,3 +124,23 @@ def test_the_cli_writes_rsmf_for_an_output_named_so(tmp_path: Path) -> None:
     assert empty.exit_code == 0, empty.output
     message, manifest = rsmf_manifest((tmp_path / "empty.rsmf").read_bytes())
     assert manifest["events"] == [] and message["X-RSMF-EventCount"] == "0"
+
+
+def test_an_erased_sessions_messages_read_erased_and_its_content_is_nowhere(
+    tmp_path: Path,
+) -> None:
+    ledger = make_ledger(make_settings("memory", tmp_path, master_key=master_key()))
+    try:
+        canary = "canary-" + "7f3a9c"
+        ledger.put("gone", {"role": "user", "content": f"my name is {canary}"})
+        ledger.put("kept", {"role": "user", "content": "stays"})
+        ledger.erase("gone", reason="asked", basis="GDPR art. 17")
+        write_rsmf(ledger, ledger.default_tenant, tmp_path / "x.rsmf", exported_by="test")
+        data = (tmp_path / "x.rsmf").read_bytes()
+        _, manifest = rsmf_manifest(data)
+        assert canary.encode() not in json.dumps(manifest).encode()
+        bodies = [(e["type"], e["body"].split(":")[0]) for e in manifest["events"]]
+        assert bodies == [("message", "[erased]"), ("history", "SessionErased by local"),
+                          ("message", "stays")]  # fmt: skip
+    finally:
+        ledger.close()
