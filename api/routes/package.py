@@ -15,6 +15,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import StreamingResponse
 
 from session_ledger.domain.errors import InvalidInput
+from session_ledger.domain.ledger import Ledger
 from session_ledger.projections.package import stream_package
 from session_ledger.projections.rsmf import write_rsmf
 
@@ -82,7 +83,7 @@ def export_package(
 
 
 def _rsmf(
-    ledger: Any, tenant: str, exported_by: str, stamp: str, **query: Any
+    ledger: Ledger, tenant: str, exported_by: str, stamp: str, **query: Any
 ) -> StreamingResponse:
     """RSMF's headers roll up every event, so the file is made whole (on disk, in this
     worker thread) before its first byte is sent; then sent and removed."""
