@@ -31,7 +31,11 @@ from session_ledger.projections.checkpoint import (
     read_checkpoint,
     sign,
 )
-from session_ledger.projections.checkpoint_verify import check_checkpoint, verify_store
+from session_ledger.projections.checkpoint_verify import (
+    check_checkpoint,
+    verify_access,
+    verify_store,
+)
 from session_ledger.projections.views import SQLViews
 from tests.conftest import fresh_postgres_database, make_ledger, make_settings
 
@@ -274,3 +278,49 @@ def test_the_access_log_is_signed_so_cutting_or_rewriting_it_is_caught(
     output = verify(signed, signed["checkpoint"], later)
     [line] = broken_lines(output)
     assert line.startswith(f"BROKEN  access log of {tenant!r}: " + says), output
+
+
+def test_seeded_random_tamperings_of_the_access_log_are_all_caught(
+    signed: dict[str, Any],
+) -> None:
+    ledger: Ledger = signed["ledger"]
+    views = ledger.views
+    assert isinstance(views, SQLViews)
+    tenant, db = ledger.default_tenant, signed["db"]
+    for n in range(10):
+        record_access(views, tenant, f"key:{n}", "auditor", "window", KEYS[n % 4], {"n": n}, n)
+    checkpoint = read_checkpoint(Path(_invoke(signed["settings"], "checkpoint").strip()))
+    rows = db.run("SELECT * FROM ledger_access_log WHERE tenant = ? ORDER BY seq", tenant)
+    rng = random.Random(30)
+    kinds = ("edited", "edited and rehashed", "tail cut", "entry deleted", "entries swapped")
+    caught = dict.fromkeys(kinds, 0)
+    for _ in range(200):
+        kind, seq = rng.choice(kinds), rng.randrange(1, 11)
+        with db.together():
+            if kind.startswith("edited"):
+                db.run("UPDATE ledger_access_log SET records = records + ? WHERE tenant = ? "
+                       "AND seq = ?", rng.randrange(1, 100), tenant, seq)  # fmt: skip
+            elif kind == "tail cut":
+                db.run("DELETE FROM ledger_access_log WHERE tenant = ? AND seq >= ?", tenant, seq)
+            elif kind == "entry deleted":
+                db.run("DELETE FROM ledger_access_log WHERE tenant = ? AND seq = ?", tenant, seq)
+            else:
+                other = rng.choice([s for s in range(1, 11) if s != seq])
+                swap = ("UPDATE ledger_access_log SET actor = ?, records = ? "
+                        "WHERE tenant = ? AND seq = ?")  # fmt: skip
+                for at, row in ((seq, rows[other - 1]), (other, rows[seq - 1])):
+                    db.run(swap, row["actor"], row["records"], tenant, at)
+        if kind == "edited and rehashed":
+            h = GENESIS
+            for entry in access_entries(views, tenant, 0, 100):
+                h = next_hash(h, entry)
+                db.run("UPDATE ledger_access_log SET chain = ? WHERE tenant = ? AND seq = ?",
+                       h, tenant, entry.seq)  # fmt: skip
+        caught[kind] += bool(verify_access(views, [checkpoint]))
+        with db.together():
+            db.run("DELETE FROM ledger_access_log WHERE tenant = ?", tenant)
+            for row in rows:
+                db.run(f"INSERT INTO ledger_access_log ({', '.join(row)}) VALUES "
+                       f"({', '.join('?' * len(row))})", *row.values())  # fmt: skip
+        assert verify_access(views, [checkpoint]) == []
+    assert sum(caught.values()) == 200 and all(caught.values()), caught
