@@ -43,7 +43,8 @@ class _Thing(Aggregate):
 
 class _Seen(SQLiteApplicationRecorder):
     """The documented hook (the library's searchable-timestamps example): `_insert_events`
-    runs inside the write transaction and receives the kwargs given to `save`."""
+    runs inside the write transaction and receives the kwargs given to the event store's
+    `put` (the Ledger's write calls it directly)."""
 
     seen: list[dict[str, Any]] = []
 
@@ -52,7 +53,7 @@ class _Seen(SQLiteApplicationRecorder):
         return super()._insert_events(c, stored_events, **kwargs)
 
 
-def test_save_hands_its_keyword_arguments_to_the_recorder_hook(tmp_path: Path) -> None:
+def test_the_event_store_hands_its_keyword_arguments_to_the_recorder_hook(tmp_path: Path) -> None:
     class App(Application[uuid.UUID]):
         name = "compat"
 
@@ -64,7 +65,7 @@ def test_save_hands_its_keyword_arguments_to_the_recorder_hook(tmp_path: Path) -
     app = App(env=env)
     try:
         assert isinstance(app.recorder, _Seen)
-        app.save(_Thing("a"), ledger_batch="batch")
+        app.events.put(_Thing("a").collect_events(), ledger_batch="batch")
         assert _Seen.seen[-1]["ledger_batch"] == "batch"
     finally:
         app.close()
