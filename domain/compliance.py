@@ -184,6 +184,6 @@ class Compliance:
                            actor="retention")  # fmt: skip
             except LegalHold:  # held since it was read: kept
                 action = "held"
-            except SessionNotFound:
+            except (SessionNotFound, SessionErased):  # another process's retention was first
                 return None
         return RetentionAction(rule.tenant, key, head.updated_at, action, rule.reason)
