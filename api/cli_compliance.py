@@ -5,6 +5,7 @@ directly, as `show` and `audit` do, and name the operator as the actor."""
 from __future__ import annotations
 
 import getpass
+import sys
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -46,6 +47,31 @@ def erase(
         result = ledger.erase(key, reason=reason, basis=basis, actor=_operator(),
                               tenant=tenant or settings.default_tenant)  # fmt: skip
     typer.echo(f"erased {key!r}: SessionErased is version {result.version}")
+
+
+@cli.command("encrypt-existing")
+def encrypt_existing(database_url: DatabaseUrl = None) -> None:
+    """Seal every session stored clear (started before LEDGER_MASTER_KEY was set) under
+    a key of its own, one transaction per session, with a SessionEncrypted event each;
+    stopped at any point and run again, it finishes. Then drops the old bytes (SQLite)."""
+    from session_ledger.projections.views import SQLViews
+
+    settings = load_settings(database_url)
+    sealed = 0
+    with failing_cleanly(), opened_ledger(settings) as ledger:
+        views = ledger.views
+        assert isinstance(views, SQLViews)
+        if not views.can_seal():
+            raise InvalidInput("encrypt-existing needs a master key: set LEDGER_MASTER_KEY")
+        total = views.session_count()
+        sessions = ledger.encrypt_all(actor=_operator())
+        with typer.progressbar(sessions, length=total, label="sealing sessions",
+                               file=sys.stderr, show_pos=True) as bar:  # fmt: skip
+            for _, _, now in bar:
+                sealed += now
+        typer.echo(f"sealed {sealed} sessions stored clear; the other {total - sealed} were "
+                   "sealed already or erased", err=True)  # fmt: skip
+        typer.echo(views.drop_old_bytes(), err=True)
 
 
 @hold_cli.command("place")
