@@ -28,6 +28,7 @@ from .ports import SessionViews, WriteResult
 from .session import Session, session_id
 
 ERASED_EVENT = "SessionErased"
+ENCRYPTED_EVENT = "SessionEncrypted"
 
 
 @dataclass(frozen=True)
@@ -212,6 +213,9 @@ class Compliance:
     ) -> RetentionAction | None:
         sid = session_id(rule.tenant, key)
         head = self.views.session_head(sid)
+        if head is not None and head.last_event == ENCRYPTED_EVENT:
+            # sealing the content in place is no write of the session's: its age is older
+            head = self.views.session_head(sid, head.version - 1)
         if head is None or head.updated_at >= cutoff or head.last_event == ERASED_EVENT:
             return None
         if not self.views.sealed(sid):  # stored clear: erasure would be refused

@@ -247,3 +247,34 @@ def test_the_command_killed_inside_a_session_leaves_none_half_sealed(
 
 def _key_rows(settings: Settings) -> int:
     return int(query(settings, "SELECT count(*) FROM ledger_data_keys", ())[0][0])  # type: ignore[call-overload]
+
+
+def test_sealing_in_place_is_no_write_to_retention_or_to_the_cleared_filter(
+    tmp_path: Path,
+) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from session_ledger.domain.compliance import RetentionRule
+    from session_ledger.projections.sql import utc_text
+
+    settings = make_settings("sqlite", tmp_path)
+    clear = opened(settings)
+    try:
+        clear.put("old", {"role": "user", "content": "written long ago"})
+        clear.put("reset", {"role": "user", "content": "gone"})
+        clear.reset("reset")
+    finally:
+        clear.close()
+    # The clear writes are backdated ten days; encrypt-existing runs now.
+    then = utc_text(datetime.now(UTC) - timedelta(days=10))
+    with sqlite3.connect(settings.database_url.removeprefix("sqlite:///")) as conn:
+        conn.execute("UPDATE ledger_timeline SET recorded_at = ?", (then,))
+    ledger = opened(with_master_key(settings))
+    try:
+        assert sum(now for _, _, now in ledger.encrypt_all()) == 2
+        assert ledger.keys(exclude_cleared=True) == ["old"]  # "reset" still reads as cleared
+        rule = RetentionRule(ledger.default_tenant, "old", 5)
+        (action,) = ledger.retention([rule], datetime.now(UTC), dry_run=True)
+        assert (action.key, action.action) == ("old", "erase")  # ten days old, not zero
+    finally:
+        ledger.close()
