@@ -278,3 +278,19 @@ def test_sealing_in_place_is_no_write_to_retention_or_to_the_cleared_filter(
         assert (action.key, action.action) == ("old", "erase")  # ten days old, not zero
     finally:
         ledger.close()
+
+
+def test_the_command_without_a_master_key_says_so_and_changes_nothing(tmp_path: Path) -> None:
+    settings = make_settings("sqlite", tmp_path)
+    clear = opened(settings)
+    try:
+        clear.put("kept", {"role": "user", "content": "clear"})
+    finally:
+        clear.close()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LEDGER_")}
+    env["LEDGER_DATABASE_URL"] = settings.database_url
+    refused = subprocess.run([*CLI, "encrypt-existing"], env=env, capture_output=True,
+                             text=True, timeout=120, check=False)  # fmt: skip
+    assert refused.returncode != 0 and "LEDGER_MASTER_KEY" in refused.stderr
+    assert query(settings, "SELECT count(*) FROM ledger_data_keys", ()) == [(0,)]
+    assert query(settings, "SELECT count(*) FROM ledger_timeline", ()) == [(2,)]
