@@ -116,6 +116,7 @@ class DataKeys:
         self.table: KeyTable | None = None  # set when the recorder is made
         self.transcoder: Any = None  # the stored events' (set with the mapper)
         self._cache: dict[uuid.UUID, AESGCM] = {}
+        self._erased: set[uuid.UUID] = set()
 
     def key(self, session_id: uuid.UUID, *, create: bool = False) -> AESGCM | None:
         """The session's data key; None when it has none (started before encryption, or
@@ -140,6 +141,19 @@ class DataKeys:
         if len(self._cache) >= self.cache_size:
             self._cache.clear()
         self._cache[session_id] = key
+        return key
+
+    def opening_key(self, session_id: uuid.UUID) -> AESGCM | None:
+        """The key that opens sealed content read back; None once erased. A session with
+        sealed content and no key was erased, for good: that is remembered, so reading
+        its events back does not look the key up once per event."""
+        if session_id in self._erased:
+            return None
+        key = self.key(session_id)
+        if key is None:
+            if len(self._erased) >= self.cache_size:
+                self._erased.clear()
+            self._erased.add(session_id)
         return key
 
     def forget(self, session_id: uuid.UUID) -> None:
@@ -237,7 +251,7 @@ class SealingMapper(Mapper[uuid.UUID]):
         return event
 
     def _opened(self, session_id: uuid.UUID, envelope: dict[str, Any], field: str) -> Any:
-        key = self.data_keys.key(session_id)
+        key = self.data_keys.opening_key(session_id)
         if key is None:  # erased: the content is gone, its shape is not
             if field == "deltas":
                 return [""] * envelope.get("n", 0)
