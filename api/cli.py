@@ -109,6 +109,7 @@ def serve(
 
     from .app import create_app
     from .bootstrap import check_durability, store_env
+    from .cli_compliance import start_retention_timer
 
     settings = load_settings(database_url, host=host, port=port, workers=workers)
     in_memory = settings.database_url.startswith("memory://")
@@ -131,6 +132,7 @@ def serve(
     )
     with failing_cleanly():
         start_checkpoint_timer(settings)
+        start_retention_timer(settings)
     listen = {"host": settings.host, "port": settings.port, "access_log": settings.access_log}
     if settings.workers == 1:
         uvicorn.run(create_app(settings, key_store=store, owns_process=True), **listen)

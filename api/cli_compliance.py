@@ -5,14 +5,19 @@ directly, as `show` and `audit` do, and name the operator as the actor."""
 from __future__ import annotations
 
 import getpass
+import sys
+import threading
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated
 
 import typer
 
 from session_ledger.domain.compliance import parse_retention
+from session_ledger.domain.errors import InvalidInput
 
 from .cli import DatabaseUrl, Tenant, cli, failing_cleanly, load_settings, opened_ledger
+from .settings import Settings
 
 retention_cli = typer.Typer(no_args_is_help=True, help="Apply the retention policy.")
 cli.add_typer(retention_cli, name="retention")
@@ -42,6 +47,31 @@ def erase(
         result = ledger.erase(key, reason=reason, basis=basis, actor=_operator(),
                               tenant=tenant or settings.default_tenant)  # fmt: skip
     typer.echo(f"erased {key!r}: SessionErased is version {result.version}")
+
+
+@cli.command("encrypt-existing")
+def encrypt_existing(database_url: DatabaseUrl = None) -> None:
+    """Seal every session stored clear (started before LEDGER_MASTER_KEY was set) under
+    a key of its own, one transaction per session, with a SessionEncrypted event each;
+    stopped at any point and run again, it finishes. Then drops the old bytes (SQLite)."""
+    from session_ledger.projections.views import SQLViews
+
+    settings = load_settings(database_url)
+    sealed = 0
+    with failing_cleanly(), opened_ledger(settings) as ledger:
+        views = ledger.views
+        assert isinstance(views, SQLViews)
+        if not views.can_seal():
+            raise InvalidInput("encrypt-existing needs a master key: set LEDGER_MASTER_KEY")
+        total = views.session_count()
+        sessions = ledger.encrypt_all(actor=_operator())
+        with typer.progressbar(sessions, length=total, label="sealing sessions",
+                               file=sys.stderr, show_pos=True) as bar:  # fmt: skip
+            for _, _, now in bar:
+                sealed += now
+        typer.echo(f"sealed {sealed} sessions stored clear; the other {total - sealed} were "
+                   "sealed already or erased", err=True)  # fmt: skip
+        typer.echo(views.drop_old_bytes(), err=True)
 
 
 @hold_cli.command("place")
@@ -99,3 +129,31 @@ def retention_apply(
                            f"{action.last_write:%Y-%m-%d %H:%M:%S}  {action.reason}")  # fmt: skip
     typer.echo(f"{count} sessions past their retention{' (dry run)' if dry_run else ''}",
                err=True)  # fmt: skip
+
+
+def start_retention_timer(
+    settings: Settings, clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+) -> threading.Event | None:
+    """When LEDGER_RETENTION_INTERVAL_MINUTES is set, a thread of `serve`'s own process
+    that applies the retention rules at that interval (at the time `clock` gives); set
+    the event returned to stop it. Several servers may each run one: an erasure is a
+    write like any other, and a session another server erased first is skipped."""
+    if not settings.retention_interval_minutes:
+        return None
+    rules = parse_retention(settings.retention)  # a bad rule stops serve at start-up
+    if not rules:
+        raise InvalidInput("LEDGER_RETENTION_INTERVAL_MINUTES needs LEDGER_RETENTION rules")
+    stop = threading.Event()
+
+    def run() -> None:
+        while not stop.wait(settings.retention_interval_minutes * 60):
+            try:
+                with opened_ledger(settings) as ledger:
+                    for action in ledger.retention(rules, clock(), dry_run=False):
+                        if action.action == "erased":
+                            typer.echo(f"retention erased {action.tenant}/{action.key}", err=True)
+            except Exception as exc:  # the server goes on; the next round tries again
+                typer.secho(f"retention failed: {type(exc).__name__}: {exc}", err=True)
+
+    threading.Thread(target=run, name="retention", daemon=True).start()
+    return stop

@@ -157,6 +157,13 @@ class Settings(BaseSettings):
         description="Retention rules for `retention apply`: `tenant:prefix:days` items "
         "separated by commas (a prefix may be empty), e.g. `default:request/:1`.",
     )
+    retention_interval_minutes: float = Field(
+        0,
+        ge=0,
+        description="`serve` applies the retention rules every N minutes (0: only "
+        "`session-ledger retention apply` does). Safe with several servers: an erasure "
+        "another one made first is skipped.",
+    )
     signing_key_file: Path | None = Field(
         None,
         description="Ed25519 private key (PEM) that signs checkpoints; kept outside the "

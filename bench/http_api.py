@@ -42,7 +42,7 @@ def _free_port() -> int:
 class Server:
     """A running `session-ledger serve` on `database_url`, with an admin key of its own."""
 
-    def __init__(self, database_url: str, workdir: Path) -> None:
+    def __init__(self, database_url: str, workdir: Path, master_key: str | None = None) -> None:
         self.api_key = secrets.token_urlsafe(24)
         port = _free_port()
         self.base_url = f"http://127.0.0.1:{port}"
@@ -54,7 +54,13 @@ class Server:
             "LEDGER_WORKERS": "1",
             "LEDGER_BOOTSTRAP_KEY": self.api_key,
             "LEDGER_TOKEN_LIMIT": str(TOKEN_LIMIT),
+            # What is measured is the request path, not the limiter: its defaults (1,000
+            # requests a second per key) refused a concurrency-16 cell with 429s.
+            "LEDGER_RATE_LIMIT_KEY_PER_SECOND": "0",
+            "LEDGER_RATE_LIMIT_TENANT_PER_SECOND": "0",
         }
+        if master_key is not None:  # encryption at rest: every session sealed
+            env["LEDGER_MASTER_KEY"] = master_key
         self.log = (workdir / "server.log").open("w")
         command = [sys.executable, "-c", "from session_ledger.api.cli import main; main()"]
         self.process = subprocess.Popen(
@@ -83,11 +89,13 @@ class Server:
 
 
 @contextlib.contextmanager
-def serving(database_url: str, workdir: Path, history: list[Message]) -> Iterator[Server]:
+def serving(
+    database_url: str, workdir: Path, history: list[Message], master_key: str | None = None
+) -> Iterator[Server]:
     """A server whose context session already holds `history`."""
     from session_ledger.api.client import LedgerClient
 
-    server = Server(database_url, workdir)
+    server = Server(database_url, workdir, master_key)
     try:
         with LedgerClient(server.base_url, server.api_key) as client:
             client.put_messages(CONTEXT_SESSION, history[:CONTEXT_MESSAGES])

@@ -20,7 +20,9 @@ def server_url() -> str:
 
 
 class ScratchDatabases:
-    """Creates `bench_<pid>_<n>_<tag>` databases on the server named by `base_url`."""
+    """Creates `<prefix>_<pid>_<n>_<tag>` databases on the server named by `base_url`
+    (prefix: LEDGER_BENCH_DB_PREFIX, default `bench`: a shared server's databases say
+    whose they are)."""
 
     def __init__(self, base_url: str) -> None:
         self.base_url = base_url
@@ -40,7 +42,8 @@ class ScratchDatabases:
         return psycopg.connect(self.base_url, autocommit=True)
 
     def create(self, tag: str) -> str:
-        name = f"bench_{os.getpid()}_{next(self._numbers)}_{tag}".lower()
+        prefix = os.environ.get("LEDGER_BENCH_DB_PREFIX", "bench")
+        name = f"{prefix}_{os.getpid()}_{next(self._numbers)}_{tag}".lower()
         with self._admin() as conn:
             conn.execute(f'CREATE DATABASE "{name}"')
         self.created.append(name)

@@ -228,3 +228,34 @@ def http_table(cells: Cells) -> str:
         "|---|---|---|---|---|---|",
     ]
     return "\n".join(head + rows)
+
+
+ENCRYPTION_WORKLOADS = ("W1", "W3@100", "W3@1000", "W3@10000", "W4@10000",
+                        "W6 put c1", "W6 get c1", "W6 put c16", "W6 get c16")  # fmt: skip
+
+
+def encryption_table(cells: Cells) -> str:
+    """The cost of encryption at rest: each of our stores with a master key over the same
+    store without, ratio taken pair by pair within each repetition (median, then each
+    repetition's). W1 and W6 are rates (below 1: slower), W3 and W4 times (above 1)."""
+    rows = []
+    for db in ("sqlite", "postgres"):
+        for suffix in ("", " HTTP"):
+            clear, sealed = f"{OURS[db]}{suffix}", f"{OURS[db]} encrypted{suffix}"
+            if clear not in cells or sealed not in cells:
+                continue
+            for workload in ENCRYPTION_WORKLOADS:
+                pair = Target(workload, (sealed, workload), (clear, workload), REFERENCE, 0)
+                ratios = [r for r, predicted in pair.ratios(cells) if not predicted]
+                if not ratios:
+                    continue
+                each = ", ".join(_fmt(r) for r in ratios)
+                unit = "rate" if workload.startswith(("W1", "W6")) else "time"
+                rows.append(f"| {db}{suffix} | {workload} ({unit}) | "
+                            f"{_fmt(statistics.median(ratios))} ({each}) |")  # fmt: skip
+    if not rows:
+        return ""
+    head = ["", "", "Encryption at rest: encrypted / clear, the same store and workload, pair by "
+            "pair within each repetition (median (each repetition)):", "",
+            "| store | workload | encrypted / clear |", "|---|---|---|"]  # fmt: skip
+    return "\n".join(head + rows)

@@ -9,6 +9,7 @@ taken pair by pair within each repetition) and writes JSON to bench/results/.
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import dataclasses
 import gc
@@ -27,7 +28,7 @@ from pathlib import Path
 from . import corpus, http_api, results
 from .export import ExportBench, export_table
 from .postgres import ScratchDatabases, server_url
-from .report import Cells, http_table, judge, tables, targets
+from .report import Cells, encryption_table, http_table, judge, tables, targets
 from .stores import Context, Store
 from .workloads import (
     WRITERS,
@@ -386,13 +387,19 @@ class Runner:
         return out
 
     def servers(self, stack: contextlib.ExitStack) -> list[tuple[str, http_api.Server]]:
-        """`session-ledger serve` on SQLite and PostgreSQL, stopped when `stack` closes."""
+        """`session-ledger serve` on SQLite and PostgreSQL, each without and with a master
+        key (a store each), stopped when `stack` closes."""
         if importlib.util.find_spec("session_ledger.api.cli") is None:
             return []
         out = []
-        for backend, workdir, url in self.scratch_stores(stack, "http"):
-            server = stack.enter_context(http_api.serving(url, workdir, self.messages))
-            out.append((f"session-ledger {backend} HTTP", server))
+        for sealed in (False, True):
+            master = base64.b64encode(os.urandom(32)).decode("ascii") if sealed else None
+            purpose = "http-encrypted" if sealed else "http"
+            for backend, workdir, url in self.scratch_stores(stack, purpose):
+                server = stack.enter_context(http_api.serving(url, workdir, self.messages,
+                                                              master))  # fmt: skip
+                name = f"session-ledger {backend}{' encrypted' if sealed else ''} HTTP"
+                out.append((name, server))
         return out
 
 
@@ -459,6 +466,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     table = tables(runner.cells, names, workloads, judged, notes)
     table += http_table(runner.cells)
+    table += encryption_table(runner.cells)
     table += export_table(runner.cells)
     command = command_line(raw_args)
     loads = ", ".join(f"{x:.1f}" for x in runner.load_averages)

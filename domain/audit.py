@@ -19,6 +19,7 @@ from .session import (
     LegalHoldReleased,
     MessageRemoved,
     MessagesAppended,
+    SessionEncrypted,
     SessionErased,
     SessionStarted,
     StreamAborted,
@@ -55,6 +56,8 @@ def audit_entry(views: SessionViews, session_id: uuid.UUID, event: Any) -> Audit
         changes = {"reference": event.reference}
     elif isinstance(event, SessionErased):
         changes = {"basis": event.basis}
+    elif isinstance(event, SessionEncrypted):
+        changes = {"previous_head": event.previous_head}
     elif isinstance(event, StreamStarted | StreamChunksAppended | StreamCompleted | StreamAborted):
         changes = stream_changes(views, session_id, event)
     else:

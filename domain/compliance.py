@@ -28,6 +28,7 @@ from .ports import SessionViews, WriteResult
 from .session import Session, session_id
 
 ERASED_EVENT = "SessionErased"
+ENCRYPTED_EVENT = "SessionEncrypted"
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,10 @@ class RetentionAction:
     # stored without encryption, so it cannot be erased)
     action: str
     reason: str
+
+
+class _SealedAlready(Exception):
+    """A session `encrypt` finds sealed: nothing to write."""
 
 
 class Compliance:
@@ -142,6 +147,42 @@ class Compliance:
         return self._write(key, op, {"reference": reference}, command=command, tenant=tenant,
                            actor=actor, reason=reason)  # fmt: skip
 
+    def encrypt(
+        self, key: str, *, tenant: str | None = None, actor: str | None = None
+    ) -> WriteResult | None:
+        """Seal the content of a session stored clear (it started before the master key
+        was configured) under a data key of its own, in one transaction: its events'
+        records and its view rows are rewritten sealed, its hash chain computed again over
+        them, and a `SessionEncrypted` event records the head before. None when there is
+        nothing to do (sealed already, or erased). EncryptionRequired without a master key."""
+        if not self.views.can_seal():
+            raise EncryptionRequired("no master key is configured: set LEDGER_MASTER_KEY")
+        if self.views.sealed(session_id(self._tenant(tenant), key)):
+            return None
+
+        def command(s: Session, audit: dict[str, Any]) -> None:
+            if self.views.sealed(s.id):  # sealed by another process meanwhile
+                raise _SealedAlready
+            stored = self.views.stored_chain(s.id, s.version - 1, 1)
+            head = stored[0][1] if stored else None
+            s.encrypt(previous_head=None if head is None else head.hex(), **audit)
+
+        try:
+            return self._write(key, "encrypt", {}, command=command, tenant=tenant, actor=actor,
+                               reason="encrypt-existing: the content sealed at rest")  # fmt: skip
+        except (_SealedAlready, SessionErased):
+            return None
+
+    def encrypt_all(self, actor: str | None = None) -> Iterator[tuple[str, str, bool]]:
+        """`encrypt` every session of every tenant, one transaction each, in (tenant, key)
+        order: (tenant, key, whether it was sealed now). Stopped at any point and run
+        again, it seals what is left: each session is sealed whole or not at all."""
+        after: tuple[str, str] | None = None
+        while page := self.views.all_sessions(after, 1000):
+            after = page[-1]
+            for tenant, key in page:
+                yield tenant, key, self.encrypt(key, tenant=tenant, actor=actor) is not None
+
     def erasure(self, session_id: uuid.UUID, key: str) -> SessionErased | None:
         """The SessionErased error of an erased session (when, why, on what basis), else
         None. An erased session's last event is its erasure: nothing is written after it."""
@@ -172,6 +213,9 @@ class Compliance:
     ) -> RetentionAction | None:
         sid = session_id(rule.tenant, key)
         head = self.views.session_head(sid)
+        if head is not None and head.last_event == ENCRYPTED_EVENT:
+            # sealing the content in place is no write of the session's: its age is older
+            head = self.views.session_head(sid, head.version - 1)
         if head is None or head.updated_at >= cutoff or head.last_event == ERASED_EVENT:
             return None
         if not self.views.sealed(sid):  # stored clear: erasure would be refused
@@ -184,6 +228,6 @@ class Compliance:
                            actor="retention")  # fmt: skip
             except LegalHold:  # held since it was read: kept
                 action = "held"
-            except SessionNotFound:
+            except (SessionNotFound, SessionErased):  # another process's retention was first
                 return None
         return RetentionAction(rule.tenant, key, head.updated_at, action, rule.reason)

@@ -192,6 +192,10 @@ class SessionViews(Protocol):
         """Whether the session's content is stored sealed under a data key of its own."""
         ...
 
+    def can_seal(self) -> bool:
+        """Whether a master key is configured (new sessions are sealed)."""
+        ...
+
     def all_sessions(
         self, after: tuple[str, str] | None, limit: int
     ) -> list[tuple[str, str]]: ...  # (tenant, key) in order, after `after`

@@ -189,6 +189,17 @@ class Session(Aggregate):
             aggregate.archived_count = 0
             aggregate.erased = True
 
+    class SessionEncrypted(Aggregate.Event):
+        """The content of a session stored clear was sealed under a key of its own
+        (`encrypt-existing`): its earlier records were rewritten and their hash chain
+        computed again; `previous_head` is the chain's head before (hex), if stored."""
+
+        previous_head: str | None
+        actor: str
+        reason: str | None
+        idempotency_key: str | None
+        request_digest: str | None
+
     # A stream: opened, its deltas appended in batches, then completed (its message enters
     # the history) or aborted (the partial stays in the events; a message only if the
     # caller keeps it). The state holds the open streams' ids, never their text.
@@ -319,6 +330,10 @@ class Session(Aggregate):
         """Record that the session's content was erased."""
         self._next(self.SessionErased, basis=basis, **audit)
 
+    def encrypt(self, previous_head: str | None, **audit: Any) -> None:
+        """Record that the session's content, stored clear, is sealed from now on."""
+        self._next(self.SessionEncrypted, previous_head=previous_head, **audit)
+
 
 def _without(ids: Any, stream_id: str) -> tuple[str, ...]:
     return tuple(i for i in ids if i != stream_id)
@@ -337,6 +352,7 @@ SessionStarted = Session.SessionStarted
 LegalHoldPlaced = Session.LegalHoldPlaced
 LegalHoldReleased = Session.LegalHoldReleased
 SessionErased = Session.SessionErased
+SessionEncrypted = Session.SessionEncrypted
 StreamStarted = Session.StreamStarted
 StreamChunksAppended = Session.StreamChunksAppended
 StreamCompleted = Session.StreamCompleted

@@ -22,6 +22,7 @@ from session_ledger.domain.session import (
     MessageRemoved,
     MessagesAppended,
     MessagesArchived,
+    SessionEncrypted,
     SessionErased,
     SessionStarted,
     StreamAborted,
@@ -75,6 +76,12 @@ class EraseContent(NamedTuple):
     version: int
 
 
+class SealContent(NamedTuple):
+    """Seal the session's content, stored clear until `version` (encrypt-existing)."""
+
+    version: int
+
+
 class OpenStream(NamedTuple):
     version: int
     stream_id: str
@@ -101,6 +108,7 @@ Change = (
     | CloseMessage
     | ArchiveOldest
     | EraseContent
+    | SealContent
     | OpenStream
     | ExtendStream
 )
@@ -199,6 +207,9 @@ def view_changes(batch: WriteBatch) -> ViewChanges:
                 changes.append(ArchiveOldest(v, event.count))
         elif isinstance(event, SessionErased):
             changes.append(EraseContent(v))
+            ends = False
+        elif isinstance(event, SessionEncrypted):
+            changes.append(SealContent(v))
             ends = False
         elif isinstance(event, LegalHoldPlaced | LegalHoldReleased):
             ends = False

@@ -43,6 +43,11 @@ class ViewStore(ABC):
     def _execute(self, cursor: Any, sql: str, params: Sequence[Any]) -> None: ...
 
     @abstractmethod
+    def drop_old_bytes(self) -> str:
+        """Drop what the store's files keep of rows rewritten in place; what was done (or
+        what the operator must do)."""
+
+    @abstractmethod
     def _write_transaction(self) -> AbstractContextManager[Any]:
         """A write transaction that keeps other writers of events out until it ends."""
 

@@ -38,6 +38,9 @@ class DataKeyRows(ViewStore):
     def sealed(self, session_id: uuid.UUID) -> bool:
         return self.data_keys is not None and self.data_keys.key(session_id) is not None
 
+    def can_seal(self) -> bool:
+        return self.data_keys is not None
+
     def _view_changes(self, batch: WriteBatch) -> ViewChanges:
         """The write's row changes, sealed (`sealed_changes`)."""
         return self.sealed_changes(view_changes(batch))

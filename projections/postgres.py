@@ -217,6 +217,15 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder, SQLViews):
                 raise StoreUnavailable(f"no PostgreSQL connection: {exc}") from exc
             raise
 
+    def drop_old_bytes(self) -> str:
+        """After content was rewritten in place (encrypt-existing): what the operator must
+        do, since only a table rewrite that locks each table drops the old row versions."""
+        return (
+            "PostgreSQL keeps the rows' old versions in its files until they are reused: "
+            "run VACUUM FULL ledger_events, ledger_messages, ledger_ended_messages, "
+            "ledger_streams when writers can wait (each table is locked while rewritten)"
+        )
+
     @contextmanager
     def _reading(self) -> Iterator[Reader]:
         with self._connection() as conn, conn.cursor() as curs:

@@ -114,15 +114,15 @@ class DataKeys:
     def __init__(self, master: MasterKeys) -> None:
         self.master = master
         self.table: KeyTable | None = None  # set when the recorder is made
-        self._cache: dict[uuid.UUID, AESGCM | None] = {}
+        self.transcoder: Any = None  # the stored events' (set with the mapper)
+        self._cache: dict[uuid.UUID, AESGCM] = {}
+        self._erased: set[uuid.UUID] = set()
 
     def key(self, session_id: uuid.UUID, *, create: bool = False) -> AESGCM | None:
         """The session's data key; None when it has none (started before encryption, or
         erased). `create`: make one if it has none (a session that starts)."""
         if session_id in self._cache:
-            found = self._cache[session_id]
-            if found is not None or not create:
-                return found
+            return self._cache[session_id]
         assert self.table is not None
         row = self.table.data_key_row(session_id)
         if row is None and create:
@@ -132,12 +132,28 @@ class DataKeys:
             # write then fails holds nothing).
             self.table.add_data_key_row(session_id, kid, wrapped, datetime.now(UTC))
             row = self.table.data_key_row(session_id)
-        # A session without a key is remembered too (a session that started before the
-        # master key never gets one), so its writes do not look it up again and again.
-        key = None if row is None else AESGCM(self.master.unwrap(session_id, *row))
+        if row is None:
+            # Not remembered: a session stored clear may be sealed by `encrypt-existing`
+            # (another process) at any time, and its next write must then be sealed. The
+            # write that races it fails on its version and looks again.
+            return None
+        key = AESGCM(self.master.unwrap(session_id, *row))
         if len(self._cache) >= self.cache_size:
             self._cache.clear()
         self._cache[session_id] = key
+        return key
+
+    def opening_key(self, session_id: uuid.UUID) -> AESGCM | None:
+        """The key that opens sealed content read back; None once erased. A session with
+        sealed content and no key was erased, for good: that is remembered, so reading
+        its events back does not look the key up once per event."""
+        if session_id in self._erased:
+            return None
+        key = self.key(session_id)
+        if key is None:
+            if len(self._erased) >= self.cache_size:
+                self._erased.clear()
+            self._erased.add(session_id)
         return key
 
     def forget(self, session_id: uuid.UUID) -> None:
@@ -179,6 +195,23 @@ def open_bodies(
     ]
 
 
+def seal_fields(state: dict[str, Any], key: AESGCM, session_id: uuid.UUID) -> bool:
+    """Seal the content fields of an event's `state` in place (those not sealed yet);
+    whether any was."""
+    changed = False
+    for f in SEALED_FIELDS:
+        value = state.get(f)
+        if f not in state or (isinstance(value, dict) and "sealed" in value):
+            continue
+        data = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        envelope: dict[str, Any] = {"sealed": seal(key, session_id, data.encode("utf-8"))}
+        if isinstance(value, list):
+            envelope["n"] = len(value)
+        state[f] = envelope
+        changed = True
+    return changed
+
+
 class SealingMapper(Mapper[uuid.UUID]):
     """The library's mapper, sealing the content fields of each event of a session that
     has a data key (a session that starts gets one)."""
@@ -200,13 +233,7 @@ class SealingMapper(Mapper[uuid.UUID]):
         starts = type(domain_event).__name__ == "SessionStarted"
         key = self.data_keys.key(sid, create=starts) if fields or starts else None
         if key is not None:
-            for f in fields:
-                value = state[f]
-                data = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-                envelope = {"sealed": seal(key, sid, data.encode("utf-8"))}
-                if isinstance(value, list):
-                    envelope["n"] = len(value)  # type: ignore[assignment]
-                state[f] = envelope
+            seal_fields(state, key, sid)
         return StoredEvent(
             originator_id=sid,
             originator_version=version,
@@ -224,7 +251,7 @@ class SealingMapper(Mapper[uuid.UUID]):
         return event
 
     def _opened(self, session_id: uuid.UUID, envelope: dict[str, Any], field: str) -> Any:
-        key = self.data_keys.key(session_id)
+        key = self.data_keys.opening_key(session_id)
         if key is None:  # erased: the content is gone, its shape is not
             if field == "deltas":
                 return [""] * envelope.get("n", 0)
@@ -250,7 +277,10 @@ class SealingFactory:
 
     def sealing_mapper(self, transcoder: Any) -> SealingMapper | None:
         keys = self.data_keys()
-        return None if keys is None else SealingMapper(transcoder, keys)
+        if keys is None:
+            return None
+        keys.transcoder = transcoder  # encrypt-existing reseals stored records with it
+        return SealingMapper(transcoder, keys)
 
     def sealing(self, recorder: Any) -> None:
         """Give `recorder` the data keys, and the keys their table."""

@@ -51,8 +51,9 @@ ENDED_TOKENS = (
     "(SELECT COALESCE(SUM(tokens), 0) FROM {ended} WHERE session_id = ? AND status = ?"
     " AND valid_to = ?)"
 )
-NOT_CLEARED = (  # the session's last event (its head's) is not a reset or an erasure
+NOT_CLEARED = (  # the session's last change (encrypt-existing's is none) is not a reset
     " AND (SELECT t.event_type FROM ledger_timeline t WHERE t.session_id = s.session_id"
+    " AND t.event_type <> 'SessionEncrypted'"
     " ORDER BY t.version DESC LIMIT 1) NOT IN ('HistoryCleared', 'SessionErased')"
 )
 CHAIN_AT = "SELECT chain AS value FROM ledger_timeline WHERE session_id = ? AND version = ?"

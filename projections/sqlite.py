@@ -81,6 +81,20 @@ class SQLiteLedgerRecorder(SQLiteApplicationRecorder, SQLViews):
             self.apply_changes(c, self._view_changes(batch), stored_events)
         return ids
 
+    def drop_old_bytes(self) -> str:
+        """After content was rewritten in place (encrypt-existing): rebuild the file, so no
+        freed page keeps the bytes it held, and empty the WAL. What was done."""
+        name = self.datastore.pool.db_name
+        with closing(sqlite3.connect(name, uri=True, isolation_level=None)) as conn:
+            conn.execute("VACUUM")
+            busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+        if busy:
+            return (
+                "the database file was rebuilt (VACUUM), but a reader kept its WAL from "
+                "being emptied: run `PRAGMA wal_checkpoint(TRUNCATE)` when it is idle"
+            )
+        return "the database file was rebuilt (VACUUM) and its WAL emptied"
+
     @contextmanager
     def _reading(self) -> Iterator[Reader]:
         with self.datastore.get_connection(commit=False) as conn, conn.cursor() as raw:

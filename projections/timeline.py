@@ -105,6 +105,11 @@ class TimelineReads(ViewStore):
             )
         return [(r["tenant"], r["session_key"]) for r in rows]
 
+    def session_count(self) -> int:
+        with self._reading() as read:
+            rows = read.tuples("SELECT count(*) FROM ledger_sessions", ())
+        return int(rows[0][0])
+
     def tenants(self) -> list[str]:
         """Every tenant that has a session (read from the (tenant, key) index)."""
         with self._reading() as read:

@@ -26,9 +26,11 @@ from .changes import (
     ExtendStream,
     InsertMessages,
     OpenStream,
+    SealContent,
     TimelineRow,
     ViewChanges,
 )
+from .encrypt_existing import ClearSessionSealing
 from .key_rows import DataKeyRows
 from .sql import (
     ADDED_TOKENS,
@@ -53,7 +55,7 @@ class EventsDisagree(LedgerError):
     code = "events_disagree"
 
 
-class ViewWrites(DataKeyRows, StreamViews):
+class ViewWrites(DataKeyRows, ClearSessionSealing, StreamViews):
     """Writes the view rows of a write (and of `rebuild`, event by event)."""
 
     # -- inline writes ----------------------------------------------------------------------
@@ -91,6 +93,9 @@ class ViewWrites(DataKeyRows, StreamViews):
                 self._archive_oldest(cursor, sid, c)
             elif isinstance(c, EraseContent):
                 self._erase_content(cursor, vc.session_id)
+            elif isinstance(c, SealContent) and not check_kept:
+                # (views derived from the log: its records were sealed when it was written)
+                self._seal_session(cursor, vc.session_id, c.version)
             elif isinstance(c, OpenStream):
                 self._open_stream(cursor, sid, c)
             elif isinstance(c, ExtendStream):

@@ -98,7 +98,8 @@ class SQLViews(ViewWrites, ContextReads, TranscriptReads, TimelineReads):
 
     def dump(self, table: str) -> Iterator[tuple[Any, ...]]:
         """A view table's rows in key order, in a form equal across backends (and a
-        message body as its canonical JSON, whichever form a store keeps it in)."""
+        message body as its canonical JSON, a stream's text as read, whichever form a
+        store keeps them in)."""
         with self._stream(f"SELECT * FROM {table} ORDER BY {self.view_order[table]}") as rows:
             for row in rows:
                 # sqlite3.Row iterates its values, psycopg's dict rows their keys
@@ -107,4 +108,7 @@ class SQLViews(ViewWrites, ContextReads, TranscriptReads, TimelineReads):
                     ((body,),) = self._opened(uuid.UUID(values["session_id"]),
                                               [(values["message"],)], 0)  # fmt: skip
                     values["message"] = body_json(values["role"], body)
+                if table == "ledger_streams":  # a stream's text: its sealed lines opened
+                    sid = uuid.UUID(values["session_id"])
+                    values["text"] = self.open_stream_text(sid, values["text"])
                 yield tuple(values.values())

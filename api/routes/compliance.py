@@ -4,7 +4,11 @@ basis or reference."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Query, Response
+
+from session_ledger.domain.errors import InvalidInput
 
 from ..deps import AdminDep, LedgerDep, SessionKeyDep
 from ..errors import ERROR_RESPONSES
@@ -25,6 +29,33 @@ def erase_session(
                           actor=who.actor)  # fmt: skip
     etag(response, result.version)
     return WriteResult(version=result.version, message_count=0, replayed=result.replayed)
+
+
+EraseText = Annotated[str | None, Query(min_length=1, max_length=4096)]
+
+
+@router.delete("/{key}", response_model=WriteResult)
+def delete_session(
+    key: SessionKeyDep, ledger: LedgerDep, who: AdminDep, response: Response,
+    erase: Annotated[bool, Query(description="Must be true: a session is erased, never "
+                                 "deleted (its events and hash chain stay).")] = False,
+    reason: EraseText = None, basis: EraseText = None,
+    body: Annotated[EraseIn | None, Body()] = None,
+) -> WriteResult:  # fmt: skip
+    """`?erase=true`: the same as `POST .../erase`, with `reason` and `basis` in the query
+    or in the body. Without it nothing is deleted (422): events are never deleted."""
+    if not erase:
+        raise InvalidInput("a session's events are never deleted: DELETE "
+                           "/v1/sessions/{key}?erase=true erases its content (admin), "
+                           "DELETE /v1/sessions/{key}/messages clears its history")  # fmt: skip
+    if body is not None and (reason is not None or basis is not None):
+        raise InvalidInput("give reason and basis in the query or in the body, not both")
+    if body is None:
+        if reason is None or basis is None:
+            raise InvalidInput("erasing needs a reason and a legal basis (query parameters "
+                               "`reason` and `basis`, or a JSON body with both)")  # fmt: skip
+        body = EraseIn(reason=reason, basis=basis)
+    return erase_session(key, body, ledger, who, response)
 
 
 @router.post("/{key}/hold", response_model=WriteResult)

@@ -112,3 +112,45 @@ def test_cli_erase_and_retention_with_a_fixed_clock(server: tuple[Server, str, P
     assert erased.returncode == 0, erased.stderr
     again = run_cli(server[0].env, "erase", "user/1", "--reason", "asked", "--basis", "art. 17")
     assert again.returncode == 1 and "was erased" in again.stderr
+
+
+def test_delete_with_erase_is_erase_for_admins_only(server: tuple[Server, str, Path]) -> None:
+    canary = f"CANARY-{secrets.token_hex(8)}"
+    with client(server) as http:
+        agent = http.post("/v1/keys", json={"role": "agent", "name": "agent-d"}).json()["key"]
+        for key in ("d1", "d2"):
+            written = http.post(
+                f"/v1/sessions/{key}/messages",
+                json={"messages": [{"role": "user", "content": canary}]},
+            )
+            assert written.status_code == 200, written.text  # fmt: skip
+        query = {"erase": "true", "reason": "asked", "basis": "art. 17"}
+        with client(server, agent) as as_agent:
+            refused = as_agent.delete("/v1/sessions/d1", params=query)
+        assert (refused.status_code, refused.json()["error"]["code"]) == (403, "forbidden")
+        for params, body in (
+            ({"reason": "asked", "basis": "art. 17"}, None),  # no erase=true: never deleted
+            ({"erase": "true", "reason": "asked"}, None),  # no basis
+            (query, {"reason": "asked", "basis": "art. 17"}),  # both query and body
+        ):
+            bad = http.request("DELETE", "/v1/sessions/d1", params=params, json=body)
+            assert (bad.status_code, bad.json()["error"]["code"]) == (422, "invalid_input"), bad
+        assert canary in http.get("/v1/sessions/d1/context").text  # nothing changed
+        by_query = http.delete("/v1/sessions/d1", params=query)
+        assert by_query.status_code == 200, by_query.text
+        by_body = http.request(
+            "DELETE",
+            "/v1/sessions/d2",
+            params={"erase": "true"},
+            json={"reason": "ticket 9", "basis": "GDPR art. 17"},
+        )
+        assert by_body.status_code == 200, by_body.text  # fmt: skip
+        for key, reason, basis in (("d1", "asked", "art. 17"), ("d2", "ticket 9", "GDPR art. 17")):
+            gone = http.get(f"/v1/sessions/{key}/context")
+            assert gone.status_code == 410
+            assert gone.json()["error"]["details"]["reason"] == reason
+            assert gone.json()["error"]["details"]["basis"] == basis
+            trail = http.get(f"/v1/sessions/{key}/events").json()["events"]
+            assert trail[-1]["event_type"] == "SessionErased"
+        missing = http.delete("/v1/sessions/nobody", params=query)
+        assert (missing.status_code, missing.json()["error"]["code"]) == (404, "session_not_found")

@@ -47,3 +47,20 @@ def test_without_the_memory_store_there_is_no_ceiling_row() -> None:
     cells = _cells()
     del cells[MEMORY]
     assert not any("reference" in label for label in _judged(cells))
+
+
+def test_the_cost_of_encryption_is_each_stores_encrypted_over_clear_per_repetition() -> None:
+    from bench.report import encryption_table
+
+    cells: Cells = {
+        OURS["sqlite"]: {"W1": _rates(1000, 800), "W3@100": [Cell("ms", 0.2), Cell("ms", 0.4)]},
+        f"{OURS['sqlite']} encrypted": {
+            "W1": _rates(900, 800),
+            "W3@100": [Cell("ms", 0.3), Cell("ms", None, predicted=1.0)],  # predicted: left out
+        },
+        f"{OURS['postgres']} HTTP": {"W6 get c1": _rates(100)},  # no encrypted twin: no row
+    }
+    table = encryption_table(cells)
+    assert "| sqlite | W1 (rate) | 0.950 (0.900, 1.00) |" in table
+    assert "| sqlite | W3@100 (time) | 1.50 (1.50) |" in table
+    assert "postgres" not in table
