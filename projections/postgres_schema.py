@@ -116,6 +116,14 @@ STREAMS = (
     "CREATE INDEX IF NOT EXISTS ledger_streams_open ON ledger_streams (updated_at)"
     " WHERE state = 'open'",
 )
+# Migration 7: the tenant feed (`projections/feed.py`): each event records the id of the
+# transaction that wrote it (a default, so no statement names it), and the feed reads
+# the events in (transaction, notification id) order. Rows stored before have none.
+FEED = (
+    "ALTER TABLE ledger_events ADD COLUMN IF NOT EXISTS tx xid8",
+    "ALTER TABLE ledger_events ALTER COLUMN tx SET DEFAULT pg_current_xact_id()",
+    "CREATE INDEX IF NOT EXISTS ledger_events_feed ON ledger_events (tx, notification_id)",
+)
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     tuple(LAYOUT_AT_NUMBERING),
     DATA_KEYS,
@@ -123,6 +131,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     AUDIT_SEARCH_INDEXES,
     CALLER_KEYS_INDEX,
     STREAMS,
+    FEED,
 )
 LATEST = len(MIGRATIONS)
 
