@@ -24,7 +24,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Query, Request
+from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import StreamingResponse
 
 from session_ledger.domain.errors import InvalidInput, StoreNotReady
@@ -32,6 +32,7 @@ from session_ledger.domain.feed import FeedPage
 from session_ledger.domain.ledger import Ledger
 from session_ledger.domain.session import session_id
 
+from ..access_log import AccessLoggedRoute, logged_query
 from ..deps import BIG, TEXT_PATTERN, ExporterDep, LedgerDep, ReaderDep, SessionKeyDep
 from ..errors import ERROR_RESPONSES
 from ..live_hub import LiveHub
@@ -63,11 +64,6 @@ async def tail_session(
     return StreamingResponse(events, media_type=SSE, headers=headers)
 
 
-@router.get(
-    "/events/live",
-    response_class=StreamingResponse,
-    responses={200: {"content": {SSE: {}}, "description": "Server-Sent Events, unending."}},
-)
 async def tail_tenant(
     ledger: LedgerDep, who: ExporterDep, request: Request,
     prefix: Annotated[str, Query(max_length=1024, pattern=TEXT_PATTERN,
@@ -90,6 +86,15 @@ async def tail_tenant(
     events = _tenant_events(ledger, hub, settings, who.tenant, prefix, start, first)
     headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
     return StreamingResponse(events, media_type=SSE, headers=headers)
+
+
+# A read across the tenant's sessions: an auditor's or admin's tail is in the access log,
+# its entry appended when the tail ends, with the number of events it sent.
+router.add_api_route(
+    "/events/live", tail_tenant, methods=["GET"], response_class=StreamingResponse,
+    responses={200: {"content": {SSE: {}}, "description": "Server-Sent Events, unending."}},
+    dependencies=[Depends(logged_query("live tail"))], route_class_override=AccessLoggedRoute,
+)  # fmt: skip
 
 
 def _hub(request: Request) -> LiveHub:

@@ -4,6 +4,7 @@ Last-Event-ID with no gap and no duplicate; across two API processes on PostgreS
 
 from __future__ import annotations
 
+import time
 import uuid
 from urllib.parse import quote
 
@@ -14,6 +15,7 @@ from tests.conftest import fresh_postgres_database
 
 from .conftest import Deployment, Server, run_cli, server_env
 from .sse import Message, Tail
+from .test_access_log import entries_of
 
 LIVE = "/v1/events/live"
 
@@ -62,6 +64,17 @@ def test_a_tenant_tail_sees_its_sessions_in_order_and_resumes(deployment: Deploy
             assert [c for c in resumed.comments(1.0) if c != "id"] == []  # nothing twice
         finally:
             resumed.close()
+    # each tail is in the access log once it ended, with the events it sent
+    deadline = time.monotonic() + 30
+    while len(logged := entries_of(deployment, None, prefix=prefix)) < 2:
+        assert time.monotonic() < deadline, logged
+        time.sleep(0.2)
+    auditor = f"key:{deployment.key_ids['a_auditor']}"
+    assert [(e["actor"], e["action"], e["parameters"].get("complete")) for e in logged] == [
+        (auditor, "live tail", False), (auditor, "live tail", False)
+    ]  # fmt: skip
+    # (the first may have sent the next event while the client was leaving)
+    assert logged[0]["records"] in (5, 6) and logged[1]["records"] == 2
 
 
 def test_a_tenant_tail_is_for_auditors_and_admins_and_refuses_a_foreign_position(
