@@ -92,14 +92,14 @@ async def tee_events(
             await asyncio.shield(asyncio.to_thread(writer.abort, cause_of(e)))
         raise
     if writer is not None:  # the run ended without an AgentOutput for the last call
-        await asyncio.to_thread(writer.complete)
+        await asyncio.to_thread(writer.complete, _call_provenance(ledger, None, results) or None)
 
 
 def _call_provenance(
-    ledger: Ledger, output: AgentOutput, results: list[ToolCallResult]
+    ledger: Ledger, output: AgentOutput | None, results: list[ToolCallResult]
 ) -> dict[str, Any]:
     extra: dict[str, Any] = {}
-    if output.tool_calls:
+    if output is not None and output.tool_calls:
         extra["tool_calls"] = [jsonable(c.model_dump()) for c in output.tool_calls]
     if results:
         given = tool_outputs([r.tool_output for r in results],
