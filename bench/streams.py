@@ -168,15 +168,18 @@ def rss_kb(pid: int) -> int:
     raise RuntimeError("no VmRSS")
 
 
-async def idle_tails(server: Server, tails: int) -> dict[str, float]:
-    """Server RSS growth with `tails` idle tails open (raw sockets: the client stays small)."""
+async def idle_tails(server: Server, tails: int, tenant: bool = False) -> dict[str, float]:
+    """Server RSS growth with `tails` idle tails open (raw sockets: the client stays small);
+    `tenant`: tenant-wide tails."""
     with httpx.Client(base_url=server.base_url, timeout=60) as api:
         first = {"messages": [{"role": "user", "content": "x"}]}
         auth = {"Authorization": f"Bearer {server.api_key}"}
         api.post("/v1/sessions/idle/messages", json=first, headers=auth)
     host, port = server.base_url.removeprefix("http://").split(":")
-    request = (f"GET /v1/sessions/idle/events/live HTTP/1.1\r\nHost: {host}\r\nAuthorization: "
-               f"Bearer {server.api_key}\r\nLast-Event-ID: 2\r\n\r\n").encode()  # fmt: skip
+    path, resume = ("/v1/events/live", "") if tenant else ("/v1/sessions/idle/events/live", "2")
+    request = (f"GET {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer "
+               f"{server.api_key}\r\n" + (f"Last-Event-ID: {resume}\r\n" if resume else "")
+               + "\r\n").encode()  # fmt: skip
     before = rss_kb(server.process.pid)
     streams = []
     for _ in range(tails):
@@ -230,6 +233,14 @@ def main() -> None:
             results["idle_tails"] = asyncio.run(idle_tails(sqlite_server, args.tails))
         finally:
             sqlite_server.stop()
+        (work / "d").mkdir()  # a fresh process: the first one's freed memory would hide growth
+        sqlite_server = Server(f"sqlite:///{work / 'tenant.db'}", work / "d")
+        try:
+            results["idle_tenant_tails"] = asyncio.run(
+                idle_tails(sqlite_server, args.tails, tenant=True)
+            )
+        finally:
+            sqlite_server.stop()
         if postgres:
             url = scratch.create("stream_tail")
             (work / "b").mkdir()
@@ -250,9 +261,11 @@ def main() -> None:
         print("|---|---|---|---|")
         for label, d in results["delivery"].items():
             print(f"| {label} | {d['events']} | {d['p50_ms']:.1f} | {d['p99_ms']:.1f} |")
-        t = results["idle_tails"]
-        print(f"\n{t['tails']} idle tails (SQLite server): RSS {t['rss_before_mb']:.1f} -> "
-              f"{t['rss_after_mb']:.1f} MB, {t['growth_kb_per_tail']:.1f} KB per tail")  # fmt: skip
+        for part, kind in (("idle_tails", "session"), ("idle_tenant_tails", "tenant-wide")):
+            t = results[part]
+            print(f"\n{t['tails']} idle {kind} tails (SQLite server): RSS "
+                  f"{t['rss_before_mb']:.1f} -> {t['rss_after_mb']:.1f} MB, "
+                  f"{t['growth_kb_per_tail']:.1f} KB per tail")  # fmt: skip
         if postgres:
             f = results["feed_cost"] = feed_cost(scratch, args.feed_rounds, args.feed_puts)
             print(f"\nPostgreSQL put with the tenant feed: {f['put_us_with_feed']:.0f} µs, "
