@@ -30,6 +30,7 @@ from .deps import ReaderDep, SessionKeyDep
 ALWAYS_LOGGED_ROLES = frozenset({"auditor", "admin"})
 EVENT_LINE = b'{"record":"event"'  # an event line of a JSONL export (quotes are escaped inside)
 RECORDS_HEADER = "X-Ledger-Records"  # a streamed answer that counts its records itself
+SSE_EVENT = b"\nevent: "  # an event of a live tail (after its id: line)
 
 
 def logged(action: str) -> Callable[..., Awaitable[None]]:
@@ -69,10 +70,13 @@ class AccessLoggedRoute(APIRoute):
                 return response
             record = _recorder(request, *access)
             if isinstance(response, StreamingResponse):
-                csv = response.media_type is not None and response.media_type.startswith("text/csv")
+                media = response.media_type or ""
+                marker = SSE_EVENT if media.startswith("text/event-stream") else EVENT_LINE
                 said = response.headers.get(RECORDS_HEADER)
                 known = None if said is None else int(said)
-                response.body_iterator = _counted(response.body_iterator, record, csv, known)
+                response.body_iterator = _counted(
+                    response.body_iterator, record, media.startswith("text/csv"), marker, known
+                )
                 return response
             body = json.loads(bytes(response.body))
             count = len(body.get("messages", body.get("events", [])))
@@ -98,11 +102,11 @@ def _recorder(
 
 async def _counted(
     chunks: AsyncIterator[Any], record: Callable[[int, bool], None], csv: bool,
-    known: int | None = None,
+    marker: bytes, known: int | None = None,
 ) -> AsyncIterator[Any]:  # fmt: skip
-    """The stream as it was, counting its records (event lines, or CSV rows outside quoted
-    fields) unless the route `known` them already (a body that is not lines, as RSMF's
-    base64); the entry is appended when it ends, however it ends."""
+    """The stream as it was, counting its records (each `marker`, or CSV rows outside
+    quoted fields) unless the route `known` them already (a body that is not lines, as
+    RSMF's base64); the entry is appended when it ends, however it ends."""
     count, quoted, complete = 0, False, False
     try:
         async for chunk in chunks:
@@ -112,7 +116,7 @@ async def _counted(
                 count += sum(p.count(b"\n") for p in parts[int(quoted) :: 2])
                 quoted ^= (len(parts) - 1) % 2 == 1
             else:
-                count += data.count(EVENT_LINE)
+                count += data.count(marker)
             yield chunk
         complete = True
     finally:

@@ -107,6 +107,7 @@ def open_ledger(
             max_message_bytes=settings.max_message_bytes,
             max_messages_per_write=settings.max_messages_per_write,
             max_write_bytes=settings.max_write_bytes,
+            max_provenance_bytes=settings.max_provenance_bytes,
         ),
         default_tenant=settings.default_tenant,
         token_limit=settings.token_limit,

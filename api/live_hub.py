@@ -37,13 +37,15 @@ NOTIFY_PAYLOAD_BYTES = 7900  # PostgreSQL refuses a payload of 8,000 bytes or mo
 
 
 class LiveHub:
-    """Tails subscribe to a session id and get an asyncio.Event set on its commits."""
+    """Tails subscribe to a session id and get an asyncio.Event set on its commits;
+    tenant-wide tails subscribe to every commit (each reads only its tenant's events)."""
 
     def __init__(self, ledger: Ledger, database_url: str, poll_seconds: float) -> None:
         self.ledger = ledger
         self.loop = asyncio.get_running_loop()
         self.poll_seconds = poll_seconds
         self.tails: dict[uuid.UUID, set[asyncio.Event]] = defaultdict(set)
+        self.feeds: set[asyncio.Event] = set()
         self.postgres = database_url.startswith(("postgresql://", "postgres://"))
         self.url = database_url
         self._outbox: queue.SimpleQueue[uuid.UUID | None] = queue.SimpleQueue()
@@ -65,7 +67,18 @@ class LiveHub:
             if not tails:
                 del self.tails[session_id]
 
+    def subscribe_all(self) -> asyncio.Event:
+        woken = asyncio.Event()
+        self.feeds.add(woken)
+        return woken
+
+    def unsubscribe_all(self, woken: asyncio.Event) -> None:
+        self.feeds.discard(woken)
+
     def _wake(self, session_ids: list[uuid.UUID]) -> None:
+        if session_ids:
+            for woken in self.feeds:
+                woken.set()
         for sid in session_ids:
             for woken in self.tails.get(sid, ()):
                 woken.set()
@@ -133,13 +146,13 @@ class LiveHub:
         position: int | None = None  # None: no tail open, nothing to look at
         while True:
             await asyncio.sleep(self.poll_seconds)
-            if not self.tails:
+            if not self.tails and not self.feeds:
                 position = None
                 continue
             try:
                 if position is None:  # watch from now on; what committed before the
                     position = await asyncio.to_thread(self._last_position)
-                    self._wake(list(self.tails))  # look began, the tails read once more
+                    self._wake_all()  # look began, the tails read once more
                     continue
                 rows = await asyncio.to_thread(self._written_after, position)
             except Exception as e:  # the store is away: look again next time
@@ -148,6 +161,11 @@ class LiveHub:
             if rows:
                 position = rows[-1][0]
                 self._wake(list({sid for _, sid in rows}))
+
+    def _wake_all(self) -> None:
+        for woken in self.feeds:
+            woken.set()
+        self._wake(list(self.tails))
 
     def _last_position(self) -> int:
         return self._views.last_event_position()

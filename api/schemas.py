@@ -130,6 +130,12 @@ class AuditEvent(BaseModel):
     )
 
 
+class FeedEvent(AuditEvent):
+    """One change to one of the tenant's sessions, on the tenant-wide live tail."""
+
+    key: str
+
+
 class AuditTrail(BaseModel):
     """A page of a session's events, oldest first; pass `next_after` as `after` for more."""
 

@@ -57,6 +57,12 @@ class Settings(BaseSettings):
     max_write_bytes: int = Field(
         32 * 1024 * 1024, ge=1, description="Largest write (all its messages, bytes)."
     )
+    max_provenance_bytes: int = Field(
+        256 * 1024,
+        ge=0,
+        description="What a recorded answer keeps of the tool outputs and retrieved nodes "
+        "it was given (bytes; the rest is cut, and the cut recorded).",
+    )
     max_body_bytes: int = Field(
         40 * 1024 * 1024, ge=1, description="Largest HTTP request body (bytes)."
     )

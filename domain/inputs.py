@@ -32,6 +32,9 @@ class Limits:
     max_message_bytes: int = 4 * 1024 * 1024
     max_messages_per_write: int = 10_000
     max_write_bytes: int = 32 * 1024 * 1024
+    # Not a refusal: what an answer keeps of the tool outputs and retrieved nodes it was
+    # given is cut to this many bytes (api/llamaindex/provenance.py).
+    max_provenance_bytes: int = 256 * 1024
 
 
 @dataclass(frozen=True)

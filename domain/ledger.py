@@ -37,6 +37,7 @@ from .errors import (
     SessionNotFound,
     VersionConflict,
 )
+from .feed import TenantFeed
 from .inputs import (
     Limits,
     check_int,
@@ -79,7 +80,7 @@ def _async_twin(method: Callable[P, R]) -> Callable[P, Any]:
     return twin
 
 
-class Ledger(Compliance, StreamCommands, AuditTrail, Application[uuid.UUID]):
+class Ledger(Compliance, StreamCommands, AuditTrail, TenantFeed, Application[uuid.UUID]):
     """Sessions of chat history, addressed by (tenant, key), kept as event streams."""
 
     name = "ledger"

@@ -100,6 +100,26 @@ class StreamView:
     updated_at: datetime  # its last event
 
 
+class FeedRow(NamedTuple):
+    """One event of the tenant feed: its position in the feed, its session, its version."""
+
+    position: str
+    session_id: uuid.UUID
+    key: str
+    version: int
+
+
+@dataclass(frozen=True)
+class FeedScan:
+    """What one read of the tenant feed found: the tenant's events in feed order, and the
+    position past every event it looked at (other tenants' too)."""
+
+    rows: list[FeedRow]
+    position: str
+    more: bool  # the scan stopped at its limit: read on at once
+    held_back: bool  # later events wait for an older transaction to end: look again soon
+
+
 class WriteBatch(NamedTuple):
     """One write's new events and what the views need beside them (same transaction); a
     named tuple, as every write builds one."""
@@ -201,6 +221,14 @@ class SessionViews(Protocol):
     ) -> list[tuple[str, str]]: ...  # (tenant, key) in order, after `after`
 
     def stream_view(self, session_id: uuid.UUID, stream_id: str) -> StreamView | None: ...
+
+    def feed_position(self) -> str:
+        """The tenant feed's position now: a read from it sees what commits later."""
+        ...
+
+    def feed_after(self, tenant: str, prefix: str, position: str, limit: int) -> FeedScan:
+        """The tenant's events among the next `limit` of the feed after `position`."""
+        ...
 
     def idle_streams(self, before: datetime, limit: int) -> list[tuple[str, str, str]]:
         """(tenant, key, stream id) of open streams with no event since `before`."""

@@ -37,6 +37,7 @@ from session_ledger.domain.integrity import chain_hashes, record_bytes
 from session_ledger.domain.ports import ACTIVE
 
 from .changes import InsertMessages, MessageRow, ViewChanges
+from .feed import PostgresFeedReads
 from .postgres_schema import migrate
 from .sealing import SealingFactory
 from .sql import LIVE_COLUMNS, SESSION_INSERT, TIMELINE_COLUMNS, Reader
@@ -111,7 +112,7 @@ def _append_sql(
     return "WITH " + ", ".join(parts) + " SELECT notification_id FROM e ORDER BY notification_id"
 
 
-class PostgresLedgerRecorder(PostgresApplicationRecorder, SQLViews):
+class PostgresLedgerRecorder(PostgresApplicationRecorder, SQLViews, PostgresFeedReads):
     """Stores events and their view rows atomically in one PostgreSQL database."""
 
     no_limit = None

@@ -116,10 +116,19 @@ STREAMS = (
     "CREATE INDEX IF NOT EXISTS ledger_streams_open ON ledger_streams (updated_at)"
     " WHERE state = 'open'",
 )
-# The access log's entries about one session, for its export (projections/access_log.py).
+# Migration 7: the access log's entries about one session, for its export
+# (projections/access_log.py).
 ACCESS_LOG_BY_SESSION = (
     "CREATE INDEX IF NOT EXISTS ledger_access_log_session ON ledger_access_log"
     " (tenant, session_key, seq)",
+)
+# Migration 8: the tenant feed (`projections/feed.py`): each event records the id of the
+# transaction that wrote it (a default, so no statement names it), and the feed reads
+# the events in (transaction, notification id) order. Rows stored before have none.
+FEED = (
+    "ALTER TABLE ledger_events ADD COLUMN IF NOT EXISTS tx xid8",
+    "ALTER TABLE ledger_events ALTER COLUMN tx SET DEFAULT pg_current_xact_id()",
+    "CREATE INDEX IF NOT EXISTS ledger_events_feed ON ledger_events (tx, notification_id)",
 )
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     tuple(LAYOUT_AT_NUMBERING),
@@ -129,6 +138,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     CALLER_KEYS_INDEX,
     STREAMS,
     ACCESS_LOG_BY_SESSION,
+    FEED,
 )
 LATEST = len(MIGRATIONS)
 

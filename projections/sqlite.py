@@ -28,6 +28,7 @@ from eventsourcing.sqlite import (
 
 from .changes import MessageRow
 from .eventsourcing_compat import DurableSQLitePool
+from .feed import SQLiteFeedReads
 from .sealing import SealingFactory
 from .sql import LIVE_COLUMNS, TIME_FORMAT, Reader, utc_text
 from .sqlite_schema import LATEST, migrate, schema_version
@@ -36,7 +37,7 @@ from .views import SQLViews
 MESSAGE_INSERT = f"INSERT INTO ledger_messages ({LIVE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 
 
-class SQLiteLedgerRecorder(SQLiteApplicationRecorder, SQLViews):
+class SQLiteLedgerRecorder(SQLiteApplicationRecorder, SQLViews, SQLiteFeedReads):
     """Stores events and their view rows atomically in one SQLite database."""
 
     # Without ANALYZE statistics SQLite may prefer the primary key (session_id = ?,

@@ -30,6 +30,7 @@ class Tail:
         self._context = self._client.stream("GET", path)
         self.response = self._context.__enter__()
         self.messages: queue.Queue[Message] = queue.Queue()
+        self.last_event_id = last_event_id
         self._thread = threading.Thread(target=self._read, daemon=True)
         self._thread.start()
 
@@ -44,7 +45,12 @@ class Tail:
                     fields[name] = value
                 elif fields:
                     data = json.loads(fields["data"]) if "data" in fields else None
-                    self.messages.put(Message(fields.get("id"), fields.get("event"), data))
+                    if "id" in fields:
+                        self.last_event_id = fields["id"]  # as a browser's EventSource
+                    if data is None and "event" not in fields:  # moves the id only
+                        self.messages.put(Message(fields.get("id"), None, None, comment="id"))
+                    else:
+                        self.messages.put(Message(fields.get("id"), fields.get("event"), data))
                     fields = {}
         except httpx.HTTPError:
             return  # closed by the test

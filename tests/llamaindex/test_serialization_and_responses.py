@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -101,10 +102,20 @@ def test_a_url_password_is_never_serialized() -> None:
     assert without_password("sqlite:///a/b.db") == "sqlite:///a/b.db"
 
 
+@dataclass
+class Hits:
+    """A tool's own result type: kept by field."""
+
+    total: int
+    first: TextNode
+
+
 def agent_response() -> AgentChatResponse:
     tool = ToolOutput(tool_name="search", content="found 2 documents",
-                      raw_input={"query": "refund policy", "when": Path("/x")})  # fmt: skip
-    nodes = [NodeWithScore(node=TextNode(id_="doc-1", text="a"), score=0.91),
+                      raw_input={"query": "refund policy", "when": Path("/x")},
+                      raw_output=Hits(2, TextNode(id_="doc-1", text="a")))  # fmt: skip
+    nodes = [NodeWithScore(node=TextNode(id_="doc-1", text="a", metadata={"file": "p.md"}),
+                           score=0.91),
              NodeWithScore(node=TextNode(id_="doc-2", text="b"), score=None)]  # fmt: skip
     return AgentChatResponse(response="Refunds take 5 days.", sources=[tool], source_nodes=nodes)
 
@@ -117,14 +128,51 @@ def test_recorded_response_shows_its_sources_in_history_and_audit(where: Where) 
     stored = memory.get_all()[-1]
     assert stored == message and stored.content == "Refunds take 5 days."
     extra = stored.additional_kwargs
-    assert extra["sources"] == [{"tool_name": "search", "content": "found 2 documents",
-                                 "raw_input": {"query": "refund policy", "when": "/x"},
-                                 "is_error": False}]  # fmt: skip
-    assert extra["source_nodes"] == [{"node_id": "doc-1", "score": 0.91},
-                                     {"node_id": "doc-2", "score": None}]  # fmt: skip
+    source = dict(extra["sources"][0])
+    raw = source.pop("raw_output")
+    assert source == {"tool_name": "search", "content": "found 2 documents",
+                      "raw_input": {"query": "refund policy", "when": "/x"},
+                      "is_error": False}  # fmt: skip
+    assert raw["total"] == 2 and raw["first"]["id_"] == "doc-1" and raw["first"]["text"] == "a"
+    assert extra["source_nodes"] == [
+        {"node_id": "doc-1", "score": 0.91, "text": "a", "metadata": {"file": "p.md"}},
+        {"node_id": "doc-2", "score": None, "text": "b", "metadata": {}},
+    ]
     last = where.ledger.audit(key)[-1]
     assert last.event_type == "MessagesAppended"
     assert last.changes["added"][0]["additional_kwargs"] == extra
+
+
+def test_what_the_model_was_given_is_cut_to_the_budget_and_the_cut_recorded(
+    local_ledger: Any,
+) -> None:
+    memory = LedgerMemory.from_defaults(chat_store_key="cut", ledger=local_ledger)
+    long = "ü" * 50  # 100 bytes
+    nodes = [NodeWithScore(node=TextNode(id_=f"n{i}", text=long), score=1.0) for i in range(3)]
+    tool = ToolOutput(tool_name="t", content="c" * 10, raw_input={}, raw_output={"k": "v" * 20})
+    response = AgentChatResponse(response="r", sources=[tool], source_nodes=nodes)
+    extra = record_response(memory, response, max_bytes=150).additional_kwargs
+    (source,) = extra["sources"]  # content 10 bytes, raw output 29: both whole
+    assert source["content"] == "c" * 10 and source["raw_output"] == {"k": "v" * 20}
+    assert "cut" not in source
+    first, second, third = extra["source_nodes"]
+    assert first["text"] == long and "cut" not in first  # 111 bytes left, then 11
+    assert first["metadata"] == {}  # "{}": 2 bytes, 9 left
+    assert second["text"] == "ü" * 4  # 8 of the 9 bytes (a character is never split)
+    assert second["metadata"] == "{" and second["cut"] == {"text": 100, "metadata": 2}
+    assert third["text"] == "" and third["metadata"] == ""
+    assert third["cut"] == {"text": 100, "metadata": 2}
+    assert third["node_id"] == "n2" and third["score"] == 1.0  # ids and scores always kept
+    assert memory.get_all()[-1].additional_kwargs == extra
+    # the in-process ledger's setting is the default budget
+    limits = replace(local_ledger.limits, max_provenance_bytes=4)
+    monkey = LedgerMemory.from_defaults(chat_store_key="cut2", ledger=local_ledger)
+    original, local_ledger.limits = local_ledger.limits, limits
+    try:
+        kept = record_response(monkey, response).additional_kwargs
+    finally:
+        local_ledger.limits = original
+    assert kept["sources"][0]["content"] == "cccc" and kept["sources"][0]["cut"]["content"] == 10
 
 
 def test_a_streaming_response_is_recorded_once_finished(local_ledger: Any) -> None:

@@ -10,10 +10,13 @@ from contextlib import aclosing
 from typing import Any
 
 import pytest
+from llama_index.core import VectorStoreIndex
 from llama_index.core.agent.workflow import AgentStream, FunctionAgent
 from llama_index.core.base.llms.types import ChatMessage, TextBlock, ToolCallBlock
-from llama_index.core.chat_engine import SimpleChatEngine
+from llama_index.core.chat_engine import ContextChatEngine, SimpleChatEngine
+from llama_index.core.embeddings import MockEmbedding
 from llama_index.core.llms import MockFunctionCallingLLM, MockLLM
+from llama_index.core.schema import TextNode
 from llama_index.core.tools import FunctionTool
 
 from session_ledger.api.llamaindex import atee_tokens, tee_events, tee_response, tee_tokens
@@ -81,6 +84,13 @@ def test_a_function_agent_streams_the_same_deltas_through_the_tee(local_ledger: 
         "The weather: sunny in Zürich, all day long.",
     ]
     assert stored[0].additional_kwargs["tool_calls"][0]["tool_name"] == "weather"
+    assert "tool_results" not in stored[0].additional_kwargs
+    # the answer keeps the tool result the model was given for it, raw output included
+    (given,) = stored[1].additional_kwargs["tool_results"]
+    assert given["tool_name"] == "weather" and given["tool_id"] == "call-1"
+    assert given["tool_kwargs"] == {"city": "Zürich"} and given["raw_input"]
+    assert given["raw_output"] == given["content"] == "sunny in Zürich"
+    assert given["is_error"] is False
     assert "".join(through) == "".join(m.content or "" for m in stored)
     kinds = [e.event_type for e in local_ledger.audit("agent")]
     assert kinds.count("StreamCompleted") == 2 and "StreamAborted" not in kinds
@@ -106,6 +116,36 @@ def test_a_run_cancelled_mid_stream_leaves_the_partial_aborted(local_ledger: Led
     assert aborted.changes["partial"] == "The weather: sunny"
     assert "".join(seen).endswith(aborted.changes["partial"])
     assert [m.content for m in local_ledger.get_all("cut")] == ["Looking it up."]
+
+
+def test_a_context_chat_engines_retrieved_nodes_are_kept_with_the_streamed_answer(
+    local_ledger: Ledger,
+) -> None:
+    nodes = [
+        TextNode(id_="doc-1", text="Refunds take 5 days.", metadata={"file": "policy.md"}),
+        TextNode(id_="doc-2", text="Shipping is free.", metadata={"file": "faq.md"}),
+    ]
+    index = VectorStoreIndex(nodes, embed_model=MockEmbedding(embed_dim=8))
+    engine = ContextChatEngine.from_defaults(
+        retriever=index.as_retriever(similarity_top_k=2), llm=MockLLM()
+    )
+    response = engine.stream_chat("refunds?")
+    tokens = list(tee_response(local_ledger, "rag", response))
+    (answer,) = local_ledger.get_all("rag")
+    assert answer.content == "".join(tokens)
+    extra = answer.additional_kwargs
+    texts = {n["node_id"]: (n["text"], n["metadata"]) for n in extra["source_nodes"]}
+    assert texts == {"doc-1": ("Refunds take 5 days.", {"file": "policy.md"}),
+                     "doc-2": ("Shipping is free.", {"file": "faq.md"})}  # fmt: skip
+    (retrieved,) = extra["sources"]  # the retriever as a tool: its raw output is the nodes
+    assert retrieved["tool_name"] == "retriever"
+    assert retrieved["raw_input"] == {"message": "refunds?"}
+    assert {n["node"]["text"] for n in retrieved["raw_output"]} == {
+        "Refunds take 5 days.", "Shipping is free."
+    }  # fmt: skip
+    completed = local_ledger.audit("rag")[-1]
+    assert completed.event_type == "StreamCompleted"
+    assert completed.changes["added"][0]["additional_kwargs"] == extra
 
 
 def test_a_streaming_chat_response_is_teed(local_ledger: Ledger) -> None:
