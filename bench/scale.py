@@ -6,12 +6,12 @@ Loads two databases of their own on the server (`ledger_scale_partition_<events>
 dropped at the end unless --keep) with `bench/scale_load.py` (COPY of rows built by the
 ledger's own encoding: long-tailed session lengths, some sessions of 100,000 messages),
 then times the same reads on both, taking turns round by round so that the machine's
-load falls on both alike: W3 (the context window of a random session, and of the longest:
-100,000 messages from a million events up), W4 (a random session's whole history),
-point-in-time windows (at a random version; at a random moment), `verify` of one
-session; then, once each, the export of one tenant and `verify` of every session. Prints a table (p50 / p99 ms) with the disk bytes
-per message (events + views + their indexes) against the raw JSON of the messages, and
-writes bench/results/scale-latest.json.
+load falls on both alike: W3 (the context window of a random session, and of the
+longest: 100,000 messages from a million events up), W4 (a random session's whole
+history), point-in-time windows (at a random version; at a random moment), `verify` of
+one session; then, once each, the export of one tenant and `verify` of every session.
+Prints a table (p50 / p99 ms) with the disk bytes per message (events + views + their
+indexes) against the raw JSON of the messages; writes bench/results/scale-latest.json.
 """
 
 from __future__ import annotations
