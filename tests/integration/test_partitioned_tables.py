@@ -18,7 +18,7 @@ from session_ledger.domain.errors import InvalidInput
 from session_ledger.domain.ledger import Ledger
 from session_ledger.projections.postgres import PLANNER_SETTINGS, PostgresReader, to_psycopg
 from session_ledger.projections.postgres_partitions import PARTITIONED_TABLES, partition_counts
-from session_ledger.projections.rebuild import check
+from session_ledger.projections.rebuild import check, rebuild
 from session_ledger.projections.views import SQLViews
 from tests.conftest import make_ledger, make_settings
 from tests.integration.test_rebuild import all_rows, write_a_bit_of_everything
@@ -59,6 +59,9 @@ def test_migrate_makes_a_new_store_partitioned(settings: Settings) -> None:
     assert ledger.head("a").message_count == 301
     assert all(report.intact for report in ledger.verify_all())
     assert check(views(ledger), ledger.mapper, ledger.tokenizer) == []
+    rows = all_rows(ledger)
+    assert rebuild(views(ledger), ledger.mapper, ledger.tokenizer) == 31  # in place
+    assert all_rows(ledger) == rows
     # the events keep their notification order across partitions
     ids = [n.id for n in ledger.recorder.select_notifications(1, 1000)]
     assert ids == sorted(ids) and len(ids) == len(set(ids)) == 31
