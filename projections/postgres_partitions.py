@@ -122,6 +122,8 @@ def _repartition(c: Any, table: str, key: str, partitions: int) -> None:
 
 
 def _index(definition: str, unique: bool, has_key: bool) -> str:
+    # A partitioned table's index reads `ON ONLY t`: made so, it would index no partition.
+    definition = definition.replace(" ON ONLY ", " ON ", 1)
     if unique and not has_key:
         return definition.replace("CREATE UNIQUE INDEX", "CREATE INDEX", 1)
     return definition

@@ -32,7 +32,17 @@ def settings(fresh_postgres_url: str, tmp_path: Any) -> Settings:
 
 
 def counts(url: str) -> dict[str, int]:
+    """Each table's partitions, once every partition is seen to hold every index of its
+    table, valid."""
     with psycopg.connect(url) as conn:
+        invalid = conn.execute("SELECT count(*) FROM pg_index WHERE NOT indisvalid").fetchone()
+        assert invalid == (0,)
+        short = conn.execute(
+            "SELECT h.inhrelid::regclass::text FROM pg_inherits h WHERE"
+            " (SELECT count(*) FROM pg_index WHERE indrelid = h.inhrelid)"
+            " <> (SELECT count(*) FROM pg_index WHERE indrelid = h.inhparent)"
+        ).fetchall()
+        assert short == []
         return partition_counts(conn.cursor())
 
 
