@@ -43,8 +43,11 @@ SERVER = os.environ.get(
 PREFIX = "ledger_scale_partition"
 FAMILIES = ("ledger_events", "ledger_messages", "ledger_ended_messages", "ledger_timeline",
             "ledger_sessions", "ledger_streams")  # fmt: skip
+# A table's bytes with its indexes and TOAST, over its partitions when it has them
+# (pg_partition_tree lists nothing for a table that is not partitioned).
 SIZE = (
-    "SELECT coalesce(sum(pg_total_relation_size(relid)), 0) FROM pg_partition_tree(%s) WHERE isleaf"
+    "SELECT coalesce((SELECT sum(pg_total_relation_size(relid)) FROM pg_partition_tree(%s)"
+    " WHERE isleaf), pg_total_relation_size(%s))"
 )
 
 
@@ -81,7 +84,7 @@ def prepare(events: int, partitions: int | None) -> dict[str, Any]:
     ledger.close()
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("VACUUM ANALYZE")
-        sizes = {f: int(conn.execute(SIZE, (f,)).fetchone()[0]) for f in FAMILIES}  # type: ignore[index]
+        sizes = {f: int(conn.execute(SIZE, (f, f)).fetchone()[0]) for f in FAMILIES}  # type: ignore[index]
     messages = events - len(the_plan.sessions)
     return {"name": name, "url": url, "plan": the_plan, "load_s": round(load_s, 1),
             "raw_json_bytes": raw, "messages": messages, "sizes": sizes}  # fmt: skip
