@@ -21,6 +21,7 @@ from session_ledger.projections.postgres_partitions import PARTITIONED_TABLES, p
 from session_ledger.projections.rebuild import check, rebuild
 from session_ledger.projections.views import SQLViews
 from tests.conftest import make_ledger, make_settings
+from tests.e2e.conftest import run_cli, server_env
 from tests.integration.test_rebuild import all_rows, write_a_bit_of_everything
 
 
@@ -217,3 +218,15 @@ def test_a_window_read_touches_one_partition_by_an_index(
     for mode in ("force_custom_plan", "force_generic_plan"):
         assert 50 <= rows[f"large {mode}"] <= 2 * max(rows[f"{small} {mode}"], 64), rows
     ledger.close()
+
+
+def test_the_migrate_command_takes_the_number_of_partitions(fresh_postgres_url: str) -> None:
+    env = server_env(fresh_postgres_url)
+    done = run_cli(env, "migrate", "--partitions", "1")
+    assert done.returncode != 0 and "partitions" in done.stderr, done.stderr
+    done = run_cli(env, "migrate", "--partitions", "8")
+    assert done.returncode == 0, done.stderr
+    assert counts(fresh_postgres_url) == dict.fromkeys(PARTITIONED_TABLES, 8)
+    done = run_cli({**env, "LEDGER_PARTITIONS": "2"}, "migrate")  # the setting, as serve reads it
+    assert done.returncode == 0, done.stderr
+    assert counts(fresh_postgres_url) == dict.fromkeys(PARTITIONED_TABLES, 2)
