@@ -6,8 +6,9 @@ the `Session` aggregate's events, the application's mapper, `view_changes`, the 
 chain of `domain/integrity.py`), and its rows go to the same tables a live write fills,
 by COPY instead of one statement per write. Only appends are loaded (one message per
 write, as an agent's `put`), so each token total is the one before plus what the write
-added. `tests/bench/test_scale_load.py` checks a load against `rebuild --check` and
-`verify`.
+added. No snapshots are written: the first live write to a loaded session reads its
+events back (reads never need them). `tests/bench/test_scale_load.py` checks a load
+against `rebuild --check` and `verify`.
 """
 
 from __future__ import annotations
