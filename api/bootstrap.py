@@ -11,6 +11,7 @@ import psycopg
 from session_ledger.domain.errors import InvalidInput, StoreNotReady
 from session_ledger.domain.ledger import Ledger, Limits
 from session_ledger.domain.tokens import load_tokenizer
+from session_ledger.projections.postgres_partitions import partition
 from session_ledger.projections.postgres_schema import layout as postgres_layout
 from session_ledger.projections.sqlite import sqlite_layout
 
@@ -119,8 +120,14 @@ def open_ledger(
 
 
 def migrate(settings: Settings) -> None:
-    """Create every table of the store. Safe to run from many processes at once."""
+    """Create every table of the store. Safe to run from many processes at once.
+
+    With `settings.partitions` (PostgreSQL only), the events and the views kept per
+    session are then laid out in that many hash partitions, copying the rows of a store
+    laid out otherwise (projections/postgres_partitions.py)."""
     url = settings.database_url
+    if settings.partitions and not url.startswith(("postgresql://", "postgres://")):
+        raise InvalidInput("partitions (LEDGER_PARTITIONS) apply to a PostgreSQL store only")
     if url.startswith("memory://"):
         return
     if url.startswith("sqlite:///"):
@@ -135,6 +142,9 @@ def migrate(settings: Settings) -> None:
         conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATE_LOCK_ID,))
         try:
             open_ledger(settings, create_tables=True).close()
+            if settings.partitions:
+                with conn.transaction(), conn.cursor() as cursor:
+                    partition(cursor, settings.partitions)
         finally:
             conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATE_LOCK_ID,))
     _migrate_api_tables(settings)

@@ -89,9 +89,17 @@ def migrate_store(settings: Settings, store: KeyStore) -> None:
 
 
 @cli.command()
-def migrate(database_url: DatabaseUrl = None) -> None:
+def migrate(
+    database_url: DatabaseUrl = None,
+    partitions: Annotated[
+        int | None,
+        typer.Option(
+            help="Hash partitions per table, PostgreSQL (LEDGER_PARTITIONS).", show_default=False
+        ),
+    ] = None,
+) -> None:
     """Create the store's tables (safe to run from many processes) and the first admin key."""
-    settings = load_settings(database_url)
+    settings = load_settings(database_url, partitions=partitions)
     with failing_cleanly(), key_store(settings) as store:
         migrate_store(settings, store)
     typer.echo("The store is ready.")

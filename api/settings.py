@@ -76,6 +76,13 @@ class Settings(BaseSettings):
         200, ge=2, description="A snapshot of a session's write state every N events."
     )
     pool_size: int = Field(8, ge=1, description="PostgreSQL connections per process.")
+    partitions: int | None = Field(
+        None,
+        ge=2,
+        le=1024,
+        description="`migrate` lays the PostgreSQL events and views out in this many hash "
+        "partitions by session, copying an existing store (docs/operations.md).",
+    )
     ui: bool = Field(
         True,
         description="Serve the audit viewer at /ui (browse, replay, diff, verify, export "

@@ -38,6 +38,7 @@ from session_ledger.domain.ports import ACTIVE
 
 from .changes import InsertMessages, MessageRow, ViewChanges
 from .feed import PostgresFeedReads
+from .postgres_partitions import partition_counts
 from .postgres_schema import migrate
 from .sealing import SealingFactory
 from .sql import LIVE_COLUMNS, SESSION_INSERT, TIMELINE_COLUMNS, Reader
@@ -124,8 +125,16 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder, SQLViews, PostgresFeed
         self._planned: weakref.WeakSet[Any] = weakref.WeakSet()  # connections set up
 
     def create_table(self) -> None:
-        """The events' table (the library's), then the views' migrations."""
-        super().create_table()
+        """The events' table (the library's), then the views' migrations. Once
+        partitioned (postgres_partitions.py), the events' table is left as it is: the
+        library's unique index of notification ids cannot be made on it, even by a
+        `CREATE ... IF NOT EXISTS` that would find it there."""
+        with self._connection() as conn, conn.cursor() as curs:
+            partitioned = partition_counts(curs).get("ledger_events", 0) > 0
+        if partitioned:
+            self.datastore.register_type_adapters()
+        else:
+            super().create_table()
         with self._connection() as conn, conn.transaction(), conn.cursor() as curs:
             migrate(curs)
 
