@@ -47,6 +47,7 @@ from .inputs import (
     request_digest,
 )
 from .messages import ChatMessage
+from .observer import SILENT, WRITE, LedgerObserver
 from .ports import (
     ACTIVE,
     AuditEntry,
@@ -83,6 +84,7 @@ class Ledger(Compliance, StreamCommands, AuditTrail, Application[uuid.UUID]):
     """Sessions of chat history, addressed by (tenant, key), kept as event streams."""
 
     name = "ledger"
+    observer: LedgerObserver = SILENT  # the API sets its metrics and tracing here
 
     def __init__(
         self,
@@ -240,6 +242,7 @@ class Ledger(Compliance, StreamCommands, AuditTrail, Application[uuid.UUID]):
                 if not fresh:
                     fresh = True
                     continue
+                self.observer.version_conflict()
                 raise VersionConflict(key, expected_version, actual)
             if session is None:
                 if not create:
@@ -255,7 +258,8 @@ class Ledger(Compliance, StreamCommands, AuditTrail, Application[uuid.UUID]):
             )  # fmt: skip
             since = batch.events[0].originator_version
             try:
-                self.save(session, ledger_batch=batch)
+                with self.observer.store_call(WRITE):
+                    self.save(session, ledger_batch=batch)
             except (IntegrityError, OperationalError, InterfaceError) as error:
                 # Another writer took the version; or this write committed and its answer
                 # was lost (the store's retry then met its own row, or the connection
@@ -268,12 +272,15 @@ class Ledger(Compliance, StreamCommands, AuditTrail, Application[uuid.UUID]):
                     raise
                 fresh = True
                 if expected_version is not None:
+                    self.observer.version_conflict()
                     head = self.views.session_head(sid)
                     raise VersionConflict(
                         key, expected_version, head.version if head else 0
                     ) from None
+                self.observer.write_retried()
                 time.sleep(_RETRY_JITTER.uniform(0, 0.002 * min(attempt + 1, 10)))
                 continue
+            self.observer.events_written([type(event).__name__ for event in batch.events])
             self._snapshot_if_due(session, len(batch.events))
             return WriteResult(session.version, session.message_count, removed=removed)
         raise LedgerError(
