@@ -29,6 +29,7 @@ from .deps import ReaderDep, SessionKeyDep
 
 ALWAYS_LOGGED_ROLES = frozenset({"auditor", "admin"})
 EVENT_LINE = b'{"record":"event"'  # an event line of a JSONL export (quotes are escaped inside)
+RECORDS_HEADER = "X-Ledger-Records"  # a streamed answer that counts its records itself
 
 
 def logged(action: str) -> Callable[..., Awaitable[None]]:
@@ -69,7 +70,9 @@ class AccessLoggedRoute(APIRoute):
             record = _recorder(request, *access)
             if isinstance(response, StreamingResponse):
                 csv = response.media_type is not None and response.media_type.startswith("text/csv")
-                response.body_iterator = _counted(response.body_iterator, record, csv)
+                said = response.headers.get(RECORDS_HEADER)
+                known = None if said is None else int(said)
+                response.body_iterator = _counted(response.body_iterator, record, csv, known)
                 return response
             body = json.loads(bytes(response.body))
             count = len(body.get("messages", body.get("events", [])))
@@ -94,10 +97,12 @@ def _recorder(
 
 
 async def _counted(
-    chunks: AsyncIterator[Any], record: Callable[[int, bool], None], csv: bool
-) -> AsyncIterator[Any]:
+    chunks: AsyncIterator[Any], record: Callable[[int, bool], None], csv: bool,
+    known: int | None = None,
+) -> AsyncIterator[Any]:  # fmt: skip
     """The stream as it was, counting its records (event lines, or CSV rows outside quoted
-    fields); the entry is appended when it ends, however it ends."""
+    fields) unless the route `known` them already (a body that is not lines, as RSMF's
+    base64); the entry is appended when it ends, however it ends."""
     count, quoted, complete = 0, False, False
     try:
         async for chunk in chunks:
@@ -112,4 +117,8 @@ async def _counted(
         complete = True
     finally:
         # (synchronously: a stream the client left is being cancelled, so no await)
-        record(max(count - 1, 0) if csv else count, complete)
+        if known is not None:
+            count = known
+        elif csv:
+            count = max(count - 1, 0)
+        record(count, complete)

@@ -38,6 +38,7 @@ from .routes import (
     keys,
     live,
     messages,
+    package,
     replay,
     search,
     sessions,
@@ -139,7 +140,7 @@ def create_app(
     errors.register(app)
     for module in (
         messages, streams, events, live, replay, diff, verify, compliance, search, sessions,
-        heads, export, checkpoints, access_log, keys,
+        heads, export, package, checkpoints, access_log, keys,
     ):  # fmt: skip
         app.include_router(module.router, dependencies=[Depends(enforce_limits)])
     app.include_router(health.router)  # never limited: probes and scrapes must get through

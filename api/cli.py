@@ -291,6 +291,8 @@ def export(
     end: Annotated[datetime | None, typer.Option("--to", help="Package: ... before.")] = None,
     actor: Annotated[str | None, typer.Option(help="Package: sessions this actor "
                                               "changed (in the range).")] = None,
+    access_log: Annotated[bool, typer.Option(help="JSONL: also the access log's entries "
+                                             "about each session.")] = False,
     database_url: DatabaseUrl = None,
 ) -> None:  # fmt: skip
     """Export a session's transcript for compliance, streamed a page at a time; without
@@ -303,11 +305,11 @@ def export(
         from .cli_evidence import export_package
 
         with failing_cleanly():
-            export_package(settings, tenant, output, prefix, start, end, actor)
+            export_package(settings, tenant, output, prefix, start, end, actor, access_log)
         return
     with failing_cleanly(), opened_ledger(settings) as ledger:
         chunks = export_session(ledger, key, tenant=tenant, format=format.value,
-                                as_of_version=as_of_version,
+                                as_of_version=as_of_version, access_log=access_log,
                                 checkpoint_dir=settings.checkpoint_dir)  # fmt: skip
         if output is None:
             stdout = typer.get_binary_stream("stdout")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import getpass
 import itertools
 import json
+import sys
 import threading
 from datetime import datetime
 from pathlib import Path
@@ -96,14 +97,16 @@ def verify_checkpoints(
     settings: Settings, files: list[Path], public_key_file: Path | None, tenant: str | None
 ) -> int:
     """`verify --checkpoint`: each checkpoint's signature and tree, growth between them,
-    then every session of their tenant against them. Prints each finding; the number of
-    problems found."""
+    then every session of their tenant and its access log against them. Prints each
+    finding; the number of problems found."""
     from session_ledger.projections.checkpoint import load_public_key, read_checkpoint
     from session_ledger.projections.checkpoint_verify import (
         check_checkpoint,
         check_growth,
+        verify_access,
         verify_store,
     )
+    from session_ledger.projections.views import SQLViews
 
     if public_key_file is None:
         raise CheckpointError("verify --checkpoint needs --public-key FILE")
@@ -125,7 +128,14 @@ def verify_checkpoints(
     with opened_ledger(settings) as ledger:
         for report in verify_store(ledger, checkpoints):
             problems += _show(report)
-    return problems
+        views = ledger.views
+        assert isinstance(views, SQLViews)
+        access = verify_access(views, checkpoints)
+    for problem in access:
+        typer.echo(f"BROKEN  access log of {checkpoints[0].tenant!r}: {problem}")
+    if not access:
+        typer.echo(f"ok      access log of {checkpoints[0].tenant!r}")
+    return problems + len(access)
 
 
 def _show(report: ChainReport) -> int:
@@ -175,20 +185,38 @@ def events(
 
 def export_package(
     settings: Settings, tenant: str, output: Path | None, prefix: str,
-    start: datetime | None, end: datetime | None, actor: str | None,
+    start: datetime | None, end: datetime | None, actor: str | None, access_log: bool = False,
 ) -> None:  # fmt: skip
-    """`export --tenant T --output DIR|FILE.tar`: the tenant-wide package."""
+    """`export --tenant T --output DIR|FILE.tar|FILE.rsmf`: the tenant-wide package, or
+    its sessions as RSMF for review tools."""
     import tempfile
 
-    from session_ledger.projections.package import tar_folder, write_package
+    from session_ledger.projections.package import package_files, tar_folder
 
     if output is None or output.exists():
-        raise InvalidInput("a package is written to --output DIR or FILE.tar, not there yet")
+        raise InvalidInput("a package is written to --output DIR, FILE.tar or FILE.rsmf, "
+                           "not there yet")  # fmt: skip
+    if output.suffix == ".rsmf":
+        from session_ledger.projections.rsmf import write_rsmf
+
+        with opened_ledger(settings) as ledger:
+            summary = write_rsmf(ledger, tenant, output, exported_by=f"cli:{getpass.getuser()}",
+                                 prefix=prefix, start=start, end=end, actor=actor)  # fmt: skip
+        typer.echo(f"exported {summary['conversations']} conversations, {summary['events']} "
+                   f"RSMF events to {output}", err=True)  # fmt: skip
+        return
     with opened_ledger(settings) as ledger, tempfile.TemporaryDirectory(dir=output.parent) as tmp:
         folder = Path(tmp) / "package" if output.suffix == ".tar" else output
-        manifest = write_package(ledger, tenant, folder, exported_by=f"cli:{getpass.getuser()}",
-                                 prefix=prefix, start=start, end=end, actor=actor,
-                                 checkpoint_dir=settings.checkpoint_dir)  # fmt: skip
+        files = package_files(ledger, tenant, folder, exported_by=f"cli:{getpass.getuser()}",
+                              prefix=prefix, start=start, end=end, actor=actor,
+                              checkpoint_dir=settings.checkpoint_dir,
+                              access_log=access_log)  # fmt: skip
+        # On a terminal, the files written so far and the last one; elsewhere, nothing.
+        with typer.progressbar(files, label="package", show_pos=True, file=sys.stderr,
+                               item_show_func=lambda name: name) as written:  # fmt: skip
+            for _ in written:
+                pass
+        manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
         if output.suffix == ".tar":
             tar_folder(folder, output)
     counts = manifest["counts"]

@@ -1,11 +1,7 @@
 """The access log: who read or exported what, per tenant, append-only and hash-chained.
 
-One row per access in `ledger_access_log` (migration 2), numbered 1, 2, ... per tenant:
-
-    h_0   = 32 zero bytes
-    h_seq = SHA-256(h_{seq-1} || entry_bytes(entry))
-    entry_bytes = canonical JSON (sorted keys, no spaces, UTF-8) of {tenant, seq,
-                  recorded_at, actor, role, action, session_key, parameters, records}
+One row per access in `ledger_access_log`, numbered 1, 2, ... per tenant, chained from
+h_0 = 32 zero bytes as access_chain.py says.
 
 An append reads the tenant's last row and inserts the next; two appends that race for a
 number collide on the primary key and the loser reads again, so the log never forks.
@@ -14,9 +10,8 @@ number collide on the primary key and the loser reads again, so the log never fo
 
 from __future__ import annotations
 
-import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -26,6 +21,7 @@ from eventsourcing.persistence import IntegrityError
 from session_ledger.domain.errors import LedgerError
 from session_ledger.domain.integrity import GENESIS
 
+from .access_chain import access_step
 from .views import SQLViews
 
 APPEND_RETRIES = 100  # appends that lost the race for a number, before giving up
@@ -45,15 +41,9 @@ class AccessEntry:
     records: int  # messages, events or lines the answer held
     chain: str = ""  # hex h_seq
 
-    def entry_bytes(self) -> bytes:
-        fields = asdict(self)
-        del fields["chain"]
-        return json.dumps(fields, sort_keys=True, ensure_ascii=False,
-                          separators=(",", ":")).encode()  # fmt: skip
-
 
 def next_hash(previous: bytes, entry: AccessEntry) -> bytes:
-    return hashlib.sha256(previous + entry.entry_bytes()).digest()
+    return access_step(previous, asdict(entry))
 
 
 def record_access(
@@ -96,6 +86,27 @@ def access_entries(views: SQLViews, tenant: str, after: int, limit: int) -> list
     with views._reading() as read:
         rows = read(f"SELECT {COLUMNS} FROM ledger_access_log WHERE tenant = ? AND seq > ? "
                     "ORDER BY seq LIMIT ?", (tenant, after, limit))  # fmt: skip
+    return _entries(rows)
+
+
+def session_entries(
+    views: SQLViews, tenant: str, key: str, after: int, up_to: int, limit: int
+) -> list[tuple[AccessEntry, bytes]]:
+    """The entries about session `key` numbered in (after, up_to], oldest first, each with
+    the hash of the entry before it (what an export needs to show each link)."""
+    columns = ", ".join(f"a.{c.strip()}" for c in COLUMNS.split(","))
+    with views._reading() as read:
+        rows = read(
+            f"SELECT {columns}, p.chain AS previous FROM ledger_access_log a"
+            " LEFT JOIN ledger_access_log p ON p.tenant = a.tenant AND p.seq = a.seq - 1"
+            " WHERE a.tenant = ? AND a.session_key = ? AND a.seq > ? AND a.seq <= ?"
+            " ORDER BY a.seq LIMIT ?", (tenant, key, after, up_to, limit),
+        )  # fmt: skip
+    return [(entry, GENESIS if row["previous"] is None else bytes(row["previous"]))
+            for entry, row in zip(_entries(rows), rows, strict=True)]  # fmt: skip
+
+
+def _entries(rows: list[Any]) -> list[AccessEntry]:
     return [
         AccessEntry(
             r["tenant"],
@@ -113,8 +124,22 @@ def access_entries(views: SQLViews, tenant: str, after: int, limit: int) -> list
     ]
 
 
-def verify_access_log(views: SQLViews, tenant: str, page: int = 1000) -> Iterator[str]:
-    """Problems found recomputing the tenant's access chain (none: intact)."""
+def access_head(views: SQLViews, tenant: str) -> tuple[int, bytes]:
+    """The tenant's log as it stands: (number of its last entry, its hash), (0, h_0) if empty."""
+    with views._reading() as read:
+        last = read("SELECT seq, chain FROM ledger_access_log WHERE tenant = ? "
+                    "ORDER BY seq DESC LIMIT 1", (tenant,))  # fmt: skip
+    return (last[0]["seq"], bytes(last[0]["chain"])) if last else (0, GENESIS)
+
+
+def verify_access_log(
+    views: SQLViews, tenant: str, page: int = 1000, pinned: Mapping[int, bytes] | None = None
+) -> Iterator[str]:
+    """Problems found recomputing the tenant's access chain (none: intact); given
+    `pinned` (entry number -> the hash a signed checkpoint recorded there), the chain
+    recomputed from the entries must pass through each, so a log cut short or rewritten
+    and rehashed since the checkpoint is named."""
+    pins = dict(pinned or {})
     h, seq = GENESIS, 0
     while entries := access_entries(views, tenant, seq, page):
         for entry in entries:
@@ -128,4 +153,13 @@ def verify_access_log(views: SQLViews, tenant: str, page: int = 1000) -> Iterato
                     + h.hex()
                 )
                 return
+            if entry.seq in pins and pins.pop(entry.seq) != h:
+                yield (f"rewritten at or before entry {entry.seq}: the entries give "
+                       f"{h.hex()}, the checkpoint recorded another hash")  # fmt: skip
+                return
             seq = entry.seq
+    if pins.pop(0, GENESIS) != GENESIS:
+        yield "the checkpoint recorded an empty log with a hash other than h_0"
+    if pins:
+        yield (f"cut short: the log ends at entry {seq}; the checkpoint recorded entry "
+               f"{max(pins)}")  # fmt: skip

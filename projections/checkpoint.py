@@ -3,16 +3,19 @@ an Ed25519 key signs, kept as files outside the database.
 
 A checkpoint file is one JSON document:
 
-    {"format": "session-ledger-checkpoint", "format_version": 1,
+    {"format": "session-ledger-checkpoint", "format_version": 2,
      "tree_head": {"tenant", "created_at", "tree_size", "root", "previous", "key_id",
-                   "leaf": "sha256-v1"},
+                   "leaf": "sha256-v1", "access_log": {"entries", "head"}},
      "signature": base64 of the Ed25519 signature of `signed_bytes(tree_head)`,
      "sessions": [[key, version, head hex], ...]}        (in key order)
 
 `root` is the RFC 9162 root (domain/merkle.py) over the leaves of `sessions`, each leaf
 the session id (derived from tenant and key), version and chain head; `previous` is the
 `checkpoint_hash` of the tenant's checkpoint before this one (null for the first), so the
-files form a chain and a removed one shows; `key_id` is the SHA-256 of the raw public key.
+files form a chain and a removed one shows; `key_id` is the SHA-256 of the raw public key;
+`access_log` is the tenant's access log (projections/access_log.py) as it stood: its
+number of entries and the hash of the last, so a log cut short or rewritten since shows
+too. (Version 1 files, without `access_log`, are still read.)
 The signing key is read from a file (LEDGER_SIGNING_KEY_FILE): the database never holds
 it, so whoever can write to the database cannot sign a rewritten state.
 """
@@ -37,17 +40,20 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from session_ledger.domain import merkle
 from session_ledger.domain.errors import CheckpointError
+from session_ledger.domain.integrity import GENESIS
 from session_ledger.domain.session import session_id as derive_session_id
 
+from .access_log import access_head
 from .views import SQLViews
 
 FORMAT = "session-ledger-checkpoint"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 LEAF = "sha256-v1"  # domain/merkle.leaf_data over domain/integrity's chain
 DOCUMENT_FIELDS = frozenset({"format", "format_version", "tree_head", "signature", "sessions"})
-TREE_HEAD_FIELDS = frozenset(
+TREE_HEAD_FIELDS_V1 = frozenset(
     {"tenant", "created_at", "tree_size", "root", "previous", "key_id", "leaf"}
 )
+TREE_HEAD_FIELDS = TREE_HEAD_FIELDS_V1 | {"access_log"}
 HEADS_PAGE = 5000  # sessions read per statement while making a checkpoint
 
 
@@ -62,6 +68,13 @@ class Checkpoint:
         return str(self.tree_head["tenant"])
 
     @property
+    def access_log(self) -> tuple[int, bytes] | None:
+        """(entries, hash of the last) of the access log the tree head signs; None in a
+        version 1 checkpoint."""
+        signed = self.tree_head.get("access_log")
+        return None if signed is None else (signed["entries"], bytes.fromhex(signed["head"]))
+
+    @property
     def hash(self) -> str:
         return checkpoint_hash(self.tree_head)
 
@@ -73,7 +86,8 @@ class Checkpoint:
 
     def document(self) -> dict[str, Any]:
         return {
-            "format": FORMAT, "format_version": FORMAT_VERSION, "tree_head": self.tree_head,
+            "format": FORMAT, "format_version": 1 if self.access_log is None else FORMAT_VERSION,
+            "tree_head": self.tree_head,
             "signature": base64.b64encode(self.signature).decode("ascii"),
             "sessions": [[key, version, head.hex()] for key, version, head in self.sessions],
         }  # fmt: skip
@@ -147,11 +161,15 @@ def parse_checkpoint(data: bytes) -> Checkpoint:
         document = json.loads(data)
         if not isinstance(document, dict) or set(document) != DOCUMENT_FIELDS:
             raise ValueError(f"a checkpoint has exactly the fields {sorted(DOCUMENT_FIELDS)}")
-        if document["format"] != FORMAT or document["format_version"] != FORMAT_VERSION:
-            raise ValueError(f"not a {FORMAT} version {FORMAT_VERSION}")
+        version = document["format_version"]
+        if document["format"] != FORMAT or version not in (1, FORMAT_VERSION):
+            raise ValueError(f"not a {FORMAT} version 1 or {FORMAT_VERSION}")
+        fields = TREE_HEAD_FIELDS if version == FORMAT_VERSION else TREE_HEAD_FIELDS_V1
         tree_head = document["tree_head"]
-        if not isinstance(tree_head, dict) or set(tree_head) != TREE_HEAD_FIELDS:
-            raise ValueError(f"a tree head has exactly the fields {sorted(TREE_HEAD_FIELDS)}")
+        if not isinstance(tree_head, dict) or set(tree_head) != fields:
+            raise ValueError(f"a tree head has exactly the fields {sorted(fields)}")
+        if version == FORMAT_VERSION:
+            _check_access_log(tree_head["access_log"])
         if tree_head["leaf"] != LEAF or not isinstance(tree_head["tenant"], str):
             raise ValueError(f"the tree head is not of leaf {LEAF!r} or lacks its tenant")
         sessions = [(k, v, _canonical_hex(h)) for k, v, h in document["sessions"]]
@@ -165,6 +183,13 @@ def parse_checkpoint(data: bytes) -> Checkpoint:
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise CheckpointError(f"not a readable checkpoint: {e}") from None
     return Checkpoint(tree_head, signature, sessions)
+
+
+def _check_access_log(signed: object) -> None:
+    if not (isinstance(signed, dict) and set(signed) == {"entries", "head"}
+            and type(signed["entries"]) is int and signed["entries"] >= 0
+            and len(_canonical_hex(signed["head"])) == 32):  # fmt: skip
+        raise ValueError("access_log is not {entries, head}")
 
 
 def _canonical_hex(text: str) -> bytes:
@@ -217,14 +242,16 @@ def sign(
     private_key: Ed25519PrivateKey,
     previous: str | None,
     now: datetime | None = None,
+    access_log: tuple[int, bytes] = (0, GENESIS),
 ) -> Checkpoint:
-    """The signed checkpoint of these session heads."""
+    """The signed checkpoint of these session heads and this access-log head."""
     leaves = [merkle.leaf_hash(merkle.leaf_data(derive_session_id(tenant, k), v, h))
               for k, v, h in sessions]  # fmt: skip
     tree_head = {
         "tenant": tenant, "created_at": (now or datetime.now(UTC)).astimezone(UTC).isoformat(),
         "tree_size": len(sessions), "root": merkle.root(leaves).hex(), "previous": previous,
         "key_id": key_id(private_key.public_key()), "leaf": LEAF,
+        "access_log": {"entries": access_log[0], "head": access_log[1].hex()},
     }  # fmt: skip
     return Checkpoint(tree_head, private_key.sign(signed_bytes(tree_head)), sessions)
 
@@ -241,7 +268,8 @@ def make_checkpoint(
         fcntl.flock(lock, fcntl.LOCK_EX)
         last = latest_path(directory, tenant)
         previous = read_checkpoint(last).hash if last else None
-        checkpoint = sign(tenant, list(heads(views, tenant)), private_key, previous)
+        checkpoint = sign(tenant, list(heads(views, tenant)), private_key, previous,
+                          access_log=access_head(views, tenant))  # fmt: skip
         stamp = datetime.fromisoformat(checkpoint.tree_head["created_at"])
         path = folder / f"{stamp:%Y%m%dT%H%M%S%fZ}-{checkpoint.hash[:16]}.json"
         partial = path.with_suffix(".partial")

@@ -1,6 +1,7 @@
 """Checking signed checkpoints with the public key only: each checkpoint on its own
-(signature, key, tree), two in turn (every session only grew), and the store against
-them (every chain recomputes from the events and passes through every recorded head)."""
+(signature, key, tree), two in turn (every session and the access log only grew), and
+the store against them (every chain, the access log's too, recomputes and passes through
+every recorded head)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from session_ledger.domain.errors import SessionNotFound
 from session_ledger.domain.ledger import Ledger
 from session_ledger.domain.ports import ChainReport
 
+from .access_log import verify_access_log
 from .checkpoint import Checkpoint, key_id, signed_bytes
+from .views import SQLViews
 
 KEYS_PAGE = 1000  # session keys read per statement when looking for sessions made since
 
@@ -66,7 +69,25 @@ def check_growth(earlier: Checkpoint, later: Checkpoint) -> list[str]:
                             f"{now[key][0]}")  # fmt: skip
         elif now[key][0] == version and now[key][1] != head:
             problems.append(f"session {key!r}: rewritten at version {version}")
+    before, after = earlier.access_log, later.access_log
+    if before is not None and after is not None:
+        if after[0] < before[0]:
+            problems.append(f"access log: cut short from {before[0]} entries to {after[0]}")
+        elif after[0] == before[0] and after[1] != before[1]:
+            problems.append(f"access log: rewritten at entry {before[0]}")
     return problems
+
+
+def verify_access(views: SQLViews, checkpoints: Sequence[Checkpoint]) -> list[str]:
+    """The tenant's access log recomputed from its entries: intact, and passing through
+    the head each checkpoint signed (none signed by a version 1 checkpoint)."""
+    pins: dict[int, bytes] = {}
+    problems = []
+    for checkpoint in checkpoints:
+        signed = checkpoint.access_log
+        if signed is not None and pins.setdefault(signed[0], signed[1]) != signed[1]:
+            problems.append(f"two checkpoints signed different hashes of access entry {signed[0]}")
+    return problems + list(verify_access_log(views, checkpoints[0].tenant, pinned=pins))
 
 
 def verify_store(ledger: Ledger, checkpoints: Sequence[Checkpoint]) -> Iterator[ChainReport]:

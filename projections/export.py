@@ -9,8 +9,14 @@ JSONL (`export_jsonl`), one JSON object per line, UTF-8, each line ending in `\\
      (the event's own fields: the messages appended, the `kept` count of a set, the
      removed message, ...), then the stored record itself, `topic` and `state` (base64 of
      the exact stored bytes), `state_sha256` and `chain` (hex of h_v, domain/integrity.py);
-  3. trailer: `{"record": "trailer", "events", "chain_head", "sha256"}`, where `sha256`
-     is the SHA-256 of every byte of the file before the trailer line.
+  3. asked for (`access_log`), one `{"record": "access", "seq", "recorded_at", "actor",
+     "role", "action", "session_key", "parameters", "records", "previous", "chain"}` per
+     entry of the tenant's access log about this session, numbered up to the header's
+     `access_log_entries` (the log's length when the export began): who read or exported
+     it, each with the hash of the entry before it and its own (access_chain.py);
+  4. trailer: `{"record": "trailer", "events", "chain_head", "sha256"}` (and
+     `access_entries`, their count, when asked for), where `sha256` is the SHA-256 of
+     every byte of the file before the trailer line.
 When the tenant has a signed checkpoint that lists the session at a version the export
 reaches, a line `{"record": "checkpoint", "tree_head", "signature", "leaf_index",
 "version", "head", "path"}` follows the header: the checkpoint's signed tree head and the
@@ -48,7 +54,9 @@ from session_ledger.domain.ports import ACTIVE
 from session_ledger.domain.reads import past_version
 from session_ledger.domain.session import session_id as derive_session_id
 
+from .access_log import access_head, session_entries
 from .export_verify import CHAIN, FORMAT, FORMAT_VERSION, json_text, line, readable, utc
+from .views import SQLViews
 
 FORMATS = ("jsonl", "csv")
 EVENTS_PAGE = 500  # stored events per read
@@ -65,22 +73,29 @@ class ExportPlan:
     session_id: uuid.UUID
     to_version: int
     as_of_version: int | None
+    access_up_to: int | None = None  # carry the access log's entries numbered up to this
 
 
 def plan_export(
-    ledger: Ledger, key: str, *, tenant: str | None = None, as_of_version: int | None = None
-) -> ExportPlan:
-    """The session and version an export covers; SessionNotFound, StateNotFound or
-    InvalidInput before anything is written."""
+    ledger: Ledger, key: str, *, tenant: str | None = None, as_of_version: int | None = None,
+    access_log: bool = False,
+) -> ExportPlan:  # fmt: skip
+    """The session and version an export covers (and, with `access_log`, how much of the
+    access log); SessionNotFound, StateNotFound or InvalidInput before anything is written."""
     head = ledger.head(key, tenant=tenant)
     if as_of_version is not None:
         past_version(key, head, as_of_version)
+    up_to = None
+    if access_log:
+        assert isinstance(ledger.views, SQLViews)
+        up_to = access_head(ledger.views, head.tenant)[0]
     return ExportPlan(
         tenant=head.tenant,
         key=head.key,
         session_id=derive_session_id(head.tenant, head.key),
         to_version=as_of_version or head.version,
         as_of_version=as_of_version,
+        access_up_to=up_to,
     )
 
 
@@ -92,13 +107,16 @@ def export_session(
     format: str = "jsonl",
     as_of_version: int | None = None,
     checkpoint_dir: Path | None = None,
+    access_log: bool = False,
 ) -> Iterator[bytes]:
     """The export of one session as chunks of bytes. Every refusal (unknown session or
     version, bad format) is raised by this call, before the first chunk. A JSONL export
-    carries the inclusion proof of the newest checkpoint in `checkpoint_dir`, if any."""
+    carries the inclusion proof of the newest checkpoint in `checkpoint_dir`, if any, and
+    with `access_log` the access log's entries about the session."""
     if format not in FORMATS:
         raise InvalidInput(f"format must be one of {', '.join(FORMATS)}; got {format!r}")
-    plan = plan_export(ledger, key, tenant=tenant, as_of_version=as_of_version)
+    plan = plan_export(ledger, key, tenant=tenant, as_of_version=as_of_version,
+                       access_log=access_log and format == "jsonl")  # fmt: skip
     if format == "csv":
         return export_csv(ledger, plan)
     return export_jsonl(ledger, plan, proof=plan_proof(plan, checkpoint_dir))
@@ -156,6 +174,7 @@ def export_jsonl(
         "tenant": plan.tenant, "key": plan.key, "session_id": str(plan.session_id),
         "exported_at": utc(now or datetime.now(UTC)), "as_of_version": plan.as_of_version,
         "to_version": plan.to_version,
+        **({} if plan.access_up_to is None else {"access_log_entries": plan.access_up_to}),
     }))  # fmt: skip
     if proof is not None:
         yield hashed(line({"record": "checkpoint", **proof}))
@@ -171,8 +190,28 @@ def export_jsonl(
             "topic": stored.topic, "state": base64.b64encode(state).decode("ascii"),
             "state_sha256": hashlib.sha256(state).hexdigest(), "chain": head.hex(),
         }))  # fmt: skip
-    yield line({"record": "trailer", "events": count, "chain_head": head.hex(),
-                 "sha256": digest.hexdigest()})  # fmt: skip
+    access = 0
+    for entry_line in access_lines(ledger, plan, page):
+        access += 1
+        yield hashed(entry_line)
+    counted = {} if plan.access_up_to is None else {"access_entries": access}
+    yield line({"record": "trailer", "events": count, "chain_head": head.hex(), **counted,
+                "sha256": digest.hexdigest()})  # fmt: skip
+
+
+def access_lines(ledger: Ledger, plan: ExportPlan, page: int = EVENTS_PAGE) -> Iterator[bytes]:
+    """The access entries about the session the plan asks for, a page at a time."""
+    if plan.access_up_to is None:
+        return
+    assert isinstance(ledger.views, SQLViews)
+    after = 0
+    while found := session_entries(ledger.views, plan.tenant, plan.key, after,
+                                   plan.access_up_to, page):  # fmt: skip
+        for entry, previous in found:
+            fields = {k: v for k, v in vars(entry).items() if k not in ("tenant", "chain")}
+            yield line({"record": "access", **fields, "previous": previous.hex(),
+                        "chain": entry.chain})  # fmt: skip
+        after = found[-1][0].seq
 
 
 def export_csv(ledger: Ledger, plan: ExportPlan, *, page: int = MESSAGES_PAGE) -> Iterator[bytes]:

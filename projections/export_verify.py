@@ -28,6 +28,7 @@ from session_ledger.domain import merkle
 from session_ledger.domain.integrity import GENESIS, chain_step
 from session_ledger.domain.session import session_id as derive_session_id
 
+from .access_chain import check_access_line
 from .sealing import SEALED_FIELDS
 
 if TYPE_CHECKING:
@@ -110,6 +111,8 @@ class _Verifier:
         self.events = 0
         self.trailer = False
         self.number = 0
+        self.access = 0  # access lines read (they follow the events)
+        self.access_seq = 0
 
     def line(self, raw: bytes) -> None:
         self.number += 1
@@ -128,8 +131,10 @@ class _Verifier:
             self._header(n, record)
         elif kind == "checkpoint" and n == 2:
             self._checkpoint(n, record)
-        elif kind == "event":
+        elif kind == "event" and not self.access:
             self._event(n, record)
+        elif kind == "access" and self.header is not None:
+            self._access(n, record)
         elif kind == "trailer":
             self._trailer(n, record)
             return
@@ -196,6 +201,18 @@ class _Verifier:
                 raise _Broken(n, f"{name} does not match the stored state")
         self.head, self.events = head, version
 
+    def _access(self, n: int, record: dict[str, Any]) -> None:
+        assert self.header is not None
+        if self.events != self.header["to_version"]:
+            raise _Broken(n, "an access line before the last event")
+        header = self.header
+        problem = check_access_line(record, header["tenant"], header["key"], self.access_seq,
+                                    header.get("access_log_entries"))  # fmt: skip
+        if problem is not None:
+            raise _Broken(n, problem)
+        self.access += 1
+        self.access_seq = record["seq"]
+
     def _trailer(self, n: int, record: dict[str, Any]) -> None:
         assert self.header is not None
         self.trailer = True
@@ -206,6 +223,10 @@ class _Verifier:
         if self.events != to_version:
             raise _Broken(n, f"the file ends at version {self.events}; the header promised "
                              f"versions 1 to {to_version}")  # fmt: skip
+        if record.get("access_entries") != (self.access if "access_log_entries" in self.header
+                                            else None):  # fmt: skip
+            raise _Broken(n, f"the trailer counts {record.get('access_entries')!r} access "
+                             f"entries; the file has {self.access}")  # fmt: skip
         if record.get("chain_head") != self.head.hex():
             raise _Broken(n, "the trailer's chain_head is not the chain's head")
         if record.get("sha256") != self.digest.hexdigest():

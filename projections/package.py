@@ -4,7 +4,8 @@ selects, each as its verifiable JSONL export, one CSV of all their events, and
 
     manifest.sha256 the SHA-256 of manifest.json, as `sha256sum -c` reads it
     manifest.json   {"format": "session-ledger-package", "format_version": 1, "tenant",
-                     "query": {prefix, from, to, actor}, "exported_by", "exported_at",
+                     "query": {prefix, from, to, actor, access_log}, "exported_by",
+                     "exported_at",
                      "counts": {"sessions", "events"},
                      "sessions": [{"key", "file", "to_version", "chain_head"}, ...],
                      "checkpoint": the tree head the exports prove against (or null),
@@ -26,6 +27,7 @@ import hashlib
 import io
 import json
 import tarfile
+import tempfile
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -34,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from session_ledger.domain.ledger import Ledger
 from session_ledger.domain.session import session_id
 
+from . import tar_stream
 from .audit_search import search_events
 from .export import export_jsonl, plan_export, plan_proof
 from .export_verify import verify_export
@@ -87,12 +90,17 @@ def selected_keys(
         after = keys[-1]
 
 
-def write_package(
+def package_files(
     ledger: Ledger, tenant: str, folder: Path, *, exported_by: str,
     prefix: str = "", start: datetime | None = None, end: datetime | None = None,
-    actor: str | None = None, checkpoint_dir: Path | None = None,
-) -> dict[str, Any]:  # fmt: skip
-    """Write the package into `folder` (made, and empty); its manifest."""
+    actor: str | None = None, checkpoint_dir: Path | None = None, access_log: bool = False,
+) -> Iterator[str]:  # fmt: skip
+    """Write the package into `folder` (made, and empty) a file at a time, naming each
+    file as soon as it is whole: the sessions' exports in turn, then `events.csv`,
+    `manifest.json` and its digest. A consumer may take each file away once named (the
+    HTTP stream does): what the writer holds is one page of events and, for the manifest,
+    a line per session, never a session's or the package's content. With `access_log`,
+    each session's export also carries the access log's entries about it."""
     views = ledger.views
     assert isinstance(views, SQLViews)
     (folder / "sessions").mkdir(parents=True)
@@ -104,7 +112,7 @@ def write_package(
         rows = csv.writer(table)
         rows.writerow(CSV_COLUMNS)
         for key in selected_keys(views, ledger, tenant, prefix, start, end, actor):
-            plan = plan_export(ledger, key, tenant=tenant)
+            plan = plan_export(ledger, key, tenant=tenant, access_log=access_log)
             proof = plan_proof(plan, checkpoint_dir)
             if proof is not None:
                 checkpoint = checkpoint or proof["tree_head"]
@@ -123,18 +131,43 @@ def write_package(
             files[name] = digest.hexdigest()
             sessions.append({"key": key, "file": name, "to_version": plan.to_version,
                              "chain_head": head})  # fmt: skip
+            yield name
     files["events.csv"] = _sha256(folder / "events.csv")
+    yield "events.csv"
     manifest = {
         "format": FORMAT, "format_version": FORMAT_VERSION, "tenant": tenant,
         "query": {"prefix": prefix, "from": start and start.isoformat(),
-                  "to": end and end.isoformat(), "actor": actor},
+                  "to": end and end.isoformat(), "actor": actor, "access_log": access_log},
         "exported_by": exported_by, "exported_at": datetime.now(UTC).isoformat(),
         "counts": {"sessions": len(sessions), "events": events}, "sessions": sessions,
         "checkpoint": checkpoint, "files": files,
     }  # fmt: skip
     (folder / "manifest.json").write_text(json.dumps(manifest, ensure_ascii=False, indent=1))
+    yield "manifest.json"
     (folder / DIGEST).write_text(_digest_line(_sha256(folder / "manifest.json")))
+    yield DIGEST
+
+
+def write_package(ledger: Ledger, tenant: str, folder: Path, **query: Any) -> dict[str, Any]:
+    """Write the package into `folder` (made, and empty); its manifest. `query`: the
+    keyword arguments of `package_files`."""
+    for _ in package_files(ledger, tenant, folder, **query):
+        pass
+    manifest: dict[str, Any] = json.loads((folder / "manifest.json").read_text())
     return manifest
+
+
+def stream_package(ledger: Ledger, tenant: str, **query: Any) -> Iterator[bytes]:
+    """The package as a tar stream, written in a temporary folder a file at a time and
+    each session's file removed once sent: its disk holds one session export and the
+    CSV, its memory one chunk."""
+    with tempfile.TemporaryDirectory(prefix="ledger-package-") as tmp:
+        folder = Path(tmp) / "package"
+        for name in package_files(ledger, tenant, folder, **query):
+            yield from tar_stream.member(name, folder / name)
+            if name.startswith("sessions/"):
+                (folder / name).unlink()
+        yield tar_stream.END
 
 
 def _digest_line(sha256: str) -> str:
@@ -142,13 +175,9 @@ def _digest_line(sha256: str) -> str:
 
 
 def tar_folder(folder: Path, output: Path) -> None:
-    """The package as one tar file (written aside, renamed when whole)."""
-    partial = output.with_name(output.name + ".partial")
-    with tarfile.open(partial, "w") as tar:
-        for path in sorted(folder.rglob("*")):
-            if path.is_file():
-                tar.add(path, arcname=str(path.relative_to(folder)))
-    partial.replace(output)
+    """A package folder as one tar file (written aside, renamed when whole)."""
+    paths = sorted(p for p in folder.rglob("*") if p.is_file())
+    tar_stream.write_tar(((str(p.relative_to(folder)), p) for p in paths), output)
 
 
 def _sha256(path: Path) -> str:

@@ -116,6 +116,11 @@ STREAMS = (
     "CREATE INDEX IF NOT EXISTS ledger_streams_open ON ledger_streams (updated_at)"
     " WHERE state = 'open'",
 )
+# The access log's entries about one session, for its export (projections/access_log.py).
+ACCESS_LOG_BY_SESSION = (
+    "CREATE INDEX IF NOT EXISTS ledger_access_log_session ON ledger_access_log"
+    " (tenant, session_key, seq)",
+)
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     tuple(LAYOUT_AT_NUMBERING),
     DATA_KEYS,
@@ -123,6 +128,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     AUDIT_SEARCH_INDEXES,
     CALLER_KEYS_INDEX,
     STREAMS,
+    ACCESS_LOG_BY_SESSION,
 )
 LATEST = len(MIGRATIONS)
 

@@ -153,8 +153,21 @@ def _streams(c: Any) -> None:
         c.execute(statement)
 
 
+# The access log's entries about one session, for its export (projections/access_log.py).
+ACCESS_LOG_BY_SESSION = (
+    "CREATE INDEX IF NOT EXISTS ledger_access_log_session ON ledger_access_log"
+    " (tenant, session_key, seq)",
+)
+
+
+def _access_log_by_session(c: Any) -> None:
+    for statement in ACCESS_LOG_BY_SESSION:
+        c.execute(statement)
+
+
 MIGRATIONS = (
     _layout_at_numbering, _data_keys, _access_log, _audit_search, _caller_keys_index, _streams,
+    _access_log_by_session,
 )  # fmt: skip
 LATEST = len(MIGRATIONS)
 

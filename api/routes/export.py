@@ -63,9 +63,14 @@ def export_session(
         "offline (`session-ledger verify-export`); csv: the history, one row per message."
     )] = "jsonl",
     as_of_version: AsOfVersion = None,
+    access_log: Annotated[bool, Query(
+        description="jsonl: also the access log's entries about this session (who read or "
+        "exported it), each with its hash and its predecessor's."
+    )] = False,
 ) -> StreamingResponse:  # fmt: skip
     """Export the session's transcript for compliance, streamed (auditor and admin keys)."""
-    plan = plan_export(ledger, key, tenant=who.tenant, as_of_version=as_of_version)
+    plan = plan_export(ledger, key, tenant=who.tenant, as_of_version=as_of_version,
+                       access_log=access_log and format == "jsonl")  # fmt: skip
     if format == "jsonl":
         proof = plan_proof(plan, request.app.state.settings.checkpoint_dir)
         lines = export_jsonl(ledger, plan, proof=proof)

@@ -15,7 +15,15 @@ from typer.testing import CliRunner
 
 from session_ledger.api.cli import cli
 from session_ledger.api.settings import Settings
+from session_ledger.domain.integrity import GENESIS
 from session_ledger.domain.ledger import Ledger
+from session_ledger.projections.access_log import (
+    access_entries,
+    access_head,
+    next_hash,
+    record_access,
+    verify_access_log,
+)
 from session_ledger.projections.checkpoint import (
     Checkpoint,
     generate_keys,
@@ -23,7 +31,12 @@ from session_ledger.projections.checkpoint import (
     read_checkpoint,
     sign,
 )
-from session_ledger.projections.checkpoint_verify import check_checkpoint, verify_store
+from session_ledger.projections.checkpoint_verify import (
+    check_checkpoint,
+    verify_access,
+    verify_store,
+)
+from session_ledger.projections.views import SQLViews
 from tests.conftest import fresh_postgres_database, make_ledger, make_settings
 
 from .tampering import Database, flip
@@ -86,7 +99,8 @@ def test_an_untouched_store_verifies_against_its_checkpoint(signed: dict[str, An
     ledger.put("a", {"role": "user", "content": "later"})  # growth is fine
     ledger.put("new", {"role": "user", "content": "made after the checkpoint"})
     output = verify(signed, code=0)
-    assert len([line for line in output.splitlines() if line.startswith("ok")]) == 5
+    assert len([line for line in output.splitlines() if line.startswith("ok")]) == 5 + 1
+    assert "ok      access log of" in output
 
 
 def tamper(s: dict[str, Any], kind: str) -> None:
@@ -229,3 +243,84 @@ def _public(s: dict[str, Any]) -> Any:
     from session_ledger.projections.checkpoint import load_public_key
 
     return load_public_key(s["public"])
+
+
+@pytest.mark.parametrize("kind", ["cut short", "rewritten and rehashed"])
+def test_the_access_log_is_signed_so_cutting_or_rewriting_it_is_caught(
+    signed: dict[str, Any], kind: str
+) -> None:
+    ledger: Ledger = signed["ledger"]
+    views = ledger.views
+    assert isinstance(views, SQLViews)
+    tenant = ledger.default_tenant
+    for n in range(5):
+        record_access(views, tenant, f"key:{n}", "auditor", "transcript", "a", {}, n)
+    later = Path(_invoke(signed["settings"], "checkpoint").strip())
+    assert read_checkpoint(later).access_log == access_head(views, tenant)
+    assert read_checkpoint(later).access_log[0] == 5  # type: ignore[index]
+    record_access(views, tenant, "key:9", "auditor", "window", "b", {}, 1)  # growth is fine
+    verify(signed, signed["checkpoint"], later, code=0)
+
+    db: Database = signed["db"]
+    if kind == "cut short":  # the tail removed: what is left still chains from h_0
+        db.run("DELETE FROM ledger_access_log WHERE tenant = ? AND seq >= 4", tenant)
+        says = "cut short: the log ends at entry 3; the checkpoint recorded entry 5"
+    else:  # an entry edited and every hash after it recomputed to match
+        db.run("UPDATE ledger_access_log SET actor = 'key:nobody' WHERE tenant = ? AND seq = 2",
+               tenant)  # fmt: skip
+        h = GENESIS
+        for entry in access_entries(views, tenant, 0, 100):
+            h = next_hash(h, entry)
+            db.run("UPDATE ledger_access_log SET chain = ? WHERE tenant = ? AND seq = ?",
+                   h, tenant, entry.seq)  # fmt: skip
+        says = "rewritten at or before entry 5"
+    assert list(verify_access_log(views, tenant)) == []  # the keyless chain stays green
+    output = verify(signed, signed["checkpoint"], later)
+    [line] = broken_lines(output)
+    assert line.startswith(f"BROKEN  access log of {tenant!r}: " + says), output
+
+
+def test_seeded_random_tamperings_of_the_access_log_are_all_caught(
+    signed: dict[str, Any],
+) -> None:
+    ledger: Ledger = signed["ledger"]
+    views = ledger.views
+    assert isinstance(views, SQLViews)
+    tenant, db = ledger.default_tenant, signed["db"]
+    for n in range(10):
+        record_access(views, tenant, f"key:{n}", "auditor", "window", KEYS[n % 4], {"n": n}, n)
+    checkpoint = read_checkpoint(Path(_invoke(signed["settings"], "checkpoint").strip()))
+    rows = db.run("SELECT * FROM ledger_access_log WHERE tenant = ? ORDER BY seq", tenant)
+    rng = random.Random(30)
+    kinds = ("edited", "edited and rehashed", "tail cut", "entry deleted", "entries swapped")
+    caught = dict.fromkeys(kinds, 0)
+    for _ in range(200):
+        kind, seq = rng.choice(kinds), rng.randrange(1, 11)
+        with db.together():
+            if kind.startswith("edited"):
+                db.run("UPDATE ledger_access_log SET records = records + ? WHERE tenant = ? "
+                       "AND seq = ?", rng.randrange(1, 100), tenant, seq)  # fmt: skip
+            elif kind == "tail cut":
+                db.run("DELETE FROM ledger_access_log WHERE tenant = ? AND seq >= ?", tenant, seq)
+            elif kind == "entry deleted":
+                db.run("DELETE FROM ledger_access_log WHERE tenant = ? AND seq = ?", tenant, seq)
+            else:
+                other = rng.choice([s for s in range(1, 11) if s != seq])
+                swap = ("UPDATE ledger_access_log SET actor = ?, records = ? "
+                        "WHERE tenant = ? AND seq = ?")  # fmt: skip
+                for at, row in ((seq, rows[other - 1]), (other, rows[seq - 1])):
+                    db.run(swap, row["actor"], row["records"], tenant, at)
+        if kind == "edited and rehashed":
+            h = GENESIS
+            for entry in access_entries(views, tenant, 0, 100):
+                h = next_hash(h, entry)
+                db.run("UPDATE ledger_access_log SET chain = ? WHERE tenant = ? AND seq = ?",
+                       h, tenant, entry.seq)  # fmt: skip
+        caught[kind] += bool(verify_access(views, [checkpoint]))
+        with db.together():
+            db.run("DELETE FROM ledger_access_log WHERE tenant = ?", tenant)
+            for row in rows:
+                db.run(f"INSERT INTO ledger_access_log ({', '.join(row)}) VALUES "
+                       f"({', '.join('?' * len(row))})", *row.values())  # fmt: skip
+        assert verify_access(views, [checkpoint]) == []
+    assert sum(caught.values()) == 200 and all(caught.values()), caught

@@ -9,7 +9,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from session_ledger.domain.errors import CheckpointError
-from session_ledger.projections.checkpoint import parse_checkpoint, sign
+from session_ledger.projections.checkpoint import Checkpoint, parse_checkpoint, sign, signed_bytes
 from session_ledger.projections.checkpoint_verify import check_checkpoint
 
 KEY = Ed25519PrivateKey.from_private_bytes(bytes(range(32)))
@@ -37,3 +37,17 @@ def test_every_byte_altered_is_refused(mask: int) -> None:
     missed = [i for i in range(len(data))
               if not refused(data[:i] + bytes([data[i] ^ mask]) + data[i + 1 :])]  # fmt: skip
     assert missed == [], [data[i - 10 : i + 10] for i in missed]
+
+
+def test_a_version_1_checkpoint_without_the_access_log_is_still_read() -> None:
+    made = sign("tenant ✓", SESSIONS, KEY, None, access_log=(7, bytes([9]) * 32))
+    assert made.access_log == (7, bytes([9]) * 32)
+    head = {k: v for k, v in made.tree_head.items() if k != "access_log"}
+    old = Checkpoint(head, KEY.sign(signed_bytes(head)), SESSIONS)
+    assert b'"format_version":1' in old.to_bytes()
+    read = parse_checkpoint(old.to_bytes())
+    assert read.access_log is None and check_checkpoint(read, KEY.public_key()) == []
+    # a version 2 file must carry it, and a version 1 file must not
+    swapped = made.to_bytes().replace(b'"format_version":2', b'"format_version":1')
+    assert refused(swapped) and refused(old.to_bytes().replace(b'"format_version":1',
+                                                               b'"format_version":2'))  # fmt: skip
