@@ -15,7 +15,7 @@ from fastapi import Depends, Request
 from starlette.concurrency import run_in_threadpool
 
 from .auth import Principal, authenticate
-from .ratelimit import Limiter
+from .ratelimit import Limiter, Refused
 
 READS = frozenset({"GET", "HEAD", "OPTIONS"})
 # The routes whose write creates a session that does not exist yet.
@@ -33,13 +33,17 @@ async def enforce_limits(
     ledger = request.app.state.ledger
     size = 0 if request.method in READS else len(await request.body())
     key = _created_session(request)
-    limiter.refuse_known(principal, size)
 
     def admit() -> bool:  # one hand-off to a worker thread for both
         limiter.admit(principal, size)
         return key is not None and limiter.count_session(ledger, principal.tenant, key)
 
-    counted = await run_in_threadpool(admit)
+    try:
+        limiter.refuse_known(principal, size)
+        counted = await run_in_threadpool(admit)
+    except Refused as refusal:
+        request.app.state.metrics.refusals.labels(refusal.code, refusal.limit).inc()
+        raise
     try:
         yield
     except Exception:

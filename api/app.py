@@ -21,8 +21,10 @@ from . import errors
 from .admission import enforce_limits
 from .keystore import KeyStore, open_key_store
 from .live_hub import LiveHub
+from .logs import RequestIds
 from .metrics import Metrics, MetricsMiddleware
 from .middleware import BodyLimit, RawSessionPath
+from .observer import AppObserver
 from .ratelimit import Limiter, open_limit_store
 from .routes import (
     access_log,
@@ -46,6 +48,7 @@ from .routes import (
 )
 from .settings import Settings
 from .stream_sweeper import sweeping
+from .tracing import TracingMiddleware, open_tracer_provider
 
 DISTRIBUTION = "session-audit-ledger"  # the package index name (pyproject.toml)
 
@@ -67,10 +70,16 @@ def _version() -> str:
 def create_app(
     settings: Settings, ledger: Ledger | None = None, key_store: KeyStore | None = None,
     limiter: Limiter | None = None, *, owns_process: bool = False,
+    tracer_provider: Any = None,
 ) -> FastAPI:  # fmt: skip
     """The API over `ledger` (or one opened from `settings.database_url` at start-up).
     `owns_process`: the app is the whole process (`serve`), not mounted in a host's app,
-    so it may tune the process's garbage collector."""
+    so it may tune the process's garbage collector. `tracer_provider`: an OpenTelemetry
+    provider for the spans (else one made from `settings.otel_exporter`, or none)."""
+    opened_provider = tracer_provider is None and settings.otel_exporter != "none"
+    if opened_provider:
+        tracer_provider = open_tracer_provider(settings)
+    tracer = None if tracer_provider is None else tracer_provider.get_tracer("session_ledger")
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -80,6 +89,7 @@ def create_app(
             # `serve` made the tables already unless LEDGER_MIGRATE_ON_START=false, which
             # asks for an explicit `migrate`: the server never makes them on its own.
             app.state.ledger = open_ledger(settings, auto_migrate=False)
+            app.state.ledger.observer = observer
         if key_store is None:
             app.state.key_store = open_key_store(
                 settings.database_url,
@@ -112,6 +122,8 @@ def create_app(
                 app.state.key_store.close()
             if ledger is None:
                 app.state.ledger.close()
+            if opened_provider:
+                tracer_provider.force_flush()  # the spans still batched (it ends at exit)
 
     app = FastAPI(
         title="session-ledger", version=_version(), description=DESCRIPTION, lifespan=lifespan
@@ -122,6 +134,9 @@ def create_app(
     # A caller that hands in its ledger may never run the lifespan: its limits too.
     app.state.limiter = limiter or (open_limiter(settings) if ledger is not None else None)
     app.state.metrics = Metrics()
+    observer = AppObserver(app.state.metrics, tracer)
+    if ledger is not None:
+        ledger.observer = observer
     errors.register(app)
     for module in (
         messages, streams, events, live, replay, diff, verify, compliance, search, sessions,
@@ -131,10 +146,14 @@ def create_app(
     app.include_router(health.router)  # never limited: probes and scrapes must get through
     if settings.ui:
         app.include_router(ui.router)
-    # Added last = runs first: metrics see every answer, the 413 check runs before routing.
+    # Added last = runs first: the request id is set for everything after it, metrics
+    # see every answer, the 413 check runs before routing.
     app.add_middleware(RawSessionPath)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
+    if tracer is not None:
+        app.add_middleware(TracingMiddleware, tracer=tracer)
+    app.add_middleware(RequestIds)
     app.openapi = _openapi_without_null_parameters(app)  # type: ignore[method-assign]
     return app
 

@@ -118,6 +118,8 @@ def serve(
     from .app import create_app
     from .bootstrap import check_durability, store_env
     from .cli_compliance import start_retention_timer
+    from .logs import log_config
+    from .metrics import shared_by_workers
 
     settings = load_settings(database_url, host=host, port=port, workers=workers)
     in_memory = settings.database_url.startswith("memory://")
@@ -141,15 +143,18 @@ def serve(
     with failing_cleanly():
         start_checkpoint_timer(settings)
         start_retention_timer(settings)
-    listen = {"host": settings.host, "port": settings.port, "access_log": settings.access_log}
+    logging = log_config(settings.log_format) or uvicorn.config.LOGGING_CONFIG
+    listen = {"host": settings.host, "port": settings.port, "access_log": settings.access_log,
+              "log_config": logging}  # fmt: skip
     if settings.workers == 1:
         uvicorn.run(create_app(settings, key_store=store, owns_process=True), **listen)
         return
     store.close()
     for name in ("host", "port", "workers"):
         os.environ[f"LEDGER_{name.upper()}"] = str(getattr(settings, name))
-    uvicorn.run("session_ledger.api.app:app_from_env", factory=True, workers=settings.workers,
-                **listen)  # fmt: skip
+    with shared_by_workers():  # /metrics sums every worker's numbers
+        uvicorn.run("session_ledger.api.app:app_from_env", factory=True,
+                    workers=settings.workers, **listen)  # fmt: skip
 
 
 @cli.command()

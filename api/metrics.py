@@ -1,30 +1,101 @@
-"""Prometheus metrics of one API process: requests by route and status, and latency.
+"""Prometheus metrics: HTTP requests and latency, and what the ledger did (events written
+by type, write retries and version conflicts, store call latency), and rate-limit refusals.
 
 Each app gets its own registry (several apps in one test process must not collide).
-With several uvicorn workers each process reports its own numbers.
+`serve` with several workers sets `PROMETHEUS_MULTIPROC_DIR` for them (cli.py): every
+worker then writes its numbers to files there, and `/metrics`, whichever worker answers,
+sums them all (prometheus_client's multiprocess mode).
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"
+# Store calls take from a fraction of a millisecond (a window read) to seconds (a large
+# write): finer low buckets than the client library's default, which start at 5 ms.
+STORE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
 
 class Metrics:
     """The collectors of one app."""
 
     def __init__(self) -> None:
-        self.registry = CollectorRegistry()
+        self.registry = registry = CollectorRegistry()
         self.requests = Counter(
             "session_ledger_http_requests", "HTTP requests answered.",
-            ["method", "route", "status"], registry=self.registry,
+            ["method", "route", "status"], registry=registry,
         )  # fmt: skip
         self.latency = Histogram(
             "session_ledger_http_request_duration_seconds", "Time to answer an HTTP request.",
-            ["method", "route"], registry=self.registry,
+            ["method", "route"], registry=registry,
         )  # fmt: skip
+        self.events_written = Counter(
+            "session_ledger_events_written", "Events stored, by type (e.g. MessagesAppended).",
+            ["type"], registry=registry,
+        )  # fmt: skip
+        self.write_retries = Counter(
+            "session_ledger_write_retries",
+            "Writes that lost the race for their session's next version and ran again.",
+            registry=registry,
+        )
+        self.version_conflicts = Counter(
+            "session_ledger_version_conflicts",
+            "Writes refused because the session was not at their expected version.",
+            registry=registry,
+        )
+        self.store_latency = Histogram(
+            "session_ledger_store_duration_seconds",
+            "Time of one store call, by operation (write, read_window, read_history).",
+            ["operation"], buckets=STORE_BUCKETS, registry=registry,
+        )  # fmt: skip
+        self.refusals = Counter(
+            "session_ledger_rate_limit_refusals",
+            "Requests refused (429) by a rate limit or quota, by code and limit.",
+            ["code", "limit"], registry=registry,
+        )  # fmt: skip
+        # Set by the read-replica router (issue 35), one series per standby; across
+        # workers the largest value counts.
+        self.replica_lag = Gauge(
+            "session_ledger_replica_lag_seconds", "How far a read replica is behind the primary.",
+            ["replica"], multiprocess_mode="max", registry=registry,
+        )  # fmt: skip
+
+    def exposition(self) -> bytes:
+        """The text `/metrics` answers: this process's collectors, or, in multiprocess
+        mode, every worker's summed."""
+        path = os.environ.get(MULTIPROC_DIR)
+        if not path:
+            return generate_latest(self.registry)
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry, path=path)
+        return generate_latest(registry)
+
+
+@contextmanager
+def shared_by_workers() -> Iterator[None]:
+    """Multiprocess mode for the worker processes started inside (`serve` only: it sets
+    a process-wide variable): a temporary folder of their metric files, removed after."""
+    path = tempfile.mkdtemp(prefix="session-ledger-metrics-")
+    before = os.environ.get(MULTIPROC_DIR)
+    os.environ[MULTIPROC_DIR] = path
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(MULTIPROC_DIR, None)
+        else:
+            os.environ[MULTIPROC_DIR] = before
+        shutil.rmtree(path, ignore_errors=True)
 
 
 class MetricsMiddleware:

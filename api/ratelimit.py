@@ -40,6 +40,8 @@ KEYS_PER_PAGE = 10_000
 class Refused(Exception):
     """A request over a limit: HTTP 429 with `Retry-After`."""
 
+    code = "rate_limited"
+
     def __init__(self, message: str, retry_after: float, limit: str) -> None:
         super().__init__(message)
         self.retry_after = retry_after
@@ -54,9 +56,13 @@ class Refused(Exception):
 class RateLimited(Refused):
     """Too many requests a second (code `rate_limited`)."""
 
+    code = "rate_limited"
+
 
 class QuotaExceeded(Refused):
     """Over a quota of write bytes a day or of sessions (code `quota_exceeded`)."""
+
+    code = "quota_exceeded"
 
 
 @dataclass(frozen=True)

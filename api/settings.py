@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -25,6 +25,19 @@ class Settings(BaseSettings):
         True,
         description="`serve` logs a line per request (uvicorn's access log). Set false "
         "where a proxy logs requests: a busy server then answers 10-30% more requests.",
+    )
+    log_format: Literal["plain", "json"] = Field(
+        "plain",
+        description="`serve`'s log lines: `plain` (uvicorn's text) or `json` (one object a "
+        "line, with the request id also answered in `X-Request-ID`).",
+    )
+    otel_exporter: Literal["none", "otlp", "console"] = Field(
+        "none",
+        description="OpenTelemetry spans of requests and store calls: `otlp` (HTTP, to "
+        "`OTEL_EXPORTER_OTLP_ENDPOINT`) or `console`; needs the `otel` extra.",
+    )
+    otel_service_name: str = Field(
+        "session-ledger", description="The `service.name` the spans are reported under."
     )
     migrate_on_start: bool = Field(
         True,

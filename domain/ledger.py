@@ -48,6 +48,7 @@ from .inputs import (
     request_digest,
 )
 from .messages import ChatMessage
+from .observer import SILENT, WRITE, LedgerObserver
 from .ports import (
     ACTIVE,
     AuditEntry,
@@ -84,6 +85,7 @@ class Ledger(Compliance, StreamCommands, AuditTrail, TenantFeed, Application[uui
     """Sessions of chat history, addressed by (tenant, key), kept as event streams."""
 
     name = "ledger"
+    observer: LedgerObserver = SILENT  # the API sets its metrics and tracing here
 
     def __init__(
         self,
@@ -241,6 +243,7 @@ class Ledger(Compliance, StreamCommands, AuditTrail, TenantFeed, Application[uui
                 if not fresh:
                     fresh = True
                     continue
+                self.observer.version_conflict()
                 raise VersionConflict(key, expected_version, actual)
             if session is None:
                 if not create:
@@ -260,7 +263,8 @@ class Ledger(Compliance, StreamCommands, AuditTrail, TenantFeed, Application[uui
                 # `Application.save` only adds, per object saved, runtime `Protocol`
                 # checks that cost 12% of a put's instructions on Python 3.11; the
                 # state saved is cached and snapshotted below, as `save` would.
-                self.events.put(batch.events, ledger_batch=batch)
+                with self.observer.store_call(WRITE):
+                    self.events.put(batch.events, ledger_batch=batch)
             except (IntegrityError, OperationalError, InterfaceError) as error:
                 # Another writer took the version; or this write committed and its answer
                 # was lost (the store's retry then met its own row, or the connection
@@ -273,12 +277,15 @@ class Ledger(Compliance, StreamCommands, AuditTrail, TenantFeed, Application[uui
                     raise
                 fresh = True
                 if expected_version is not None:
+                    self.observer.version_conflict()
                     head = self.views.session_head(sid)
                     raise VersionConflict(
                         key, expected_version, head.version if head else 0
                     ) from None
+                self.observer.write_retried()
                 time.sleep(_RETRY_JITTER.uniform(0, 0.002 * min(attempt + 1, 10)))
                 continue
+            self.observer.events_written([type(event).__name__ for event in batch.events])
             if self.repository.cache is not None:
                 self.repository.cache.put(sid, session)
             self._snapshot_if_due(session, len(batch.events))

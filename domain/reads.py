@@ -19,6 +19,7 @@ from .inputs import (
     check_text,
 )
 from .messages import ChatMessage
+from .observer import READ_HISTORY, READ_WINDOW, LedgerObserver
 from .ports import STATUSES, MessagesRead, SessionHead, SessionViews
 from .session import session_id
 from .tokens import NamedTokenizer, check_window_arguments
@@ -41,6 +42,7 @@ class Reads:
     """Queries over the views (mixed into the Ledger, which sets these attributes)."""
 
     views: SessionViews
+    observer: LedgerObserver
     tokenizer: NamedTokenizer
     token_limit: int
     default_tenant: str
@@ -75,7 +77,8 @@ class Reads:
             tokenizer = None  # the stored counts are this tokenizer's
         sid = self._session_id(key, tenant)
         version = self._version(sid, key, tenant, as_of_version, as_of)
-        read = self.views.context_window(sid, limit, initial_token_count, tokenizer, version)
+        with self.observer.store_call(READ_WINDOW):
+            read = self.views.context_window(sid, limit, initial_token_count, tokenizer, version)
         return self._unless_erased(read, sid, key)
 
     def get_all(
@@ -103,7 +106,8 @@ class Reads:
             check_int("limit", limit, least=0)
         sid = self._session_id(key, tenant)
         version = self._version(sid, key, tenant, as_of_version, as_of)
-        read = self.views.history(sid, status, offset, limit, version)
+        with self.observer.store_call(READ_HISTORY):
+            read = self.views.history(sid, status, offset, limit, version)
         return self._unless_erased(read, sid, key)
 
     def head(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from session_ledger.domain.errors import StoreNotReady
 
@@ -39,6 +39,6 @@ def readyz(ledger: LedgerDep, store: KeyStoreDep) -> Status:
     responses={200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus text."}},
 )
 def metrics(request: Request) -> Response:
-    """Request counts and latencies of this process, in Prometheus' text format."""
-    body = generate_latest(request.app.state.metrics.registry)
-    return Response(body, media_type=CONTENT_TYPE_LATEST)
+    """Request counts and latencies, and the ledger's own numbers, in Prometheus' text
+    format: of every worker process of `serve`, summed."""
+    return Response(request.app.state.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
