@@ -39,7 +39,7 @@ async def enforce_limits(
         limiter.admit(principal, size)
         return key is not None and limiter.count_session(ledger, principal.tenant, key)
 
-    counted = await run_in_threadpool(admit)
+    counted = await run_in_threadpool(admit) if limiter.asks_store(principal, size, key) else False
     try:
         yield
     except Exception:
