@@ -5,14 +5,16 @@
 COMMIT), on SQLite and PostgreSQL, at concurrency 1 / 16 / 64, with 1 and 2 uvicorn
 workers: GET `/context` of a 1,000-message session (the 4,000-token window; the floor
 reads as many rows as the ledger's window holds) and POST `/messages` of one message to
-one of 4,096 sessions at random. Beside them, the raw single-writer INSERT+COMMIT rate of
-each store, in this process. The ledger runs its defaults but for rate limits and quotas
-(off: one key at these rates would be refused) and the access log (off, as for the
-floor); requests use an `agent` key (an admin's reads are written to the access log).
+one of 4,096 sessions at random. Each cell runs the two servers in turns (3 rounds of 3 s
+each by default, who goes first alternating), after a warm-up second of each. Beside
+them, the raw single-writer INSERT+COMMIT rate of each store, in this process. The
+ledger runs its defaults but for rate limits and quotas (off: one key at these rates would
+be refused) and the access log (off, as for the floor); requests use an `agent` key (an
+admin's reads are written to the access log).
 
 `python -m bench.http_path [--stores sqlite,postgres] [--concurrency 1,16,64]
-[--workers 1,2] [--seconds 5]` prints a Markdown table with the ratios and writes
-bench/results/http-latest.json. PostgreSQL: LEDGER_BENCH_POSTGRES_URL (default the test
+[--workers 1,2] [--seconds 3] [--rounds 3]` prints a Markdown table with the ratios and
+writes bench/results/http-latest.json. PostgreSQL: LEDGER_BENCH_POSTGRES_URL (default the test
 server), in a database of its own (`bench_http_<pid>_<n>`), dropped at the end.
 """
 
@@ -25,8 +27,10 @@ import os
 import re
 import secrets
 import shutil
+import signal
 import socket
 import sqlite3
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -107,7 +111,7 @@ class Process:
 
 def wrk(base: str, request: str, key: str, concurrency: int, seconds: float,
         workdir: Path) -> dict[str, Any]:  # fmt: skip
-    """One wrk run: requests a second, p50 and p99 in ms, non-2xx answers."""
+    """One wrk run: requests and seconds, p50 and p99 in ms, non-2xx answers."""
     command = ["wrk", f"-t{min(concurrency, 2)}", f"-c{concurrency}", f"-d{seconds:g}s",
                "--latency", "--timeout", "30s", "-H", f"Authorization: Bearer {key}"]  # fmt: skip
     if request == "get":
@@ -118,14 +122,38 @@ def wrk(base: str, request: str, key: str, concurrency: int, seconds: float,
         command += ["-s", str(script)]
         url = base
     out = subprocess.run([*command, url], capture_output=True, text=True, check=True).stdout
-    rate = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
+    done = re.search(r"(\d+) requests in ([\d.]+)(ms|s|m)\b", out)
+    assert done is not None, out
+    elapsed = float(done.group(2)) * {"ms": 0.001, "s": 1.0, "m": 60.0}[done.group(3)]
     bad = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
     errors = re.search(r"Socket errors:.*", out)
     return {
-        "req_s": rate, "p50_ms": _latency(out, "50%"), "p99_ms": _latency(out, "99%"),
+        "requests": int(done.group(1)), "seconds": elapsed,
+        "p50_ms": _latency(out, "50%"), "p99_ms": _latency(out, "99%"),
         "non_2xx": int(bad.group(1)) if bad else 0,
         "socket_errors": errors.group(0) if errors else "",
     }  # fmt: skip
+
+
+def in_turns(runs: list[tuple[str, dict[str, Any]]], rounds: int, seconds: float,
+             workdir: Path) -> dict[str, dict[str, Any]]:  # fmt: skip
+    """Each of `runs` (name, wrk arguments) for `rounds` turns of `seconds`, who goes
+    first changing every round, so the machine's drift falls on all alike: per name,
+    requests over its own seconds, the median p50 and p99 of its turns, all non-2xx."""
+    turns: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in runs}
+    for r in range(rounds):
+        for name, args in runs[r % 2 :] + runs[: r % 2]:
+            turns[name].append(wrk(**args, seconds=seconds, workdir=workdir))
+    return {
+        name: {
+            "req_s": sum(t["requests"] for t in ts) / sum(t["seconds"] for t in ts),
+            "p50_ms": statistics.median(t["p50_ms"] for t in ts),
+            "p99_ms": statistics.median(t["p99_ms"] for t in ts),
+            "non_2xx": sum(t["non_2xx"] for t in ts),
+            "turns": ts,
+        }
+        for name, ts in turns.items()
+    }
 
 
 def _latency(out: str, which: str) -> float:
@@ -221,7 +249,7 @@ def floor_server(url: str, workers: int, window: int, workdir: Path) -> tuple[Pr
     return Process(command, env, workdir / "floor.log", f"{base}/docs"), base, key
 
 
-def measure(store: str, workers: int, concurrency: list[int], seconds: float,
+def measure(store: str, workers: int, concurrency: list[int], seconds: float, rounds: int,
             workdir: Path, n: int) -> list[dict[str, Any]]:  # fmt: skip
     """Every cell of one store and worker count, the ledger and the floor in turns."""
     rows: list[dict[str, Any]] = []
@@ -232,10 +260,18 @@ def measure(store: str, workers: int, concurrency: list[int], seconds: float,
             floor, floor_base, floor_key = floor_server(floor_url, workers, window, workdir)
             try:
                 raw = raw_insert_rate(floor_url)
+                for base, key in ((ledger_base, agent), (floor_base, floor_key)):
+                    for request in ("get", "post"):  # warm-up: first answers, caches
+                        wrk(base, request, key, 4, 1, workdir)
                 for request in ("get", "post"):
                     for c in concurrency:
-                        ours = wrk(ledger_base, request, agent, c, seconds, workdir)
-                        bare = wrk(floor_base, request, floor_key, c, seconds, workdir)
+                        both = in_turns([
+                            ("ledger", {"base": ledger_base, "request": request, "key": agent,
+                                        "concurrency": c}),
+                            ("floor", {"base": floor_base, "request": request,
+                                       "key": floor_key, "concurrency": c}),
+                        ], rounds, seconds, workdir)  # fmt: skip
+                        ours, bare = both["ledger"], both["floor"]
                         row = {"store": store, "workers": workers, "request": request,
                                "concurrency": c, "window": window, "ledger": ours,
                                "floor": bare, "raw_insert_commit_per_s": raw,
@@ -274,9 +310,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--stores", default="sqlite,postgres")
     parser.add_argument("--concurrency", default="1,16,64")
     parser.add_argument("--workers", default="1,2")
-    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--seconds", type=float, default=3.0, help="one turn's length")
+    parser.add_argument("--rounds", type=int, default=3, help="turns of each server a cell")
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args(argv)
+    # A TERM (timeout, the operator) unwinds like Ctrl-C: servers stopped, databases dropped.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is not installed: `make bench-http` installs it (apt-get)")
     concurrency = [int(c) for c in args.concurrency.split(",")]
@@ -287,10 +326,11 @@ def main(argv: list[str] | None = None) -> None:
     n = 0
     for store in args.stores.split(","):
         for workers in (int(w) for w in args.workers.split(",")):
-            rows += measure(store, workers, concurrency, args.seconds, workdir, n)
+            rows += measure(store, workers, concurrency, args.seconds, args.rounds, workdir, n)
             n += 1
     command = "python -m bench.http_path " + " ".join(argv if argv is not None else sys.argv[1:])
-    fields = {"command": command, "cpus": os.cpu_count(), "seconds": args.seconds, "rows": rows}
+    fields = {"command": command, "cpus": os.cpu_count(), "seconds": args.seconds,
+              "rounds": args.rounds, "rows": rows}  # fmt: skip
     path = write_diagnostic("http-latest.json", fields)
     print(f"\nwrote {path}")
 
