@@ -61,9 +61,13 @@ async def get_ledger(request: Request) -> Ledger:
 
 
 async def short_read(request: Request, read: Callable[[], R]) -> R:
-    """Run a read of bounded size (a window, a head): on the event loop where the store
-    answers from this process (`bootstrap.reads_in_process`), else in a worker thread."""
-    if request.app.state.reads_in_process:
+    """Run a read of bounded size (a window, a head) on the event loop when the store
+    answers from this process (`bootstrap.reads_in_process`) and no other request waits:
+    then a worker thread would only add its hand-off. With other requests in flight, a
+    worker thread reads (SQLite lets go of the GIL) while the loop parses and sends on
+    the other core."""
+    state = request.app.state
+    if state.reads_in_process and state.metrics.in_flight <= 1:
         return read()
     return await run_in_threadpool(read)
 
