@@ -52,7 +52,7 @@ clean:
 # Benchmarks against the stores users would pick instead (bench/README.md).
 BENCH_STAMP := $(VENV)/.bench-installed
 
-.PHONY: bench bench-quick bench-replay bench-writes bench-ab bench-scale test-bench
+.PHONY: bench bench-quick bench-replay bench-writes bench-ab bench-scale bench-http test-bench
 
 $(BENCH_STAMP): $(STAMP) pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev,llamaindex,bench]'
@@ -69,6 +69,12 @@ bench-replay: $(STAMP)
 
 bench-writes: $(BENCH_STAMP)
 	$(BIN)/python -m bench.diagnostics.write_cost
+
+# The HTTP path against a bare FastAPI app doing the floor of its work, driven by wrk
+# (docs/performance.md): make bench-http [HTTP_ARGS="--stores sqlite --seconds 3"]
+bench-http: $(STAMP)
+	@command -v wrk >/dev/null || apt-get install -y wrk || sudo apt-get install -y wrk
+	$(BIN)/python -m bench.http_path $(HTTP_ARGS)
 
 # The same workloads on two revisions, taking turns (bench/README.md):
 # make bench-ab BASE=<rev> [HEAD=<rev>, default the work tree] [AB_ARGS=--quick]

@@ -40,7 +40,8 @@ async def enforce_limits(
 
     try:
         limiter.refuse_known(principal, size)
-        counted = await run_in_threadpool(admit)
+        asks = limiter.asks_store(principal, size, key)
+        counted = await run_in_threadpool(admit) if asks else False
     except Refused as refusal:
         request.app.state.metrics.refusals.labels(refusal.code, refusal.limit).inc()
         raise

@@ -83,13 +83,14 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        from .bootstrap import open_ledger  # the composition root picks the store
+        from .bootstrap import open_ledger, reads_in_process  # the root picks the store
 
         if ledger is None:
             # `serve` made the tables already unless LEDGER_MIGRATE_ON_START=false, which
             # asks for an explicit `migrate`: the server never makes them on its own.
             app.state.ledger = open_ledger(settings, auto_migrate=False)
             app.state.ledger.observer = observer
+        app.state.reads_in_process = reads_in_process(app.state.ledger)
         if key_store is None:
             app.state.key_store = open_key_store(
                 settings.database_url,
@@ -131,6 +132,11 @@ def create_app(
     app.state.settings = settings
     # What the caller hands in is usable at once, also without running the lifespan.
     app.state.ledger, app.state.key_store = ledger, key_store
+    app.state.reads_in_process = False
+    if ledger is not None:
+        from .bootstrap import reads_in_process
+
+        app.state.reads_in_process = reads_in_process(ledger)
     # A caller that hands in its ledger may never run the lifespan: its limits too.
     app.state.limiter = limiter or (open_limiter(settings) if ledger is not None else None)
     app.state.metrics = Metrics()

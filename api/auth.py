@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from .keystore import KeyStore
@@ -55,14 +56,18 @@ async def key_store(request: Request) -> KeyStore:
     return store
 
 
-def authenticate(
+async def authenticate(
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
     store: Annotated[KeyStore, Depends(key_store)],
 ) -> Principal:
-    """The caller's principal; Unauthenticated unless a valid, active key was given."""
+    """The caller's principal; Unauthenticated unless a valid, active key was given.
+    A key the process holds answers on the event loop; only a lookup in the store goes
+    to a worker thread (it may wait for a connection)."""
     if credentials is None or credentials.scheme.lower() != "bearer":
         raise Unauthenticated("send an API key: 'Authorization: Bearer <key>'")
-    record = store.authenticate(credentials.credentials)
+    record = store.cached(credentials.credentials)
+    if record is None:
+        record = await run_in_threadpool(store.authenticate, credentials.credentials)
     if record is None:
         raise Unauthenticated("the API key is unknown or revoked")
     return Principal(key_id=record.id, tenant=record.tenant, role=record.role)

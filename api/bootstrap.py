@@ -119,6 +119,15 @@ def open_ledger(
     )
 
 
+def reads_in_process(ledger: Ledger) -> bool:
+    """Whether the ledger's short reads run in this process without waiting on a server
+    (SQLite: a read is CPU on a local file, so a worker thread would only add its
+    hand-off); PostgreSQL's wait on the network and on the pool, off the event loop."""
+    from session_ledger.projections.sqlite import SQLiteLedgerRecorder
+
+    return isinstance(ledger.views, SQLiteLedgerRecorder)
+
+
 def migrate(settings: Settings) -> None:
     """Create every table of the store. Safe to run from many processes at once.
 

@@ -12,12 +12,14 @@ a worker thread, and a request paid one thread hand-off per dependency.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 from urllib.parse import unquote_to_bytes
 
 from fastapi import Depends, Header, Path, Query, Request
+from fastapi.concurrency import run_in_threadpool
 from pydantic import AfterValidator
 
 from session_ledger.domain.errors import InvalidInput, InvalidSessionKey
@@ -27,6 +29,7 @@ from .auth import EXPORT, MANAGE_KEYS, READ, WRITE, Principal, authenticate, key
 from .errors import PreconditionFailed
 from .keystore import KeyStore
 
+R = TypeVar("R")
 TEXT_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]*$"  # no control characters, as the ledger demands
 ETAG = re.compile(r'^\s*"(\d{1,18})"\s*$|^\s*(\d{1,18})\s*$')
 
@@ -55,6 +58,18 @@ AsOf = Annotated[
 async def get_ledger(request: Request) -> Ledger:
     ledger: Ledger = request.app.state.ledger
     return ledger
+
+
+async def short_read(request: Request, read: Callable[[], R]) -> R:
+    """Run a read of bounded size (a window, a head) on the event loop when the store
+    answers from this process (`bootstrap.reads_in_process`) and no other request waits:
+    then a worker thread would only add its hand-off. With other requests in flight, a
+    worker thread reads (SQLite lets go of the GIL) while the loop parses and sends on
+    the other core."""
+    state = request.app.state
+    if state.reads_in_process and state.metrics.in_flight <= 1:
+        return read()
+    return await run_in_threadpool(read)
 
 
 async def session_key(

@@ -13,10 +13,13 @@ import re
 import secrets
 import threading
 from abc import ABC, abstractmethod
+from collections.abc import Hashable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from session_ledger.domain.errors import InvalidInput
+
+from .key_cache import KeyCache
 
 ROLES = ("agent", "auditor", "admin")
 MIN_SECRET_CHARS = 24
@@ -60,7 +63,13 @@ def check_key_fields(tenant: str, role: str, name: str) -> None:
 
 
 class KeyStore(ABC):
-    """API keys -> (tenant, role). Tables come from `migrate()`, safe when processes race."""
+    """API keys -> (tenant, role). Tables come from `migrate()`, safe when processes race.
+
+    Active keys are cached in the process for as long as the key table's version stays
+    the one they were read at (key_cache.py); a revoke moves it."""
+
+    def __init__(self) -> None:
+        self.cache = KeyCache()
 
     @abstractmethod
     def migrate(self) -> None: ...
@@ -78,6 +87,15 @@ class KeyStore(ABC):
 
     @abstractmethod
     def _set_revoked(self, key_id: str, tenant: str | None, when: datetime) -> bool: ...
+
+    @abstractmethod
+    def _version(self) -> Hashable:
+        """The key table's version as this process knows it now; None: trust no cached key."""
+
+    def _lookup(self, key_hash: str, version: Hashable) -> tuple[KeyRecord | None, Hashable]:
+        """The key with this hash and the version it was read at (backends that can read
+        both in one transaction say so)."""
+        return self._by_hash(key_hash), version
 
     @abstractmethod
     def ping(self) -> None:
@@ -99,10 +117,21 @@ class KeyStore(ABC):
         record, secret = self._new(tenant, "admin", "bootstrap", secret)
         return secret if self._insert(record, only_if_empty=True) else None
 
+    def cached(self, secret: str) -> KeyRecord | None:
+        """The active key whose secret this is, if the process holds it, else None (then
+        ask `authenticate`). On PostgreSQL and in memory this does no I/O; on SQLite it
+        reads the key table's version."""
+        return self.cache.get(self._version(), hash_secret(secret))
+
     def authenticate(self, secret: str) -> KeyRecord | None:
         """The active key whose secret this is, or None."""
         key_hash = hash_secret(secret)
-        record = self._by_hash(key_hash)
+        version = self._version()
+        record = self.cache.get(version, key_hash)
+        if record is None:
+            record, version = self._lookup(key_hash, version)
+            if record is not None:
+                self.cache.put(version, record)
         # The lookup is by hash; the final comparison is constant-time all the same.
         stored = record.key_hash if record is not None else _DUMMY_HASH
         if not hmac.compare_digest(stored, key_hash) or record is None:
@@ -113,7 +142,9 @@ class KeyStore(ABC):
         """Revoke a key (of `tenant`, when given); revoking twice keeps the first time."""
         if "\x00" in key_id:  # no key has one, and PostgreSQL's text refuses it
             raise KeyNotFound(f"API key {key_id!r} not found")
-        if not self._set_revoked(key_id, tenant, datetime.now(UTC)):
+        revoked = self._set_revoked(key_id, tenant, datetime.now(UTC))
+        self.cache.clear()  # other processes see the version move; this one need not wait
+        if not revoked:
             raise KeyNotFound(f"API key {key_id!r} not found")
         return next(r for r in self.list(tenant) if r.id == key_id)
 
@@ -137,14 +168,19 @@ class MemoryKeyStore(KeyStore):
     """Keys in a dict: for `memory://` ledgers and unit tests."""
 
     def __init__(self) -> None:
+        super().__init__()
         self._keys: dict[str, KeyRecord] = {}
         self._lock = threading.Lock()
+        self._revocations = 0
 
     def migrate(self) -> None:
         return None
 
     def ping(self) -> None:
         return None
+
+    def _version(self) -> Hashable:
+        return self._revocations
 
     def _insert(self, record: KeyRecord, only_if_empty: bool) -> bool:
         with self._lock:
@@ -169,6 +205,7 @@ class MemoryKeyStore(KeyStore):
                 return False
             if record.revoked_at is None:
                 self._keys[key_id] = KeyRecord(**{**record.__dict__, "revoked_at": when})
+                self._revocations += 1
             return True
 
 

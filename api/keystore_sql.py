@@ -9,7 +9,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 from abc import abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -18,16 +18,25 @@ from urllib.parse import unquote
 
 from session_ledger.domain.errors import StoreNotReady, StoreUnavailable
 
+from .key_cache import NOTIFY_CHANNEL, KeyNotices
 from .keystore import KeyRecord, KeyStore
 
 TABLE = "ledger_api_keys"
+# One row: how many revokes the key table has seen. Processes keep active keys while it
+# stays where it was when they read them (key_cache.py).
+VERSION_TABLE = "ledger_api_keys_version"
 COLUMNS = "id, tenant, role, name, key_hash, created_at, revoked_at"
 SCHEMA = (
     f"CREATE TABLE IF NOT EXISTS {TABLE} (id TEXT PRIMARY KEY, tenant TEXT NOT NULL, "
     "role TEXT NOT NULL, name TEXT NOT NULL, key_hash TEXT NOT NULL UNIQUE, "
     "created_at TEXT NOT NULL, revoked_at TEXT)",
     f"CREATE INDEX IF NOT EXISTS {TABLE}_tenant ON {TABLE} (tenant, created_at)",
+    f"CREATE TABLE IF NOT EXISTS {VERSION_TABLE} (id INTEGER PRIMARY KEY CHECK (id = 1), "
+    "version BIGINT NOT NULL)",
+    f"INSERT INTO {VERSION_TABLE} (id, version) SELECT 1, 0 "
+    f"WHERE NOT EXISTS (SELECT 1 FROM {VERSION_TABLE})",
 )
+READ_VERSION = f"SELECT version FROM {VERSION_TABLE} WHERE id = 1"
 # Any constant works; it only has to be the same in every process.
 ADVISORY_LOCK_ID = 0x5E5510_0001
 NOT_MIGRATED = "the API key table does not exist: run `session-ledger migrate`"
@@ -99,7 +108,14 @@ class _SQLKeyStore(KeyStore):
             update, params = update + " AND tenant = ?", (*params, tenant)
         with self._transaction() as cur:
             cur.execute(self._sql(update), params)
-            return bool(cur.rowcount == 1)
+            if cur.rowcount != 1:
+                return False
+            cur.execute(f"UPDATE {VERSION_TABLE} SET version = version + 1 WHERE id = 1")
+            self._revoked(cur)
+            return True
+
+    def _revoked(self, cur: Any) -> None:
+        """Inside the revoke's transaction: tell other processes, where the store can."""
 
 
 class SQLiteKeyStore(_SQLKeyStore):
@@ -107,6 +123,7 @@ class SQLiteKeyStore(_SQLKeyStore):
     opening one per request cost 0.4 ms of every request)."""
 
     def __init__(self, database_url: str, *, lock_timeout: float = 30) -> None:
+        super().__init__()
         self.path = unquote(database_url.removeprefix("sqlite:///"))
         self.lock_timeout = lock_timeout
         self._local = threading.local()
@@ -119,6 +136,26 @@ class SQLiteKeyStore(_SQLKeyStore):
                 conn.close()
             self._opened.clear()
         self._local = threading.local()
+
+    def _version(self) -> Hashable:
+        # One statement, no BEGIN/COMMIT around it: a read of one row by its key.
+        try:
+            row = self._connection().execute(READ_VERSION).fetchone()
+        except sqlite3.OperationalError as exc:
+            if "no such table" in str(exc):
+                raise StoreNotReady(NOT_MIGRATED) from None
+            raise StoreNotReady(f"SQLite: {exc}") from None
+        except sqlite3.Error as exc:
+            raise StoreNotReady(f"cannot open {self.path}: {exc}") from None
+        return row[0] if row else None
+
+    def _lookup(self, key_hash: str, version: Hashable) -> tuple[KeyRecord | None, Hashable]:
+        with self._transaction() as cur:  # one read transaction: the key as of its version
+            cur.execute(READ_VERSION)
+            row = cur.fetchone()
+            cur.execute(f"SELECT {COLUMNS} FROM {TABLE} WHERE key_hash = ?", (key_hash,))
+            found = cur.fetchone()
+        return (_row(found) if found else None), (row[0] if row else None)
 
     def _connection(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
@@ -164,6 +201,9 @@ class PostgresKeyStore(_SQLKeyStore):
     def __init__(self, database_url: str, *, pool_size: int = 4, connect_wait: float = 30) -> None:
         from psycopg_pool import ConnectionPool
 
+        super().__init__()
+        self.notices = KeyNotices(database_url)
+        self.notices.start()
         # Every request authenticates here first: during an outage it waits `connect_wait`
         # for a connection, then answers 503, rather than holding the request.
         self.pool = ConnectionPool(
@@ -171,7 +211,14 @@ class PostgresKeyStore(_SQLKeyStore):
         )
 
     def close(self) -> None:
+        self.notices.close()
         self.pool.close()
+
+    def _version(self) -> Hashable:
+        return self.notices.version
+
+    def _revoked(self, cur: Any) -> None:
+        cur.execute(f"NOTIFY {NOTIFY_CHANNEL}")
 
     @contextmanager
     def _transaction(self, exclusive: bool = False) -> Iterator[Any]:

@@ -30,6 +30,7 @@ class Metrics:
     """The collectors of one app."""
 
     def __init__(self) -> None:
+        self.in_flight = 0  # HTTP requests begun and not yet answered (the event loop's)
         self.registry = registry = CollectorRegistry()
         self.requests = Counter(
             "session_ledger_http_requests", "HTTP requests answered.",
@@ -118,9 +119,11 @@ class MetricsMiddleware:
                 status = message["status"]
             await send(message)
 
+        self.metrics.in_flight += 1
         try:
             await self.app(scope, receive, recording_send)
         finally:
+            self.metrics.in_flight -= 1
             # The router stores the matched route in the scope; its template keeps the
             # label set small (no session keys in label values).
             route = getattr(scope.get("route"), "path", "unmatched")

@@ -225,6 +225,14 @@ class Limiter:
             self._remember_refusals(buckets, waits, now)
         self._refuse(charged, waits)
 
+    def asks_store(self, principal: Principal, write_bytes: int, created: str | None) -> bool:
+        """Whether `admit` (and `count_session` of the session key `created`) would go to
+        the store: with the limits off they do nothing, and need no worker thread."""
+        if self._buckets(principal, write_bytes)[1]:
+            return True
+        return bool(created is not None and self.max_sessions
+                    and not self._is_known(principal.tenant, created))  # fmt: skip
+
     def refuse_known(self, principal: Principal, write_bytes: int) -> None:
         """Raise Refused if what this process already saw refuses the request: no I/O, so
         a flood's refusals need not wait for a worker thread."""

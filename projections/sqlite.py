@@ -16,7 +16,16 @@ from typing import Any
 from eventsourcing.persistence import (
     AggregateRecorder,
     ApplicationRecorder,
+    DatabaseError,
+    DataError,
+    IntegrityError,
+    InterfaceError,
+    InternalError,
     Mapper,
+    NotSupportedError,
+    OperationalError,
+    PersistenceError,
+    ProgrammingError,
     StoredEvent,
 )
 from eventsourcing.sqlite import (
@@ -29,12 +38,21 @@ from eventsourcing.sqlite import (
 from .changes import MessageRow
 from .eventsourcing_compat import DurableSQLitePool
 from .feed import SQLiteFeedReads
+from .group_commit import GroupCommit
 from .sealing import SealingFactory
 from .sql import LIVE_COLUMNS, TIME_FORMAT, Reader, utc_text
 from .sqlite_schema import LATEST, migrate, schema_version
 from .views import SQLViews
 
 MESSAGE_INSERT = f"INSERT INTO ledger_messages ({LIVE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+# sqlite3's errors as the library's transaction raises them, most specific first.
+LIBRARY_ERRORS: tuple[tuple[type[Exception], type[Exception]], ...] = (
+    (sqlite3.InterfaceError, InterfaceError), (sqlite3.DataError, DataError),
+    (sqlite3.OperationalError, OperationalError), (sqlite3.IntegrityError, IntegrityError),
+    (sqlite3.InternalError, InternalError), (sqlite3.ProgrammingError, ProgrammingError),
+    (sqlite3.NotSupportedError, NotSupportedError), (sqlite3.DatabaseError, DatabaseError),
+    (sqlite3.Error, PersistenceError),
+)  # fmt: skip
 
 
 class SQLiteLedgerRecorder(SQLiteApplicationRecorder, SQLViews, SQLiteFeedReads):
@@ -48,11 +66,19 @@ class SQLiteLedgerRecorder(SQLiteApplicationRecorder, SQLViews, SQLiteFeedReads)
     def __init__(self, datastore: SQLiteDatastore, events_table_name: str = "ledger_events"):
         super().__init__(datastore, events_table_name)
         self.rows_read = 0
+        # SQLite has one writer at a time: writers queued behind a commit share the next.
+        self.group_commit = GroupCommit(
+            lambda: self.datastore.transaction(commit=True),
+            lambda cursor, statement: cursor.execute(statement),
+            _library_error,
+        )
 
     def insert_events(
         self, stored_events: Sequence[StoredEvent], **kwargs: Any
     ) -> Sequence[int] | None:
-        ids = super().insert_events(stored_events, **kwargs)
+        # The library's insert_events (its transaction around `_insert_events`), in a
+        # transaction it may share with other writers (group_commit.py).
+        ids = self.group_commit.run(lambda c: self._insert_events(c, stored_events, **kwargs))
         batch = kwargs.get("ledger_batch")
         if self.after_commit is not None and batch is not None:
             self.after_commit(batch.session_id)
@@ -145,6 +171,15 @@ class SQLiteLedgerRecorder(SQLiteApplicationRecorder, SQLViews, SQLiteFeedReads)
 
     def _datetime(self, value: Any) -> datetime:
         return datetime.strptime(value, TIME_FORMAT).replace(tzinfo=UTC)
+
+
+def _library_error(error: BaseException) -> BaseException:
+    for driver, library in LIBRARY_ERRORS:
+        if isinstance(error, driver):
+            converted = library(error)
+            converted.__cause__ = error
+            return converted
+    return error
 
 
 class _Reader:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, Path, Query, Response
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
 
 from session_ledger.domain import ports
 from session_ledger.domain.errors import SessionNotFound
@@ -27,6 +27,7 @@ from ..deps import (
     WriteOptions,
     WriteOptionsDep,
     WriterDep,
+    short_read,
 )
 from ..errors import ERROR_RESPONSES, PreconditionFailed
 from ..responses import etag, message_list
@@ -136,8 +137,8 @@ def get_history(
 
 
 @router.get("/{key}/context", response_model=MessageList, dependencies=[Depends(logged("window"))])
-def get_context(
-    key: SessionKeyDep, ledger: LedgerDep, who: ReaderDep,
+async def get_context(
+    request: Request, key: SessionKeyDep, ledger: LedgerDep, who: ReaderDep,
     token_limit: Annotated[int | None, Query(ge=1, le=BIG, description="Default: "
                                              "the server's LEDGER_TOKEN_LIMIT.")] = None,
     initial_token_count: Annotated[int, Query(ge=0, le=BIG)] = 0,
@@ -145,8 +146,8 @@ def get_context(
 ) -> Response:  # fmt: skip
     """The context window: the newest messages within `token_limit` (ChatMemoryBuffer.get);
     with `as_of_version` or `as_of`, the window the agent was given then."""
-    read = ledger.window(
+    read = await short_read(request, lambda: ledger.window(
         key, tenant=who.tenant, token_limit=token_limit, initial_token_count=initial_token_count,
         as_of_version=as_of_version, as_of=as_of,
-    )  # fmt: skip
+    ))  # fmt: skip
     return message_list(read, who.tenant, key)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
@@ -125,3 +126,49 @@ def test_an_unmigrated_store_is_not_ready(shared_store_url: str) -> None:
                 call()
     finally:
         fresh.close()
+
+
+def test_an_active_key_is_held_in_the_process_until_revoked(store: KeyStore) -> None:
+    record, secret = store.create("acme", "agent")
+    assert store.cached(secret) is None  # never read yet
+    assert store.authenticate(secret) == record
+    _wait_for_notices(store)
+    store.authenticate(secret)
+    assert store.cached(secret) == record  # answered without a lookup
+    assert store.cached(secret + "x") is None
+    store.revoke(record.id)
+    assert store.cached(secret) is None and store.authenticate(secret) is None
+
+
+def test_a_revoke_in_one_process_drops_the_key_cached_in_another(shared_store_url: str) -> None:
+    """Two stores with their own connections, as two server processes have."""
+    admin, serving = open_key_store(shared_store_url), open_key_store(shared_store_url)
+    try:
+        admin.migrate()
+        record, secret = admin.create("acme", "agent")
+        other, other_secret = admin.create("acme", "agent")
+        _wait_for_notices(serving)
+        for s in (secret, other_secret):
+            serving.authenticate(s)
+        assert serving.cached(secret) == record
+        admin.revoke(record.id)
+        _wait_until(lambda: serving.cached(other_secret) is None)  # PostgreSQL: its NOTIFY
+        assert serving.authenticate(secret) is None
+        assert serving.authenticate(other_secret) == other  # looked up again, still active
+    finally:
+        admin.close()
+        serving.close()
+
+
+def _wait_for_notices(store: KeyStore) -> None:
+    """PostgreSQL's store trusts cached keys only once it LISTENs for revokes."""
+    notices = getattr(store, "notices", None)
+    if notices is not None:
+        _wait_until(lambda: notices.version is not None)
+
+
+def _wait_until(condition: Callable[[], bool], seconds: float = 10) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "not within the wait"
+        time.sleep(0.01)
