@@ -1,75 +1,44 @@
 """The Ledger: the command and query service over sessions (an eventsourcing Application).
 
-A write loads the session's O(1) state (the repository's cache; a snapshot and the
-events after it on a miss), runs a command on it, and saves it with `Application.save`,
-handing the recorder a `WriteBatch` (the library's `saved_kwargs`): the recorder stores
-the events and their view rows in one transaction. A cached copy made stale by another
-process fails to save on the events' primary key; the write is then retried on fresh
-state, unless it names a stale `expected_version`.
-
-Every write has a write id: the caller's idempotency key, or one made here. A save
-whose outcome is unknown (the connection lost around COMMIT, or a retry that finds its
-own version taken) is settled by asking the views whether that id committed, never by
-writing again. Reads go to the views only.
+Each command here checks its arguments and hands `_write` (`write_loop.py`) what to do
+to the session; the write loop loads the session, runs it, and stores the events and
+their view rows in one transaction. Reads go to the views only (`reads.py`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
-import random
-import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ParamSpec, TypeVar
 
-from eventsourcing.application import AggregateNotFoundError, Application
-from eventsourcing.persistence import IntegrityError, InterfaceError, OperationalError
+from eventsourcing.application import Application
 from eventsourcing.utils import Environment
 
 from .audit import AuditTrail
 from .compliance import Compliance
-from .errors import (
-    IdempotencyKeyReused,
-    LedgerError,
-    MessageNotFound,
-    SessionNotFound,
-    VersionConflict,
-)
+from .errors import LedgerError, MessageNotFound
 from .feed import TenantFeed
-from .inputs import (
-    Limits,
-    check_int,
-    check_key,
-    check_tenant,
-    check_write_options,
-    parse_messages,
-    request_digest,
-)
+from .inputs import Limits, check_int, check_tenant, parse_messages
 from .messages import ChatMessage
-from .observer import SILENT, WRITE, LedgerObserver
+from .observer import SILENT, LedgerObserver
 from .ports import (
     ACTIVE,
     AuditEntry,
     MessagesRead,
-    PriorWrite,
     SessionHead,
     SessionViews,
-    WriteBatch,
     WriteResult,
 )
 from .reads import Reads
-from .session import Session, session_id
+from .session import Session
 from .streams import StreamCommands
-from .tokens import LazyCounts, NamedTokenizer, TokenCount, load_tokenizer
+from .tokens import LazyCounts, NamedTokenizer, load_tokenizer
+from .write_loop import Command, WriteLoop
 
 P = ParamSpec("P")
 R = TypeVar("R")
-Command = Callable[[Session, dict[str, Any]], Any]
-# The back-off of a write that lost a race draws from its own generator: a library that
-# drew from the module's would move the application's seeded `random` stream.
-_RETRY_JITTER = random.Random()
 
 
 def _async_twin(method: Callable[P, R]) -> Callable[P, Any]:
@@ -81,7 +50,7 @@ def _async_twin(method: Callable[P, R]) -> Callable[P, Any]:
     return twin
 
 
-class Ledger(Compliance, StreamCommands, AuditTrail, TenantFeed, Application[uuid.UUID]):
+class Ledger(WriteLoop, Compliance, StreamCommands, AuditTrail, TenantFeed, Application[uuid.UUID]):
     """Sessions of chat history, addressed by (tenant, key), kept as event streams."""
 
     name = "ledger"
@@ -199,124 +168,6 @@ class Ledger(Compliance, StreamCommands, AuditTrail, TenantFeed, Application[uui
 
         return command
 
-    def _write(
-        self,
-        key: str,
-        op: str,
-        request: dict[str, Any],
-        *,
-        command: Command,
-        create: bool = False,
-        counts: Sequence[TokenCount] = (),
-        texts: tuple[str, ...] = (),
-        tenant: str | None = None,
-        actor: str | None = None,
-        reason: str | None = None,
-        expected_version: int | None = None,
-        idempotency_key: str | None = None,
-    ) -> WriteResult:
-        tenant = self._tenant(tenant)
-        check_key(key)
-        check_write_options(actor, reason, expected_version, idempotency_key)
-        sid = session_id(tenant, key)
-        # The write id: the caller's key (with the digest of what it asked, so a key
-        # reused for another write is refused), or one of our own.
-        digest = None if idempotency_key is None else request_digest(op, request)
-        write_id = idempotency_key or f"w-{uuid.uuid4().hex}"
-        audit: dict[str, Any] = {
-            "actor": actor or self.default_actor,
-            "reason": reason,
-            "idempotency_key": write_id,
-            "request_digest": digest,
-        }
-        fresh = False  # True once the cached state may be behind another process's writes
-        for attempt in range(self.write_retries):
-            if idempotency_key is not None:
-                prior = self.views.prior_write(sid, write_id)
-                if prior is not None:
-                    return _replayed(prior, digest, idempotency_key, key)
-            session = self._load(sid, fresh=fresh)
-            if session is not None and session.erased:
-                raise self.erasure(sid, key) or LedgerError(f"session {key!r} was erased")
-            actual = session.version if session else 0
-            if expected_version is not None and expected_version != actual:
-                if not fresh:
-                    fresh = True
-                    continue
-                self.observer.version_conflict()
-                raise VersionConflict(key, expected_version, actual)
-            if session is None:
-                if not create:
-                    raise SessionNotFound(tenant, key)
-                session = Session(tenant=tenant, key=key, **audit)
-            first_message_id = session.next_message_id
-            removed: tuple[ChatMessage, ...] = command(session, audit) or ()
-            batch = WriteBatch(
-                session_id=sid, tenant=tenant, key=key, events=tuple(session.collect_events()),
-                first_message_id=first_message_id, message_count=session.message_count,
-                archived_count=session.archived_count, next_message_id=session.next_message_id,
-                counts=counts, bodies=texts,
-            )  # fmt: skip
-            since = batch.events[0].originator_version
-            try:
-                # Straight to the event store (the library's public `EventStore.put`):
-                # `Application.save` only adds, per object saved, runtime `Protocol`
-                # checks that cost 12% of a put's instructions on Python 3.11; the
-                # state saved is cached and snapshotted below, as `save` would.
-                with self.observer.store_call(WRITE):
-                    self.events.put(batch.events, ledger_batch=batch)
-            except (IntegrityError, OperationalError, InterfaceError) as error:
-                # Another writer took the version; or this write committed and its answer
-                # was lost (the store's retry then met its own row, or the connection
-                # dropped around COMMIT): ask whether its id committed (this raises again
-                # while the store stays unreachable).
-                done = self.views.prior_write(sid, write_id, since=since)
-                if done is not None:
-                    return WriteResult(done.version, done.message_count, removed=removed)
-                if not isinstance(error, IntegrityError):
-                    raise
-                fresh = True
-                if expected_version is not None:
-                    self.observer.version_conflict()
-                    head = self.views.session_head(sid)
-                    raise VersionConflict(
-                        key, expected_version, head.version if head else 0
-                    ) from None
-                self.observer.write_retried()
-                time.sleep(_RETRY_JITTER.uniform(0, 0.002 * min(attempt + 1, 10)))
-                continue
-            self.observer.events_written([type(event).__name__ for event in batch.events])
-            if self.repository.cache is not None:
-                self.repository.cache.put(sid, session)
-            self._snapshot_if_due(session, len(batch.events))
-            return WriteResult(session.version, session.message_count, removed=removed)
-        raise LedgerError(
-            f"session {key!r}: write lost the race {self.write_retries} times; try again"
-        )
-
-    def _snapshot_if_due(self, session: Session, new_events: int) -> None:
-        """A snapshot of the state just saved, when a multiple of the interval is among the
-        versions it reached. A snapshot only saves reads: one that fails (the store gone
-        after the write committed) is skipped, never reported as the write's failure."""
-        version, interval = session.version, self.snapshot_interval
-        if self.snapshots is None or version // interval <= (version - new_events) // interval:
-            return
-        with contextlib.suppress(IntegrityError, OperationalError, InterfaceError):
-            self.snapshots.put([Session.Snapshot.take(session)])
-
-    def _load(self, sid: uuid.UUID, *, fresh: bool) -> Session | None:
-        """The session's write state: cached without a read (a stale copy fails to save and
-        is then reloaded), or from the latest snapshot and the events after it."""
-        cache = self.repository.cache
-        if fresh and cache is not None:
-            with contextlib.suppress(KeyError):
-                cache.get(sid, evict=True)
-        try:
-            session: Session = self.repository.get(sid)
-        except AggregateNotFoundError:
-            return None
-        return session
-
     aput = _async_twin(put)
     aput_messages = _async_twin(put_messages)
     aset = _async_twin(set)
@@ -337,14 +188,6 @@ class Ledger(Compliance, StreamCommands, AuditTrail, TenantFeed, Application[uui
     aappend_stream = _async_twin(StreamCommands.append_stream)
     acomplete_stream = _async_twin(StreamCommands.complete_stream)
     aabort_stream = _async_twin(StreamCommands.abort_stream)
-
-
-def _replayed(prior: PriorWrite, digest: str | None, idempotency_key: str, key: str) -> WriteResult:
-    if prior.request_digest != digest:
-        raise IdempotencyKeyReused(
-            f"idempotency key {idempotency_key!r} was used for a different write to session {key!r}"
-        )
-    return WriteResult(prior.version, prior.message_count, replayed=True)
 
 
 def _no_message(index: int, key: str, count: int) -> LedgerError:
