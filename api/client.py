@@ -139,18 +139,24 @@ class LedgerClient:
     def get(
         self, key: str, *, token_limit: int | None = None, initial_token_count: int = 0,
         as_of_version: int | None = None, as_of: datetime | None = None,
+        min_version: int | None = None,
     ) -> list[ChatMessage]:  # fmt: skip
-        """The context window (ChatMemoryBuffer.get semantics), now or at a past point."""
+        """The context window (ChatMemoryBuffer.get semantics), now or at a past point;
+        `min_version`: of that version or a later one (a write's version: read-your-writes)."""
         past = AsOf(as_of_version, as_of)
-        return self._messages(Requests.get(key, token_limit, initial_token_count, past))
+        return self._messages(
+            Requests.get(key, token_limit, initial_token_count, past, min_version)
+        )
 
     def get_all(
         self, key: str, *, status: str = "active", offset: int = 0, limit: int | None = None,
         as_of_version: int | None = None, as_of: datetime | None = None,
+        min_version: int | None = None,
     ) -> list[ChatMessage]:  # fmt: skip
-        """The whole history (or a page of it), oldest first, now or at a past point."""
+        """The whole history (or a page of it), oldest first, now or at a past point;
+        `min_version` as in `get`."""
         past = AsOf(as_of_version, as_of)
-        return self._messages(Requests.get_all(key, status, offset, limit, past))
+        return self._messages(Requests.get_all(key, status, offset, limit, past, min_version))
 
     def events(self, key: str, *, after: int = 0, limit: int = 100) -> AuditTrail:
         """A page of the session's audit trail; pass `next_after` back as `after`."""
@@ -178,9 +184,9 @@ class LedgerClient:
 
         return chunks()
 
-    def head(self, key: str) -> SessionHead:
-        """The session's version, counts and times."""
-        return self._send(Requests.head(key))
+    def head(self, key: str, *, min_version: int | None = None) -> SessionHead:
+        """The session's version, counts and times (`min_version` as in `get`)."""
+        return self._send(Requests.head(key, min_version))
 
     def keys(
         self, *, prefix: str = "", cursor: str | None = None, limit: int = 100,

@@ -137,6 +137,12 @@ class AsOf:
         return params
 
 
+def _at_least(params: dict[str, Any], min_version: int | None) -> dict[str, Any]:
+    """`params` with `min_version`: the read is of that version or a later one (a version
+    a write answered: read-your-writes, also where read replicas serve reads)."""
+    return params if min_version is None else {**params, "min_version": min_version}
+
+
 def _messages(messages: Iterable[MessageLike]) -> dict[str, Any]:
     return {"messages": [message_json(m) for m in messages]}
 
@@ -170,20 +176,22 @@ class Requests:
         return _write("POST", session_path(key, "/archive"), {"count": count}, **w)
 
     @staticmethod
-    def get(key: str, token_limit: int | None, initial_token_count: int,
-            as_of: AsOf) -> Request[MessageList]:  # fmt: skip
+    def get(key: str, token_limit: int | None, initial_token_count: int, as_of: AsOf,
+            min_version: int | None = None) -> Request[MessageList]:  # fmt: skip
         params: dict[str, Any] = {"initial_token_count": initial_token_count, **as_of.params()}
         if token_limit is not None:
             params["token_limit"] = token_limit
-        return Request("GET", session_path(key, "/context"), MessageList, params)
+        return Request("GET", session_path(key, "/context"), MessageList,
+                       _at_least(params, min_version))  # fmt: skip
 
     @staticmethod
-    def get_all(key: str, status: str, offset: int, limit: int | None,
-                as_of: AsOf) -> Request[MessageList]:  # fmt: skip
+    def get_all(key: str, status: str, offset: int, limit: int | None, as_of: AsOf,
+                min_version: int | None = None) -> Request[MessageList]:  # fmt: skip
         params: dict[str, Any] = {"status": status, "offset": offset, **as_of.params()}
         if limit is not None:
             params["limit"] = limit
-        return Request("GET", session_path(key, "/messages"), MessageList, params)
+        return Request("GET", session_path(key, "/messages"), MessageList,
+                       _at_least(params, min_version))  # fmt: skip
 
     @staticmethod
     def events(key: str, after: int, limit: int) -> Request[AuditTrail]:
@@ -191,8 +199,8 @@ class Requests:
         return Request("GET", session_path(key, "/events"), AuditTrail, params)
 
     @staticmethod
-    def head(key: str) -> Request[SessionHead]:
-        return Request("GET", session_path(key), SessionHead)
+    def head(key: str, min_version: int | None = None) -> Request[SessionHead]:
+        return Request("GET", session_path(key), SessionHead, _at_least({}, min_version))
 
     @staticmethod
     def keys(

@@ -1,4 +1,4 @@
-"""Read replicas against a real streaming standby (made by the tests: postgres_pair.py):
+"""Read replicas against a real streaming standby (made by the tests: tests/postgres_pair.py):
 reads are served by the standby; a read never returns a version older than one the caller
 holds (`min_version`) or this process wrote, however far the standby trails; a standby
 that trails too far, or is down, leaves the rotation (reads go to the primary, no error)
@@ -14,26 +14,20 @@ from typing import Any
 
 import pytest
 
-from session_ledger.api.bootstrap import migrate, open_ledger
+from session_ledger.api.bootstrap import open_ledger
 from session_ledger.api.settings import Settings
 from session_ledger.domain.errors import InvalidInput
 from session_ledger.domain.ledger import Ledger
 from session_ledger.projections.replicas import ReplicaSet
 from tests.conftest import make_settings
-
-from .postgres_pair import PostgresPair, start_pair_or_skip
+from tests.postgres_pair import PostgresPair
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 
-@pytest.fixture(scope="module")
-def pair() -> Iterator[PostgresPair]:
-    started = start_pair_or_skip()
-    try:
-        migrate(Settings(database_url=started.primary_url, tokenizer="whitespace"))
-        yield started
-    finally:
-        started.close()
+@pytest.fixture
+def pair(postgres_pair: PostgresPair) -> PostgresPair:
+    return postgres_pair
 
 
 def settings(pair: PostgresPair, tmp_path: Path, **overrides: Any) -> Settings:
