@@ -10,7 +10,8 @@ Both build the same requests (`Request`); only sending differs. Reads return the
 `to_dict()`). A 4xx/5xx answer raises `LedgerAPIError` carrying the API's error code,
 message and details. Every write carries an Idempotency-Key (yours, or a fresh one), so a
 call whose connection failed, or that met a 503, is sent again (up to three times) and
-applied once.
+applied once. A read of a session the client wrote carries its last write's version as
+`min_version`: it reads its own writes, whichever server process (or read replica) answers.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from .client_requests import (
     Requests,
     T,
     WriteOptions,
+    WrittenVersions,
     client_kwargs,
     export_request,
     read_messages,
@@ -63,6 +65,7 @@ class LedgerClient:
         transport: httpx.BaseTransport | None = None,
     ) -> None:  # fmt: skip
         self.http = httpx.Client(**client_kwargs(base_url, api_key, timeout), transport=transport)
+        self.versions = WrittenVersions()  # its writes' versions: it reads them back
 
     def __enter__(self) -> LedgerClient:
         return self
@@ -74,9 +77,12 @@ class LedgerClient:
         self.http.close()
 
     def _send(self, call: Request[T]) -> T:
-        return call.parse(self._request(call))
+        result = call.parse(self._request(call))
+        self.versions.note(call, result)
+        return result
 
     def _request(self, call: Request[T]) -> httpx.Response:
+        call = self.versions.applied(call)
         attempt = 0
         while True:
             try:

@@ -20,6 +20,7 @@ from .client_requests import (
     Requests,
     T,
     WriteOptions,
+    WrittenVersions,
     client_kwargs,
     export_request,
     read_messages,
@@ -46,6 +47,7 @@ class AsyncLedgerClient:
     ) -> None:  # fmt: skip
         kwargs = client_kwargs(base_url, api_key, timeout)
         self.http = httpx.AsyncClient(**kwargs, transport=transport)
+        self.versions = WrittenVersions()  # its writes' versions: it reads them back
 
     async def __aenter__(self) -> AsyncLedgerClient:
         return self
@@ -57,9 +59,12 @@ class AsyncLedgerClient:
         await self.http.aclose()
 
     async def _send(self, call: Request[T]) -> T:
-        return call.parse(await self._request(call))
+        result = call.parse(await self._request(call))
+        self.versions.note(call, result)
+        return result
 
     async def _request(self, call: Request[T]) -> httpx.Response:
+        call = self.versions.applied(call)
         attempt = 0
         while True:
             try:
