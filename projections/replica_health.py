@@ -29,6 +29,7 @@ WAL_POSITION = (
     "THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_flush_lsn() END, '0/0')::bigint"
 )
 PROBE_TIMEOUT_SECONDS = 2  # a server that answers no check within this is unreachable
+NOT_CHECKED = "not checked yet"
 
 
 class WalSamples:
@@ -67,7 +68,7 @@ class Standby:
     url: str
     views: Any  # a recorder on the standby's pool: the views' reads, served there
     serving: bool = False
-    problem: str | None = "not checked yet"
+    problem: str | None = NOT_CHECKED
     lag_seconds: float | None = None
     # Monotonic time: every write of this process committed before it is replayed there.
     covered_until: float = -math.inf
@@ -172,8 +173,9 @@ class ReplicaMonitor:
         if standby.broken:
             self._renew(standby)
             standby.broken = False
-        if not standby.serving:
-            log.warning("read replica %s serves reads again (lag %.1f s)", standby.name, lag)
+        if not standby.serving:  # a warning when it comes back from a problem
+            level = logging.INFO if standby.problem == NOT_CHECKED else logging.WARNING
+            log.log(level, "read replica %s serves reads (lag %.1f s)", standby.name, lag)
         standby.problem = None
         standby.serving = True
 
