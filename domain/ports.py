@@ -139,10 +139,13 @@ class ReadRouting(Protocol):
     trail it (PostgreSQL standbys). A query is a function of the views it runs on."""
 
     def read(
-        self, session_id: uuid.UUID | None, min_version: int, query: Callable[[SessionViews], T]
-    ) -> T:
+        self, session_id: uuid.UUID | None, min_version: int, query: Callable[[SessionViews], T],
+        version: Callable[[T], int] | None = None,
+    ) -> T:  # fmt: skip
         """`query` run on a copy where the session (if any) is at `min_version` or past it,
-        and past every version this process wrote of it; else on the views themselves."""
+        and past every version this process wrote of it; else on the views themselves.
+        `version`: the session's version a result of `query` shows (a read of the session
+        now), so a result new enough needs no check of the copy first."""
         ...
 
 

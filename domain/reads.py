@@ -37,6 +37,14 @@ def past_version(key: str, head: SessionHead, version: object) -> int:
     return version
 
 
+def _read_version(read: MessagesRead) -> int:
+    return read.version
+
+
+def _head_version(head: SessionHead | None) -> int:
+    return 0 if head is None else head.version
+
+
 class Reads:
     """Queries over the views (mixed into the Ledger, which sets these attributes)."""
 
@@ -81,7 +89,8 @@ class Reads:
             version = self._version(views, sid, key, tenant, as_of_version, as_of)
             return views.context_window(sid, limit, initial_token_count, tokenizer, version)
 
-        read = self._query(sid, min_version, as_of_version, query)
+        now = as_of_version is None and as_of is None
+        read = self._query(sid, min_version, as_of_version, query, _read_version if now else None)
         return self._unless_erased(read, sid, key)
 
     def get_all(
@@ -113,7 +122,8 @@ class Reads:
             version = self._version(views, sid, key, tenant, as_of_version, as_of)
             return views.history(sid, status, offset, limit, version)
 
-        read = self._query(sid, min_version, as_of_version, query)
+        now = as_of_version is None and as_of is None
+        read = self._query(sid, min_version, as_of_version, query, _read_version if now else None)
         return self._unless_erased(read, sid, key)
 
     def head(
@@ -130,8 +140,11 @@ class Reads:
                 sid, self._version(views, sid, key, tenant, as_of_version, as_of)
             )
 
-        routed = not latest
-        found = self._query(sid, min_version, as_of_version, query) if routed else query(self.views)
+        now = as_of_version is None and as_of is None
+        found = (
+            query(self.views) if latest
+            else self._query(sid, min_version, as_of_version, query, _head_version if now else None)
+        )  # fmt: skip
         if found is None:
             raise SessionNotFound(self._tenant(tenant), key)
         return found
@@ -155,16 +168,16 @@ class Reads:
 
     def _query(
         self, sid: uuid.UUID | None, min_version: int | None, as_of_version: int | None,
-        query: Callable[[SessionViews], T],
+        query: Callable[[SessionViews], T], version: Callable[[T], int] | None = None,
     ) -> T:  # fmt: skip
         """`query` on the views, or where their read routing serves it: a copy where the
         session is at `min_version` (a version the caller holds; `as_of_version` names one
-        too) or past it."""
+        too) or past it. `version`: the session's version a result shows (a read of now)."""
         least = 0 if min_version is None else check_int("min_version", min_version, least=0)
         if as_of_version is not None:
             least = max(least, check_int("as_of_version", as_of_version))
         routing = self.views.read_routing
-        return query(self.views) if routing is None else routing.read(sid, least, query)
+        return query(self.views) if routing is None else routing.read(sid, least, query, version)
 
     def _version(
         self, views: SessionViews, sid: uuid.UUID, key: str, tenant: str | None,

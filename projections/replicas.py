@@ -1,10 +1,12 @@
 """Read replicas: PostgreSQL standbys serve the ledger's queries, and read-your-writes
 holds.
 
-A query goes to a standby in rotation (in turn), unless it must see a version the
-standby may not have replayed yet: one the caller holds (`min_version`, an ETag) or one
-this process wrote. Then the standby's version of that session is read first, waited for
-a bounded time (`wait`), and if it does not come, the primary answers. A query of no
+A query goes to a standby in rotation (in turn). One that must see a version the
+standby may not have replayed yet (one the caller holds, `min_version`, an ETag; or one
+this process wrote) is answered by the standby if its answer shows that version or a
+later one (a point-in-time query checks the standby's version of the session first);
+else the standby's version is waited for a bounded time (`wait`), and if it does not
+come, the primary answers. A query of no
 session (the keys) goes to a standby only if it holds every write this process made. A
 standby that fails a query is taken out of the rotation and the primary answers; the
 monitor (`replica_health.py`) puts it back. Writes never come here: the recorder writes
@@ -65,15 +67,23 @@ class ReplicaSet:
     # -- the routing ------------------------------------------------------------------------
 
     def read(
-        self, session_id: uuid.UUID | None, min_version: int, query: Callable[[SessionViews], T]
-    ) -> T:
+        self, session_id: uuid.UUID | None, min_version: int, query: Callable[[SessionViews], T],
+        version: Callable[[T], int] | None = None,
+    ) -> T:  # fmt: skip
         for _ in self.standbys:
             standby = self._next()
             if standby is None:
                 break
             views = standby.views
             try:
-                if not self._holds(standby, views, session_id, min_version):
+                needed = self._needed(standby, session_id, min_version)
+                if needed is None:
+                    break  # it may lack this process's writes: the primary answers
+                if needed and version is not None:  # read first: mostly it holds the version
+                    result = query(views)
+                    if version(result) >= needed:
+                        return result
+                if needed and not self._reached(views, session_id, needed):
                     break  # it trails: the primary answers
                 return query(views)
             except (PersistenceError, StoreUnavailable) as e:
@@ -98,16 +108,21 @@ class ReplicaSet:
         self._turn += 1  # a lost increment between threads only skews the turns
         return serving[self._turn % len(serving)]
 
-    def _holds(
-        self, standby: Standby, views: Any, session_id: uuid.UUID | None, min_version: int
-    ) -> bool:
-        """Whether `standby` holds what the query must see (waiting up to `wait`)."""
+    def _needed(
+        self, standby: Standby, session_id: uuid.UUID | None, min_version: int
+    ) -> int | None:
+        """The version of the session `standby` must show for the query (0: any; None: a
+        query of no session that it cannot serve)."""
         if session_id is None:
-            return self._last_write < standby.covered_until
+            return 0 if self._last_write < standby.covered_until else None
         own_version, written_at = self._own.get(session_id, (0, 0.0))
-        needed = max(min_version, own_version)
-        if needed == 0 or (needed == own_version and written_at < standby.covered_until):
-            return True
+        if own_version >= min_version and written_at < standby.covered_until:
+            return 0  # it replayed this process's write, which the caller's is not past
+        return max(min_version, own_version)
+
+    def _reached(self, views: Any, session_id: uuid.UUID | None, needed: int) -> bool:
+        """Whether the standby's version of the session reaches `needed` within `wait`."""
+        assert session_id is not None
         deadline = time.monotonic() + self.wait
         pause = 0.001
         while views.head_version(session_id) < needed:

@@ -127,6 +127,9 @@ def test_min_version_never_reads_an_older_version_while_the_standby_lags(
             read = reader.window(key, min_version=version, token_limit=50)
             stale_reads += read.version < version
             assert reader.history(key, min_version=version, offset=i).version >= version
+            if i % 50 == 0:  # a version only the primary has yet is no StateNotFound
+                past = reader.window(key, as_of_version=version, token_limit=20)
+                assert past.version == version
         assert stale_reads == 0
     finally:
         pair.replay(paused=False)
