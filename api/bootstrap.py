@@ -28,6 +28,8 @@ MIGRATE_LOCK_ID = 0x5E551017  # pg_advisory_lock key: one migrate at a time per 
 def store_env(settings: Settings, *, create_tables: bool) -> dict[str, str]:
     """The eventsourcing environment for the store named by `settings.database_url`."""
     url = settings.database_url
+    if settings.read_database_urls.strip() and not url.startswith(("postgresql://", "postgres://")):
+        raise InvalidInput("LEDGER_READ_DATABASE_URLS needs a PostgreSQL LEDGER_DATABASE_URL")
     common = {
         **master_keys_env(settings),
         "AGGREGATE_CACHE_MAXSIZE": str(settings.aggregate_cache_size or ""),
@@ -60,10 +62,29 @@ def store_env(settings: Settings, *, create_tables: bool) -> dict[str, str]:
             "POSTGRES_LOCK_TIMEOUT": str(settings.lock_timeout_seconds),
             # The library's name for how long a call waits for a pooled connection.
             "POSTGRES_CONNECT_TIMEOUT": str(settings.store_wait_seconds),
+            **({} if create_tables else replica_env(settings)),
         }
     raise InvalidInput(
         f"unsupported database URL {url!r}: use memory://, sqlite:///path or postgresql://..."
     )
+
+
+def replica_env(settings: Settings) -> dict[str, str]:
+    """The read replicas' part of the store's environment (projections/replicas.py)."""
+    urls = [u.strip() for u in settings.read_database_urls.split(",") if u.strip()]
+    for url in urls:
+        if not url.startswith(("postgresql://", "postgres://")):
+            raise InvalidInput(
+                f"LEDGER_READ_DATABASE_URLS: {redact(url)!r} is no postgresql:// URL"
+            )
+    if not urls:
+        return {}
+    return {
+        "READ_REPLICA_URLS": ",".join(urls),
+        "REPLICA_MAX_LAG_SECONDS": str(settings.replica_max_lag_seconds),
+        "REPLICA_WAIT_MS": str(settings.replica_wait_ms),
+        "REPLICA_CHECK_SECONDS": str(settings.replica_check_seconds),
+    }
 
 
 def master_keys_env(settings: Settings) -> dict[str, str]:

@@ -10,7 +10,8 @@ Both build the same requests (`Request`); only sending differs. Reads return the
 `to_dict()`). A 4xx/5xx answer raises `LedgerAPIError` carrying the API's error code,
 message and details. Every write carries an Idempotency-Key (yours, or a fresh one), so a
 call whose connection failed, or that met a 503, is sent again (up to three times) and
-applied once.
+applied once. A read of a session the client wrote carries its last write's version as
+`min_version`: it reads its own writes, whichever server process (or read replica) answers.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from .client_requests import (
     Requests,
     T,
     WriteOptions,
+    WrittenVersions,
     client_kwargs,
     export_request,
     read_messages,
@@ -63,6 +65,7 @@ class LedgerClient:
         transport: httpx.BaseTransport | None = None,
     ) -> None:  # fmt: skip
         self.http = httpx.Client(**client_kwargs(base_url, api_key, timeout), transport=transport)
+        self.versions = WrittenVersions()  # its writes' versions: it reads them back
 
     def __enter__(self) -> LedgerClient:
         return self
@@ -74,9 +77,12 @@ class LedgerClient:
         self.http.close()
 
     def _send(self, call: Request[T]) -> T:
-        return call.parse(self._request(call))
+        result = call.parse(self._request(call))
+        self.versions.note(call, result)
+        return result
 
     def _request(self, call: Request[T]) -> httpx.Response:
+        call = self.versions.applied(call)
         attempt = 0
         while True:
             try:
@@ -139,18 +145,24 @@ class LedgerClient:
     def get(
         self, key: str, *, token_limit: int | None = None, initial_token_count: int = 0,
         as_of_version: int | None = None, as_of: datetime | None = None,
+        min_version: int | None = None,
     ) -> list[ChatMessage]:  # fmt: skip
-        """The context window (ChatMemoryBuffer.get semantics), now or at a past point."""
+        """The context window (ChatMemoryBuffer.get semantics), now or at a past point;
+        `min_version`: of that version or a later one (a write's version: read-your-writes)."""
         past = AsOf(as_of_version, as_of)
-        return self._messages(Requests.get(key, token_limit, initial_token_count, past))
+        return self._messages(
+            Requests.get(key, token_limit, initial_token_count, past, min_version)
+        )
 
     def get_all(
         self, key: str, *, status: str = "active", offset: int = 0, limit: int | None = None,
         as_of_version: int | None = None, as_of: datetime | None = None,
+        min_version: int | None = None,
     ) -> list[ChatMessage]:  # fmt: skip
-        """The whole history (or a page of it), oldest first, now or at a past point."""
+        """The whole history (or a page of it), oldest first, now or at a past point;
+        `min_version` as in `get`."""
         past = AsOf(as_of_version, as_of)
-        return self._messages(Requests.get_all(key, status, offset, limit, past))
+        return self._messages(Requests.get_all(key, status, offset, limit, past, min_version))
 
     def events(self, key: str, *, after: int = 0, limit: int = 100) -> AuditTrail:
         """A page of the session's audit trail; pass `next_after` back as `after`."""
@@ -178,9 +190,9 @@ class LedgerClient:
 
         return chunks()
 
-    def head(self, key: str) -> SessionHead:
-        """The session's version, counts and times."""
-        return self._send(Requests.head(key))
+    def head(self, key: str, *, min_version: int | None = None) -> SessionHead:
+        """The session's version, counts and times (`min_version` as in `get`)."""
+        return self._send(Requests.head(key, min_version))
 
     def keys(
         self, *, prefix: str = "", cursor: str | None = None, limit: int = 100,

@@ -20,6 +20,7 @@ from .client_requests import (
     Requests,
     T,
     WriteOptions,
+    WrittenVersions,
     client_kwargs,
     export_request,
     read_messages,
@@ -46,6 +47,7 @@ class AsyncLedgerClient:
     ) -> None:  # fmt: skip
         kwargs = client_kwargs(base_url, api_key, timeout)
         self.http = httpx.AsyncClient(**kwargs, transport=transport)
+        self.versions = WrittenVersions()  # its writes' versions: it reads them back
 
     async def __aenter__(self) -> AsyncLedgerClient:
         return self
@@ -57,9 +59,12 @@ class AsyncLedgerClient:
         await self.http.aclose()
 
     async def _send(self, call: Request[T]) -> T:
-        return call.parse(await self._request(call))
+        result = call.parse(await self._request(call))
+        self.versions.note(call, result)
+        return result
 
     async def _request(self, call: Request[T]) -> httpx.Response:
+        call = self.versions.applied(call)
         attempt = 0
         while True:
             try:
@@ -122,18 +127,24 @@ class AsyncLedgerClient:
     async def get(
         self, key: str, *, token_limit: int | None = None, initial_token_count: int = 0,
         as_of_version: int | None = None, as_of: datetime | None = None,
+        min_version: int | None = None,
     ) -> list[ChatMessage]:  # fmt: skip
-        """The context window (ChatMemoryBuffer.get semantics), now or at a past point."""
+        """The context window (ChatMemoryBuffer.get semantics), now or at a past point;
+        `min_version`: of that version or a later one (a write's version: read-your-writes)."""
         past = AsOf(as_of_version, as_of)
-        return await self._messages(Requests.get(key, token_limit, initial_token_count, past))
+        return await self._messages(
+            Requests.get(key, token_limit, initial_token_count, past, min_version)
+        )
 
     async def get_all(
         self, key: str, *, status: str = "active", offset: int = 0, limit: int | None = None,
         as_of_version: int | None = None, as_of: datetime | None = None,
+        min_version: int | None = None,
     ) -> list[ChatMessage]:  # fmt: skip
-        """The whole history (or a page of it), oldest first, now or at a past point."""
+        """The whole history (or a page of it), oldest first, now or at a past point;
+        `min_version` as in `get`."""
         past = AsOf(as_of_version, as_of)
-        return await self._messages(Requests.get_all(key, status, offset, limit, past))
+        return await self._messages(Requests.get_all(key, status, offset, limit, past, min_version))
 
     async def events(self, key: str, *, after: int = 0, limit: int = 100) -> AuditTrail:
         """A page of the session's audit trail; pass `next_after` back as `after`."""
@@ -162,9 +173,9 @@ class AsyncLedgerClient:
 
         return chunks()
 
-    async def head(self, key: str) -> SessionHead:
-        """The session's version, counts and times."""
-        return await self._send(Requests.head(key))
+    async def head(self, key: str, *, min_version: int | None = None) -> SessionHead:
+        """The session's version, counts and times (`min_version` as in `get`)."""
+        return await self._send(Requests.head(key, min_version))
 
     async def keys(
         self, *, prefix: str = "", cursor: str | None = None, limit: int = 100,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Generic, TypedDict, TypeVar
 from urllib.parse import quote
@@ -86,6 +86,7 @@ class Request(Generic[T]):
     params: dict[str, Any] = field(default_factory=dict)
     headers: dict[str, str] = field(default_factory=dict)
     json: Any = None
+    session: str | None = None  # the key of the session it writes or reads, if one
 
     def parse(self, response: httpx.Response) -> T:
         if response.status_code >= 400:
@@ -106,7 +107,7 @@ def read_messages(response: httpx.Response) -> list[ChatMessage]:
 
 
 def _write(
-    method: str, path: str, json: Any = None, *, if_match: int | str | None = None,
+    method: str, key: str, suffix: str, json: Any = None, *, if_match: int | str | None = None,
     if_none_match: bool = False, idempotency_key: str | None = None, reason: str | None = None,
 ) -> Request[WriteResult]:  # fmt: skip
     headers: dict[str, str] = {}
@@ -118,7 +119,7 @@ def _write(
     # dropped connection or a 503) is applied once.
     headers["Idempotency-Key"] = idempotency_key or f"client-{uuid.uuid4().hex}"
     params = {"reason": reason} if reason is not None else {}
-    return Request(method, path, WriteResult, params, headers, json)
+    return Request(method, session_path(key, suffix), WriteResult, params, headers, json, key)
 
 
 @dataclass(frozen=True)
@@ -137,6 +138,37 @@ class AsOf:
         return params
 
 
+def _at_least(params: dict[str, Any], min_version: int | None) -> dict[str, Any]:
+    """`params` with `min_version`: the read is of that version or a later one (a version
+    a write answered: read-your-writes, also where read replicas serve reads)."""
+    return params if min_version is None else {**params, "min_version": min_version}
+
+
+class WrittenVersions:
+    """The version a client's last write of each session answered (the newest `kept`
+    sessions), sent back as `min_version` on its reads of that session: the client reads
+    its own writes through any server process, also where read replicas serve reads."""
+
+    def __init__(self, kept: int = 10_000) -> None:
+        self.kept = kept
+        self._versions: dict[str, int] = {}
+
+    def note(self, call: Request[Any], result: Any) -> None:
+        if call.session is not None and isinstance(result, WriteResult):
+            self._versions.pop(call.session, None)
+            self._versions[call.session] = result.version
+            if len(self._versions) > self.kept:
+                self._versions.pop(next(iter(self._versions)), None)
+
+    def applied(self, call: Request[T]) -> Request[T]:
+        """`call`, a read of a session this client wrote, with that version as its least."""
+        written = None if call.method != "GET" else self._versions.get(call.session or "")
+        if written is None:
+            return call
+        least = max(written, call.params.get("min_version") or 0)
+        return replace(call, params={**call.params, "min_version": least})
+
+
 def _messages(messages: Iterable[MessageLike]) -> dict[str, Any]:
     return {"messages": [message_json(m) for m in messages]}
 
@@ -147,43 +179,45 @@ class Requests:
 
     @staticmethod
     def put_messages(key: str, messages: Iterable[MessageLike], **w: Any) -> Request[WriteResult]:
-        return _write("POST", session_path(key, "/messages"), _messages(messages), **w)
+        return _write("POST", key, "/messages", _messages(messages), **w)
 
     @staticmethod
     def set(key: str, messages: Iterable[MessageLike], **w: Any) -> Request[WriteResult]:
-        return _write("PUT", session_path(key, "/messages"), _messages(messages), **w)
+        return _write("PUT", key, "/messages", _messages(messages), **w)
 
     @staticmethod
     def reset(key: str, **w: Any) -> Request[WriteResult]:
-        return _write("DELETE", session_path(key, "/messages"), **w)
+        return _write("DELETE", key, "/messages", **w)
 
     @staticmethod
     def delete_message(key: str, index: int, **w: Any) -> Request[WriteResult]:
-        return _write("DELETE", session_path(key, f"/messages/{int(index)}"), **w)
+        return _write("DELETE", key, f"/messages/{int(index)}", **w)
 
     @staticmethod
     def delete_last_message(key: str, **w: Any) -> Request[WriteResult]:
-        return _write("DELETE", session_path(key, "/messages/last"), **w)
+        return _write("DELETE", key, "/messages/last", **w)
 
     @staticmethod
     def archive_oldest(key: str, count: int, **w: Any) -> Request[WriteResult]:
-        return _write("POST", session_path(key, "/archive"), {"count": count}, **w)
+        return _write("POST", key, "/archive", {"count": count}, **w)
 
     @staticmethod
-    def get(key: str, token_limit: int | None, initial_token_count: int,
-            as_of: AsOf) -> Request[MessageList]:  # fmt: skip
+    def get(key: str, token_limit: int | None, initial_token_count: int, as_of: AsOf,
+            min_version: int | None = None) -> Request[MessageList]:  # fmt: skip
         params: dict[str, Any] = {"initial_token_count": initial_token_count, **as_of.params()}
         if token_limit is not None:
             params["token_limit"] = token_limit
-        return Request("GET", session_path(key, "/context"), MessageList, params)
+        return Request("GET", session_path(key, "/context"), MessageList,
+                       _at_least(params, min_version), session=key)  # fmt: skip
 
     @staticmethod
-    def get_all(key: str, status: str, offset: int, limit: int | None,
-                as_of: AsOf) -> Request[MessageList]:  # fmt: skip
+    def get_all(key: str, status: str, offset: int, limit: int | None, as_of: AsOf,
+                min_version: int | None = None) -> Request[MessageList]:  # fmt: skip
         params: dict[str, Any] = {"status": status, "offset": offset, **as_of.params()}
         if limit is not None:
             params["limit"] = limit
-        return Request("GET", session_path(key, "/messages"), MessageList, params)
+        return Request("GET", session_path(key, "/messages"), MessageList,
+                       _at_least(params, min_version), session=key)  # fmt: skip
 
     @staticmethod
     def events(key: str, after: int, limit: int) -> Request[AuditTrail]:
@@ -191,8 +225,9 @@ class Requests:
         return Request("GET", session_path(key, "/events"), AuditTrail, params)
 
     @staticmethod
-    def head(key: str) -> Request[SessionHead]:
-        return Request("GET", session_path(key), SessionHead)
+    def head(key: str, min_version: int | None = None) -> Request[SessionHead]:
+        return Request("GET", session_path(key), SessionHead, _at_least({}, min_version),
+                       session=key)  # fmt: skip
 
     @staticmethod
     def keys(

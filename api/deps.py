@@ -30,6 +30,7 @@ from .errors import PreconditionFailed
 from .keystore import KeyStore
 
 R = TypeVar("R")
+BIG = 2**62  # larger numbers are no real position and would overflow the SQL column types
 TEXT_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]*$"  # no control characters, as the ledger demands
 ETAG = re.compile(r'^\s*"(\d{1,18})"\s*$|^\s*(\d{1,18})\s*$')
 
@@ -165,6 +166,49 @@ async def write_options(
     return WriteOptions(expected, must_exist, idempotency_key, reason)
 
 
+@dataclass(frozen=True)
+class ReadOptions:
+    """What a read must see, from its query and headers: a version at least this new
+    (`min_version`, and the ETags of `If-None-Match`), and the versions the caller holds
+    already (answered 304 Not Modified)."""
+
+    min_version: int | None
+    held: frozenset[int]
+
+
+async def read_options(
+    min_version: Annotated[
+        int | None,
+        Query(
+            ge=0,
+            le=BIG,
+            description="Read this version of the session or a later one: the ETag of a "
+            "write you made. With read replicas, a replica that has not replayed it yet is "
+            "waited for, or the primary answers.",
+        ),
+    ] = None,
+    if_none_match: Annotated[
+        str | None,
+        Header(
+            description='The session ETags you hold, e.g. "3": 304 Not Modified when the '
+            "session is still at one of them; never an older version than the newest.",
+            max_length=1024,
+        ),
+    ] = None,
+) -> ReadOptions:
+    """Parse the read-your-writes query and header; malformed ones are refused (422)."""
+    held: set[int] = set()
+    for tag in [] if if_none_match is None else if_none_match.split(","):
+        found = ETAG.match(tag.strip().removeprefix("W/"))
+        if found is None:
+            raise InvalidInput(
+                f'If-None-Match must list session ETags such as "3"; got {if_none_match!r}'
+            )
+        held.add(int(found.group(1) or found.group(2)))
+    least = max(held | {min_version or 0}) if held else min_version
+    return ReadOptions(least, frozenset(held))
+
+
 LedgerDep = Annotated[Ledger, Depends(get_ledger)]
 KeyStoreDep = Annotated[KeyStore, Depends(key_store)]
 PrincipalDep = Annotated[Principal, Depends(authenticate)]
@@ -174,8 +218,8 @@ AdminDep = Annotated[Principal, Depends(require(MANAGE_KEYS))]
 ExporterDep = Annotated[Principal, Depends(require(EXPORT))]
 SessionKeyDep = Annotated[str, Depends(session_key)]
 WriteOptionsDep = Annotated[WriteOptions, Depends(write_options)]
+ReadOptionsDep = Annotated[ReadOptions, Depends(read_options)]
 
-BIG = 2**62  # larger numbers are no real position and would overflow the SQL column types
 AsOfVersion = Annotated[
     int | None,
     Query(ge=1, le=BIG, description="Read the session as it was at this version (replay)."),

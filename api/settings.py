@@ -96,6 +96,25 @@ class Settings(BaseSettings):
         description="`migrate` lays the PostgreSQL events and views out in this many hash "
         "partitions by session, copying an existing store (docs/operations.md).",
     )
+    read_database_urls: str = Field(
+        "",
+        description="PostgreSQL standbys that serve reads, comma separated "
+        "(postgresql://...); writes, and reads that must see a write, go to the primary.",
+    )
+    replica_max_lag_seconds: float = Field(
+        5, gt=0, allow_inf_nan=False,
+        description="A standby that trails the primary by more than this serves no reads "
+        "until it catches up.",
+    )  # fmt: skip
+    replica_wait_ms: int = Field(
+        100, ge=0,
+        description="How long a read that must see a version (min_version, If-None-Match, "
+        "this process's own write) waits for a standby to replay it before the primary answers.",
+    )  # fmt: skip
+    replica_check_seconds: float = Field(
+        1, gt=0, allow_inf_nan=False,
+        description="How often each standby's lag and health are checked.",
+    )  # fmt: skip
     ui: bool = Field(
         True,
         description="Serve the audit viewer at /ui (browse, replay, diff, verify, export "

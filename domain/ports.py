@@ -7,14 +7,15 @@ knows this protocol, so the domain imports nothing from the layers above it.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 from .messages import ChatMessage
 from .tokens import NamedTokenizer, TokenCount
 
+T = TypeVar("T")
 ACTIVE = "active"
 ARCHIVED = "archived"
 STATUSES = (ACTIVE, ARCHIVED)
@@ -153,9 +154,27 @@ class MessagesRead(Protocol):
     def __len__(self) -> int: ...
 
 
+class ReadRouting(Protocol):
+    """Where the queries are served when the store keeps copies of the views that may
+    trail it (PostgreSQL standbys). A query is a function of the views it runs on."""
+
+    def read(
+        self, session_id: uuid.UUID | None, min_version: int, query: Callable[[SessionViews], T],
+        version: Callable[[T], int] | None = None,
+    ) -> T:  # fmt: skip
+        """`query` run on a copy where the session (if any) is at `min_version` or past it,
+        and past every version this process wrote of it; else on the views themselves.
+        `version`: the session's version a result of `query` shows (a read of the session
+        now), so a result new enough needs no check of the copy first."""
+        ...
+
+
 @runtime_checkable
 class SessionViews(Protocol):
     """Reads the ledger serves from its projections."""
+
+    # Where the queries may be served instead of here (None: here).
+    read_routing: ReadRouting | None
 
     def context_window(
         self,

@@ -20,7 +20,7 @@ from .inputs import (
 )
 from .messages import ChatMessage
 from .observer import READ_HISTORY, READ_WINDOW, LedgerObserver
-from .ports import STATUSES, MessagesRead, SessionHead, SessionViews
+from .ports import STATUSES, MessagesRead, SessionHead, SessionViews, T
 from .session import session_id
 from .tokens import NamedTokenizer, check_window_arguments
 
@@ -36,6 +36,14 @@ def past_version(key: str, head: SessionHead, version: object) -> int:
             f"session {key!r} has no version {version}; its versions are 1 to {head.version}"
         )
     return version
+
+
+def _read_version(read: MessagesRead) -> int:
+    return read.version
+
+
+def _head_version(head: SessionHead | None) -> int:
+    return 0 if head is None else head.version
 
 
 class Reads:
@@ -64,9 +72,11 @@ class Reads:
         self, key: str, *, tenant: str | None = None, token_limit: int | None = None,
         initial_token_count: int = 0, tokenizer: Tokenizer = None,
         as_of_version: int | None = None, as_of: datetime | None = None,
+        min_version: int | None = None,
     ) -> MessagesRead:  # fmt: skip
         """`get` as one read: its messages (`.messages()`, or canonical JSON `.json()`) and
-        the version they are the window of (`.version`; 0: no such session)."""
+        the version they are the window of (`.version`; 0: no such session). `min_version`:
+        a version the caller holds (an ETag); the read is of that version or a later one."""
         limit = self.token_limit if token_limit is None else token_limit
         check_int("token_limit", limit)
         check_int("initial_token_count", initial_token_count)
@@ -76,9 +86,14 @@ class Reads:
         if tokenizer is not None and tokenizer.name == self.tokenizer.name:
             tokenizer = None  # the stored counts are this tokenizer's
         sid = self._session_id(key, tenant)
-        version = self._version(sid, key, tenant, as_of_version, as_of)
+
+        def query(views: SessionViews) -> MessagesRead:
+            version = self._version(views, sid, key, tenant, as_of_version, as_of)
+            return views.context_window(sid, limit, initial_token_count, tokenizer, version)
+
+        now = _read_version if as_of_version is None and as_of is None else None
         with self.observer.store_call(READ_WINDOW):
-            read = self.views.context_window(sid, limit, initial_token_count, tokenizer, version)
+            read = self._query(sid, min_version, as_of_version, query, now)
         return self._unless_erased(read, sid, key)
 
     def get_all(
@@ -96,7 +111,7 @@ class Reads:
     def history(
         self, key: str, *, tenant: str | None = None, status: str = "active", offset: int = 0,
         limit: int | None = None, as_of_version: int | None = None,
-        as_of: datetime | None = None,
+        as_of: datetime | None = None, min_version: int | None = None,
     ) -> MessagesRead:  # fmt: skip
         """`get_all` as one read, with the version its messages are of (see `window`)."""
         if status not in STATUSES:
@@ -105,19 +120,35 @@ class Reads:
         if limit is not None:
             check_int("limit", limit, least=0)
         sid = self._session_id(key, tenant)
-        version = self._version(sid, key, tenant, as_of_version, as_of)
+
+        def query(views: SessionViews) -> MessagesRead:
+            version = self._version(views, sid, key, tenant, as_of_version, as_of)
+            return views.history(sid, status, offset, limit, version)
+
+        now = _read_version if as_of_version is None and as_of is None else None
         with self.observer.store_call(READ_HISTORY):
-            read = self.views.history(sid, status, offset, limit, version)
+            read = self._query(sid, min_version, as_of_version, query, now)
         return self._unless_erased(read, sid, key)
 
     def head(
         self, key: str, *, tenant: str | None = None, as_of_version: int | None = None,
-        as_of: datetime | None = None,
+        as_of: datetime | None = None, min_version: int | None = None, latest: bool = False,
     ) -> SessionHead:  # fmt: skip
         """The session's version, counts and times (as they stood at `as_of_version` or
-        `as_of` when given); SessionNotFound if it has none."""
+        `as_of` when given); SessionNotFound if it has none. `latest`: as the next write
+        will find it (never from a copy of the views that may trail)."""
         sid = self._session_id(key, tenant)
-        found = self.views.session_head(sid, self._version(sid, key, tenant, as_of_version, as_of))
+
+        def query(views: SessionViews) -> SessionHead | None:
+            return views.session_head(
+                sid, self._version(views, sid, key, tenant, as_of_version, as_of)
+            )
+
+        now = as_of_version is None and as_of is None
+        found = (
+            query(self.views) if latest
+            else self._query(sid, min_version, as_of_version, query, _head_version if now else None)
+        )  # fmt: skip
         if found is None:
             raise SessionNotFound(self._tenant(tenant), key)
         return found
@@ -133,11 +164,28 @@ class Reads:
         check_text(prefix, "prefix", MAX_KEY_CHARS, allow_empty=True)
         if after is not None:
             check_key(after)
-        return self.views.session_keys(self._tenant(tenant), prefix, after, limit, exclude_cleared)
+        tenant = self._tenant(tenant)
+        return self._query(
+            None, None, None,
+            lambda views: views.session_keys(tenant, prefix, after, limit, exclude_cleared),
+        )  # fmt: skip
+
+    def _query(
+        self, sid: uuid.UUID | None, min_version: int | None, as_of_version: int | None,
+        query: Callable[[SessionViews], T], version: Callable[[T], int] | None = None,
+    ) -> T:  # fmt: skip
+        """`query` on the views, or where their read routing serves it: a copy where the
+        session is at `min_version` (a version the caller holds; `as_of_version` names one
+        too) or past it. `version`: the session's version a result shows (a read of now)."""
+        least = 0 if min_version is None else check_int("min_version", min_version, least=0)
+        if as_of_version is not None:
+            least = max(least, check_int("as_of_version", as_of_version))
+        routing = self.views.read_routing
+        return query(self.views) if routing is None else routing.read(sid, least, query, version)
 
     def _version(
-        self, sid: uuid.UUID, key: str, tenant: str | None, as_of_version: int | None,
-        as_of: datetime | None,
+        self, views: SessionViews, sid: uuid.UUID, key: str, tenant: str | None,
+        as_of_version: int | None, as_of: datetime | None,
     ) -> int | None:  # fmt: skip
         """The version a point-in-time read names (None: now); StateNotFound if none."""
         if as_of_version is None and as_of is None:
@@ -145,11 +193,11 @@ class Reads:
         if as_of_version is not None and as_of is not None:
             raise InvalidInput("give as_of_version or as_of, not both")
         when = None if as_of is None else check_moment("as_of", as_of)
-        head = self.views.session_head(sid)
+        head = views.session_head(sid)
         if head is None:
             raise SessionNotFound(self._tenant(tenant), key)
         if when is not None:
-            version = self.views.version_at(sid, when)
+            version = views.version_at(sid, when)
             if version is None:
                 raise StateNotFound(
                     f"session {key!r} did not exist yet at {when.isoformat()}; it was "

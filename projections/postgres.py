@@ -40,6 +40,7 @@ from .changes import InsertMessages, MessageRow, ViewChanges
 from .feed import PostgresFeedReads
 from .postgres_partitions import partition_counts
 from .postgres_schema import migrate
+from .replicas import ReplicaSet, open_replicas
 from .sealing import SealingFactory
 from .sql import LIVE_COLUMNS, SESSION_INSERT, TIMELINE_COLUMNS, Reader
 from .views import SQLViews
@@ -122,6 +123,7 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder, SQLViews, PostgresFeed
     def __init__(self, datastore: PostgresDatastore, *, events_table_name: str = "ledger_events"):
         super().__init__(datastore, events_table_name=events_table_name)
         self.rows_read = 0
+        self.replicas: ReplicaSet | None = None  # told of each commit (read-your-writes)
         self._planned: weakref.WeakSet[Any] = weakref.WeakSet()  # connections set up
 
     def create_table(self) -> None:
@@ -170,6 +172,8 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder, SQLViews, PostgresFeed
                         self.apply_changes(curs, changes, stored_events)
         if self.after_commit is not None and changes is not None:
             self.after_commit(changes.session_id)
+        if self.replicas is not None and changes is not None:
+            self.replicas.written(changes.session_id, stored_events[-1].originator_version)
         return ids
 
     def _append(
@@ -344,9 +348,18 @@ class PostgresLedgerFactory(SealingFactory, PostgresFactory):
         sealing = self.sealing_mapper(transcoder or self.transcoder())
         return sealing or super().mapper(transcoder, mapper_class)
 
+    replicas: ReplicaSet | None = None
+
     def application_recorder(self) -> ApplicationRecorder:
         recorder = PostgresLedgerRecorder(self.datastore)
         self.sealing(recorder)
         if self.env_create_table():
             recorder.create_table()
+        self.replicas = recorder.replicas = open_replicas(self.env, recorder)
+        recorder.read_routing = self.replicas
         return recorder
+
+    def close(self) -> None:
+        if self.replicas is not None:
+            self.replicas.close()
+        super().close()

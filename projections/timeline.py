@@ -9,7 +9,7 @@ from datetime import datetime
 from session_ledger.domain.ports import PriorWrite, SessionHead
 
 from .dialect import ViewStore
-from .sql import NOT_CLEARED, VERSION_AT, prefix_upper_bound
+from .sql import HEAD_VERSION_SELECT, NOT_CLEARED, VERSION_AT, prefix_upper_bound
 
 
 class TimelineReads(ViewStore):
@@ -25,6 +25,12 @@ class TimelineReads(ViewStore):
         with self._reading() as read:
             rows = self._fetch(read, VERSION_AT, (sid, self._time(when), self._time(when), sid))
         return (rows[0]["version"] or None) if rows else None
+
+    def head_version(self, session_id: uuid.UUID) -> int:
+        """The session's version (0: none yet): one row, read by the timeline's key."""
+        with self._reading() as read:
+            rows = self._tuples(read, HEAD_VERSION_SELECT, (self._sid(session_id),))
+        return int(rows[0][0]) if rows else 0
 
     def session_head(self, session_id: uuid.UUID, version: int | None = None) -> SessionHead | None:
         # At a past version: that version's timeline row, which holds its counts too.

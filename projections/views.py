@@ -14,6 +14,8 @@ from typing import Any
 
 from eventsourcing.persistence import StoredEvent
 
+from session_ledger.domain.ports import ReadRouting
+
 from .bodies import body_json
 from .context import ContextReads
 from .sql import Reader, utc_text
@@ -48,6 +50,8 @@ class SQLViews(ViewWrites, ContextReads, TranscriptReads, TimelineReads):
     event_position = "rowid"  # the column that orders the whole event log
     # Told each session id once its write committed (the live tails' hub, if any).
     after_commit: Callable[[uuid.UUID], None] | None = None
+    # Where the queries may be served instead (PostgreSQL standbys: `replicas.py`).
+    read_routing: ReadRouting | None = None
 
     # -- the live tails' watcher ------------------------------------------------------------
 

@@ -15,6 +15,7 @@ import pytest
 from session_ledger.api.bootstrap import migrate, open_ledger
 from session_ledger.api.settings import Settings
 from session_ledger.domain.ledger import Ledger
+from tests.postgres_pair import PostgresPair, start_pair_or_skip
 
 DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
 STORES = ("memory", "sqlite", "postgres")
@@ -118,3 +119,15 @@ def ledger(store: str, tmp_path: Path) -> Iterator[Ledger]:
     instance = make_ledger(make_settings(store, tmp_path))
     yield instance
     instance.close()
+
+
+@pytest.fixture(scope="session")
+def postgres_pair() -> Iterator[PostgresPair]:
+    """A PostgreSQL primary and a streaming standby of it, the tests' own (read replicas),
+    with the ledger's tables; stopped and removed at the end."""
+    pair = start_pair_or_skip()
+    try:
+        migrate(Settings(database_url=pair.primary_url, tokenizer="whitespace"))
+        yield pair
+    finally:
+        pair.close()

@@ -23,6 +23,7 @@ from ..deps import (
     AsOfVersion,
     LedgerDep,
     ReaderDep,
+    ReadOptionsDep,
     SessionKeyDep,
     WriteOptions,
     WriteOptionsDep,
@@ -52,7 +53,7 @@ def _written(response: Response, result: ports.WriteResult) -> WriteResult:
 def _precondition(ledger: LedgerDep, key: str, tenant: str, options: WriteOptions) -> None:
     if options.must_exist:
         try:
-            ledger.head(key, tenant=tenant)
+            ledger.head(key, tenant=tenant, latest=True)
         except SessionNotFound:
             raise PreconditionFailed(f"If-Match: * but session {key!r} does not exist") from None
 
@@ -123,7 +124,7 @@ def archive_oldest(
     "/{key}/messages", response_model=MessageList, dependencies=[Depends(logged("transcript"))]
 )
 def get_history(
-    key: SessionKeyDep, ledger: LedgerDep, who: ReaderDep,
+    key: SessionKeyDep, ledger: LedgerDep, who: ReaderDep, read_options: ReadOptionsDep,
     status: Literal["active", "archived"] = "active",
     offset: Annotated[int, Query(ge=0, le=BIG)] = 0,
     limit: Annotated[int | None, Query(ge=0, le=BIG)] = None,
@@ -132,13 +133,15 @@ def get_history(
     """The session's whole history, oldest first, or a page of it (get_all); with
     `as_of_version` or `as_of`, the history as it stood then (replay)."""
     read = ledger.history(key, tenant=who.tenant, status=status, offset=offset, limit=limit,
-                          as_of_version=as_of_version, as_of=as_of)  # fmt: skip
-    return message_list(read, who.tenant, key)
+                          as_of_version=as_of_version, as_of=as_of,
+                          min_version=read_options.min_version)  # fmt: skip
+    return message_list(read, who.tenant, key, read_options.held)
 
 
 @router.get("/{key}/context", response_model=MessageList, dependencies=[Depends(logged("window"))])
 async def get_context(
     request: Request, key: SessionKeyDep, ledger: LedgerDep, who: ReaderDep,
+    read_options: ReadOptionsDep,
     token_limit: Annotated[int | None, Query(ge=1, le=BIG, description="Default: "
                                              "the server's LEDGER_TOKEN_LIMIT.")] = None,
     initial_token_count: Annotated[int, Query(ge=0, le=BIG)] = 0,
@@ -148,6 +151,6 @@ async def get_context(
     with `as_of_version` or `as_of`, the window the agent was given then."""
     read = await short_read(request, lambda: ledger.window(
         key, tenant=who.tenant, token_limit=token_limit, initial_token_count=initial_token_count,
-        as_of_version=as_of_version, as_of=as_of,
+        as_of_version=as_of_version, as_of=as_of, min_version=read_options.min_version,
     ))  # fmt: skip
-    return message_list(read, who.tenant, key)
+    return message_list(read, who.tenant, key, read_options.held)
