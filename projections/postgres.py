@@ -6,7 +6,6 @@ and jsonb columns reject a raw U+0000).
 
 from __future__ import annotations
 
-import functools
 import uuid
 import weakref
 from collections.abc import Iterator, Sequence
@@ -38,11 +37,12 @@ from session_ledger.domain.ports import ACTIVE
 
 from .changes import InsertMessages, MessageRow, ViewChanges
 from .feed import PostgresFeedReads
+from .postgres_append import MAX_VALUES_ROWS, MESSAGES_INSERT, append_sql, events_insert, to_psycopg
 from .postgres_partitions import partition_counts
 from .postgres_schema import migrate
 from .replicas import ReplicaSet, open_replicas
 from .sealing import SealingFactory
-from .sql import LIVE_COLUMNS, SESSION_INSERT, TIMELINE_COLUMNS, Reader
+from .sql import Reader
 from .views import SQLViews
 
 # Every read walks a primary key in order and stops at its LIMIT. Where the planner's
@@ -52,66 +52,6 @@ from .views import SQLViews
 # Without bitmap scans the key order is the cheapest plan at any estimate. (JIT off: a
 # plan priced past a disabled step would be JIT-compiled, 200 ms.)
 PLANNER_SETTINGS = "SET enable_bitmapscan = off; SET jit = off"
-MAX_VALUES_ROWS = 200
-# Any number of rows in one statement: a large `set` is one round trip, not thousands
-# of statements queued in psycopg's pipeline.
-MESSAGES_INSERT = (
-    f"INSERT INTO ledger_messages ({LIVE_COLUMNS})"
-    " SELECT %s, %s, m.id, %s, m.role, m.tokens, m.joined, m.body"
-    " FROM unnest(%s::bigint[], %s::text[], %s::integer[], %s::integer[], %s::text[])"
-    " AS m(id, role, tokens, joined, body)"
-)
-
-
-def to_psycopg(statement: str) -> str:
-    return statement.replace("?", "%s")
-
-
-def _values(rows: int, row: str) -> str:
-    return ", ".join([row] * rows)
-
-
-def _events_insert(n: int) -> str:
-    return (
-        "INSERT INTO ledger_events (originator_id, originator_version, topic, state) VALUES "
-        + _values(n, "(%s, %s, %s, %s)")
-        + " RETURNING notification_id"
-    )
-
-
-# h_v from the stored h_{v-1} and the record's encoding (domain/integrity.py).
-CHAIN_EXTENDED = (
-    "sha256((SELECT chain FROM ledger_timeline WHERE session_id = %s AND version = %s)"
-    " || %s::bytea)"
-)
-
-
-@functools.lru_cache(maxsize=512)
-def _append_sql(
-    n_events: int, messages: int | None, chained: bool, token_totals: tuple[str, ...]
-) -> str:
-    """Events, message rows (`messages` VALUES rows, or arrays when None) and one timeline
-    row per SQL expression of its token total, as one statement of data-modifying CTEs,
-    with the session row when the write starts the session (not `chained`). A `chained`
-    write's one timeline row extends the stored hash chain in the statement itself, as
-    its token total extends the stored total, so an append stays one round trip."""
-    parts = [f"e AS ({_events_insert(n_events)})"]
-    if not chained:
-        parts.append(f"s AS ({to_psycopg(SESSION_INSERT)})")
-    if messages is None:
-        parts.append(f"m AS ({MESSAGES_INSERT})")
-    elif messages:
-        row = "(%s, %s, %s, %s, %s, %s, %s, %s)"
-        parts.append(
-            f"m AS (INSERT INTO ledger_messages ({LIVE_COLUMNS}) VALUES {_values(messages, row)})"
-        )
-    assert not chained or len(token_totals) == 1
-    chain = CHAIN_EXTENDED if chained else "%s"
-    timeline = ", ".join(
-        f"({'%s, ' * 10}{chain}, %s, {to_psycopg(tokens)})" for tokens in token_totals
-    )
-    parts.append(f"t AS (INSERT INTO ledger_timeline ({TIMELINE_COLUMNS}) VALUES {timeline})")
-    return "WITH " + ", ".join(parts) + " SELECT notification_id FROM e ORDER BY notification_id"
 
 
 class PostgresLedgerRecorder(PostgresApplicationRecorder, SQLViews, PostgresFeedReads):
@@ -166,7 +106,7 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder, SQLViews, PostgresFeed
                     ids = [r[0] for r in curs.fetchall()]
             else:
                 with conn.transaction(), conn.cursor() as curs:
-                    curs.execute(_events_insert(len(stored_events)), events)
+                    curs.execute(events_insert(len(stored_events)), events)
                     ids = [r["notification_id"] for r in curs.fetchall()]
                     if changes is not None:
                         self.apply_changes(curs, changes, stored_events)
@@ -211,7 +151,7 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder, SQLViews, PostgresFeed
         ):
             params += (*row, *chain, t.archived_count, *token_params)
         token_sql = tuple(tokens for tokens, _ in totals)
-        return _append_sql(len(stored), messages, chained, token_sql), params
+        return append_sql(len(stored), messages, chained, token_sql), params
 
     @contextmanager
     def _connection(self) -> Iterator[Any]:

@@ -14,7 +14,8 @@ from psycopg import sql as psql
 
 from session_ledger.domain.ledger import Ledger
 from session_ledger.projections import eventsourcing_compat
-from session_ledger.projections.postgres import PostgresReader, to_psycopg
+from session_ledger.projections.postgres import PostgresReader
+from session_ledger.projections.postgres_append import to_psycopg
 from session_ledger.projections.sql import TAIL_BATCH
 from tests.conftest import make_ledger, make_settings
 

@@ -16,7 +16,8 @@ from session_ledger.api.bootstrap import migrate
 from session_ledger.api.settings import Settings
 from session_ledger.domain.errors import InvalidInput
 from session_ledger.domain.ledger import Ledger
-from session_ledger.projections.postgres import PLANNER_SETTINGS, PostgresReader, to_psycopg
+from session_ledger.projections.postgres import PLANNER_SETTINGS, PostgresReader
+from session_ledger.projections.postgres_append import to_psycopg
 from session_ledger.projections.postgres_partitions import PARTITIONED_TABLES, partition_counts
 from session_ledger.projections.rebuild import check, rebuild
 from session_ledger.projections.views import SQLViews
