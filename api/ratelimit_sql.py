@@ -19,7 +19,8 @@ from urllib.parse import unquote
 
 from session_ledger.domain.errors import StoreNotReady, StoreUnavailable
 
-from .ratelimit import SLACK, Bucket, LimitStore, settle
+from .ratelimit import LimitStore
+from .ratelimit_budget import SLACK, Bucket, settle
 
 TABLE = "ledger_rate_limits"
 NOT_MIGRATED = "the rate limit table does not exist: run `session-ledger migrate`"

@@ -50,7 +50,8 @@ import psycopg
 from bench.results import write_diagnostic
 from session_ledger.api.bootstrap import migrate
 from session_ledger.api.client_requests import session_path
-from session_ledger.api.ratelimit import Bucket, open_limit_store
+from session_ledger.api.ratelimit import open_limit_store
+from session_ledger.api.ratelimit_budget import Bucket
 from session_ledger.api.settings import Settings
 
 POSTGRES_URL = os.environ.get("LEDGER_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1/test")
