@@ -13,8 +13,10 @@ per key, burst the same, and ten times that per tenant: a runaway key, while eac
 key stays far under its limit) with a flood that ignores Retry-After and with one that
 honours it. The flood's answers are counted by status.
 
-Also: what the limiter's one statement costs a request, by calling the store directly
-(`LimitStore.take` of a key and a tenant bucket, as a read asks it).
+Also: what the limiter's one statement costs, by calling the store directly
+(`LimitStore.take` of a key and a tenant bucket, as a read asks it), and what a request
+costs through `Limiter.admit` with the default limits, where most are admitted from the
+process's leases.
 
 `python -m bench.rate_limits [--stores sqlite,postgres] [--rounds 3] [--seconds 10]
 [--flood-clients 32] [--quiet-rate 20] [--limit 5] [--flood-nice 0]` prints Markdown
@@ -48,9 +50,10 @@ import httpx
 import psycopg
 
 from bench.results import write_diagnostic
+from session_ledger.api.auth import Principal
 from session_ledger.api.bootstrap import migrate
 from session_ledger.api.client_requests import session_path
-from session_ledger.api.ratelimit import open_limit_store
+from session_ledger.api.ratelimit import Limiter, open_limit_store
 from session_ledger.api.ratelimit_budget import Bucket
 from session_ledger.api.settings import Settings
 
@@ -246,6 +249,13 @@ def statement_cost(url: str) -> dict[str, float]:
             for _ in range(STATEMENT_CALLS):
                 store.take(buckets, time.time())
             found[f"{verdict}_us"] = (time.perf_counter() - began) / STATEMENT_CALLS * 1e6
+        # A request as the limiter admits it, with the default limits and leases.
+        limiter = Limiter(Settings(database_url=url), store)
+        principal = Principal(key_id="bench", tenant="bench", role="agent")
+        began = time.perf_counter()
+        for _ in range(STATEMENT_CALLS):
+            limiter.admit(principal, 0)
+        found["admit_us"] = (time.perf_counter() - began) / STATEMENT_CALLS * 1e6
         return found
     finally:
         store.close()
@@ -306,8 +316,10 @@ def tables(cases: dict[str, Any], costs: dict[str, Any]) -> str:
             f"| {case['flood_requests_per_s']:.0f} | {answers.get(200, 0)} "
             f"| {answers.get(429, 0)} | {other} |"
         )
-    lines += ["", "| store | limiter statement, admitted µs | refused µs |", "|---|---|---|"]
-    lines += [f"| {s} | {c['admitted_us']:.0f} | {c['refused_us']:.0f} |" for s, c in costs.items()]
+    lines += ["", "| store | limiter statement, admitted µs | refused µs "
+              "| a request admitted by the limiter (leases) µs |", "|---|---|---|---|"]  # fmt: skip
+    lines += [f"| {s} | {c['admitted_us']:.0f} | {c['refused_us']:.0f} | {c['admit_us']:.1f} |"
+              for s, c in costs.items()]  # fmt: skip
     return "\n".join(lines)
 
 
