@@ -15,7 +15,8 @@ from fastapi import Depends, Request
 from starlette.concurrency import run_in_threadpool
 
 from .auth import Principal, authenticate
-from .ratelimit import Limiter, Refused
+from .ratelimit import Limiter
+from .ratelimit_budget import Refused
 
 READS = frozenset({"GET", "HEAD", "OPTIONS"})
 # The routes whose write creates a session that does not exist yet.
@@ -34,14 +35,16 @@ async def enforce_limits(
     size = 0 if request.method in READS else len(await request.body())
     key = _created_session(request)
 
-    def admit() -> bool:  # one hand-off to a worker thread for both
-        limiter.admit(principal, size)
+    def admit(admitted: bool) -> bool:  # one hand-off to a worker thread for both
+        if not admitted:
+            limiter.admit(principal, size)
         return key is not None and limiter.count_session(ledger, principal.tenant, key)
 
     try:
-        limiter.refuse_known(principal, size)
-        asks = limiter.asks_store(principal, size, key)
-        counted = await run_in_threadpool(admit) if asks else False
+        # Most requests are admitted (or refused) from memory, in the event loop.
+        admitted = limiter.admit_in_memory(principal, size)
+        asks = not admitted or limiter.counts_session(principal.tenant, key)
+        counted = await run_in_threadpool(admit, admitted) if asks else False
     except Refused as refusal:
         request.app.state.metrics.refusals.labels(refusal.code, refusal.limit).inc()
         raise

@@ -20,7 +20,7 @@ from session_ledger.domain import errors as domain
 
 from .auth import Forbidden, Unauthenticated
 from .keystore import KeyNotFound
-from .ratelimit import QuotaExceeded, RateLimited, Refused
+from .ratelimit_budget import QuotaExceeded, RateLimited, Refused
 from .schemas import ErrorResponse
 
 log = logging.getLogger("session_ledger.api")

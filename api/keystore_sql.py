@@ -7,7 +7,6 @@ Both use the same statements; they differ in placeholders, connections and how
 from __future__ import annotations
 
 import sqlite3
-import threading
 from abc import abstractmethod
 from collections.abc import Hashable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -16,10 +15,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
-from session_ledger.domain.errors import StoreNotReady, StoreUnavailable
+from session_ledger.domain.errors import StoreNotReady
 
 from .key_cache import NOTIFY_CHANNEL, KeyNotices
 from .keystore import KeyRecord, KeyStore
+from .sql_connections import SQLiteConnections, open_pool, postgres_cursor, sqlite_failure
 
 TABLE = "ledger_api_keys"
 # One row: how many revokes the key table has seen. Processes keep active keys while it
@@ -119,32 +119,22 @@ class _SQLKeyStore(KeyStore):
 
 
 class SQLiteKeyStore(_SQLKeyStore):
-    """Keys in the ledger's SQLite file; a connection per thread keeps threads apart (and
-    opening one per request cost 0.4 ms of every request)."""
+    """Keys in the ledger's SQLite file, a connection per thread."""
 
     def __init__(self, database_url: str, *, lock_timeout: float = 30) -> None:
         super().__init__()
         self.path = unquote(database_url.removeprefix("sqlite:///"))
-        self.lock_timeout = lock_timeout
-        self._local = threading.local()
-        self._opened: list[sqlite3.Connection] = []
-        self._lock = threading.Lock()
+        self.connections = SQLiteConnections(self.path, lock_timeout)
 
     def close(self) -> None:
-        with self._lock:
-            for conn in self._opened:
-                conn.close()
-            self._opened.clear()
-        self._local = threading.local()
+        self.connections.close()
 
     def _version(self) -> Hashable:
         # One statement, no BEGIN/COMMIT around it: a read of one row by its key.
         try:
-            row = self._connection().execute(READ_VERSION).fetchone()
+            row = self.connections.connection().execute(READ_VERSION).fetchone()
         except sqlite3.OperationalError as exc:
-            if "no such table" in str(exc):
-                raise StoreNotReady(NOT_MIGRATED) from None
-            raise StoreNotReady(f"SQLite: {exc}") from None
+            raise sqlite_failure(exc, NOT_MIGRATED) from None
         except sqlite3.Error as exc:
             raise StoreNotReady(f"cannot open {self.path}: {exc}") from None
         return row[0] if row else None
@@ -157,40 +147,10 @@ class SQLiteKeyStore(_SQLKeyStore):
             found = cur.fetchone()
         return (_row(found) if found else None), (row[0] if row else None)
 
-    def _connection(self) -> sqlite3.Connection:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = sqlite3.connect(
-                self.path, timeout=self.lock_timeout, isolation_level=None,
-                check_same_thread=False,  # closed from another thread by close()
-            )  # fmt: skip
-            self._local.conn = conn
-            with self._lock:
-                self._opened.append(conn)
-        return conn
-
-    @contextmanager
-    def _transaction(self, exclusive: bool = False) -> Iterator[sqlite3.Cursor]:
+    def _transaction(self, exclusive: bool = False) -> AbstractContextManager[sqlite3.Cursor]:
         if exclusive:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        try:
-            conn = self._connection()
-        except sqlite3.Error as exc:
-            raise StoreNotReady(f"cannot open {self.path}: {exc}") from None
-        try:
-            cur = conn.cursor()
-            # IMMEDIATE takes the write lock up front: racing migrations queue, not fail.
-            cur.execute("BEGIN IMMEDIATE" if exclusive else "BEGIN")
-            yield cur
-            conn.commit()
-        except sqlite3.OperationalError as exc:
-            conn.rollback()
-            if "no such table" in str(exc):
-                raise StoreNotReady(NOT_MIGRATED) from None
-            raise StoreNotReady(f"SQLite: {exc}") from None
-        except BaseException:
-            conn.rollback()
-            raise
+        return self.connections.transaction(NOT_MIGRATED, lock=exclusive)
 
 
 class PostgresKeyStore(_SQLKeyStore):
@@ -199,16 +159,12 @@ class PostgresKeyStore(_SQLKeyStore):
     placeholder = "%s"
 
     def __init__(self, database_url: str, *, pool_size: int = 4, connect_wait: float = 30) -> None:
-        from psycopg_pool import ConnectionPool
-
         super().__init__()
         self.notices = KeyNotices(database_url)
         self.notices.start()
         # Every request authenticates here first: during an outage it waits `connect_wait`
         # for a connection, then answers 503, rather than holding the request.
-        self.pool = ConnectionPool(
-            database_url, min_size=1, max_size=pool_size, timeout=connect_wait, open=True
-        )
+        self.pool = open_pool(database_url, size=pool_size, wait=connect_wait)
 
     def close(self) -> None:
         self.notices.close()
@@ -222,17 +178,9 @@ class PostgresKeyStore(_SQLKeyStore):
 
     @contextmanager
     def _transaction(self, exclusive: bool = False) -> Iterator[Any]:
-        import psycopg
-        from psycopg_pool import PoolTimeout
-
-        try:
-            with self.pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
-                if exclusive:
-                    # CREATE TABLE IF NOT EXISTS can still collide in the catalog when two
-                    # processes run it at once; the advisory lock queues them instead.
-                    cur.execute("SELECT pg_advisory_xact_lock(%s)", (ADVISORY_LOCK_ID,))
-                yield cur
-        except psycopg.errors.UndefinedTable:
-            raise StoreNotReady(NOT_MIGRATED) from None
-        except (psycopg.OperationalError, PoolTimeout) as exc:
-            raise StoreUnavailable(f"PostgreSQL unreachable: {exc}") from None
+        with postgres_cursor(self.pool, NOT_MIGRATED) as cur:
+            if exclusive:
+                # CREATE TABLE IF NOT EXISTS can still collide in the catalog when two
+                # processes run it at once; the advisory lock queues them instead.
+                cur.execute("SELECT pg_advisory_xact_lock(%s)", (ADVISORY_LOCK_ID,))
+            yield cur

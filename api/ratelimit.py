@@ -8,104 +8,39 @@ there. A request asks every bucket it touches at once and is admitted by all or 
 to none, so a key refused by its own limit does not spend its tenant's budget.
 
 The buckets live in the store the ledger uses (`ratelimit_sql.py`), so several API
-processes share one budget: the process only computes the steps and the verdict's
-message. The count of a tenant's sessions is a level that never drains.
+processes share one budget: the process computes the steps and the verdict's message,
+and admits most requests from leases it took of the shared buckets
+(`ratelimit_lease.py`) without a store round trip. The count of a tenant's sessions is a
+level that never drains.
 """
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from session_ledger.domain.errors import InvalidInput, PayloadTooLarge, SessionNotFound
 from session_ledger.domain.ledger import Ledger
 
 from .auth import Principal
+from .ratelimit_budget import (
+    DAY,
+    Bucket,
+    Budget,
+    QuotaExceeded,
+    RateLimited,
+    settle,
+)
+from .ratelimit_lease import Leases, leases_to_ask
 from .settings import Settings
 
-DAY = 86_400.0
-# GCRA sums float steps: ten steps of 0.1 s can exceed a span of 1 s by 2e-16.
-SLACK = 1e-9
 # The sessions quota does not drain with time: a refused caller can only wait for an
 # operator to raise it, so it is told to come back much later.
 SESSIONS_RETRY_AFTER = 3600.0
 KEYS_PER_PAGE = 10_000
-
-
-class Refused(Exception):
-    """A request over a limit: HTTP 429 with `Retry-After`."""
-
-    code = "rate_limited"
-
-    def __init__(self, message: str, retry_after: float, limit: str) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
-        self.limit = limit
-
-    @property
-    def retry_after_header(self) -> str:
-        """Whole seconds, rounded up, at least one (RFC 9110 delay-seconds)."""
-        return str(max(1, math.ceil(self.retry_after)))
-
-
-class RateLimited(Refused):
-    """Too many requests a second (code `rate_limited`)."""
-
-    code = "rate_limited"
-
-
-class QuotaExceeded(Refused):
-    """Over a quota of write bytes a day or of sessions (code `quota_exceeded`)."""
-
-    code = "quota_exceeded"
-
-
-@dataclass(frozen=True)
-class Bucket:
-    """One budget as a request asks it: `step` and `span` in seconds of budget."""
-
-    scope: str
-    step: float
-    span: float
-
-
-@dataclass(frozen=True)
-class Budget:
-    """A limit: `per_second` units refill a bucket that holds `burst` units."""
-
-    name: str
-    per_second: float
-    burst: float
-    unit: str
-    refusal: type[Refused]
-    daily: bool = False
-
-    def bucket(self, owner: str, units: float) -> Bucket:
-        return Bucket(f"{self.name}:{owner}", units / self.per_second, self.burst / self.per_second)
-
-    def describe(self) -> str:
-        if self.daily:
-            return f"{self.burst:.0f} {self.unit} a day"
-        return f"{self.per_second:g} {self.unit} a second (burst {self.burst:g})"
-
-
-def settle(
-    levels: Sequence[float | None], buckets: Sequence[Bucket], now: float
-) -> tuple[list[float], list[float]]:
-    """GCRA over every bucket of one request: the levels it would leave, and per bucket
-    the seconds until it would admit the request (all 0: admitted)."""
-    moved, waits = [], []
-    for level, bucket in zip(levels, buckets, strict=True):
-        after = max(level if level is not None else now, now) + bucket.step
-        moved.append(after)
-        wait = after - bucket.span - now
-        waits.append(wait if wait > SLACK else 0.0)
-    return moved, waits
 
 
 class LimitStore(ABC):
@@ -212,33 +147,56 @@ class Limiter:
         self._known_size = settings.aggregate_cache_size
         self._refused: OrderedDict[str, float] = OrderedDict()
         self._lock = threading.Lock()
+        self.lease_share = settings.rate_limit_lease
+        self.leases = Leases(settings.aggregate_cache_size)
 
     def admit(self, principal: Principal, write_bytes: int) -> None:
-        """Charge the request to its key and tenant, or raise Refused and charge nothing."""
+        """Charge the request to its key and tenant, or raise Refused and charge nothing:
+        from this process's leases where they cover a bucket, else from the store."""
         charged, buckets = self._buckets(principal, write_bytes)
         if not buckets:
             return
         now = self.clock()
-        waits = self._known_refusals(buckets, now)
-        if not any(waits):
-            waits = self.store.take(buckets, now)
-            self._remember_refusals(buckets, waits, now)
-        self._refuse(charged, waits)
+        self._refuse(charged, self._known_refusals(buckets, now))
+        reserved = self.leases.reserve(buckets, whole=False)
+        if all(reserved):
+            return
+        try:
+            asked = [b for b, taken in zip(buckets, reserved, strict=True) if not taken]
+            found = iter(self._take(asked, now))
+            waits = [0.0 if taken else next(found) for taken in reserved]
+            self._refuse(charged, waits)
+        except BaseException:
+            self.leases.release(buckets, reserved)
+            raise
 
-    def asks_store(self, principal: Principal, write_bytes: int, created: str | None) -> bool:
-        """Whether `admit` (and `count_session` of the session key `created`) would go to
-        the store: with the limits off they do nothing, and need no worker thread."""
-        if self._buckets(principal, write_bytes)[1]:
-            return True
-        return bool(created is not None and self.max_sessions
-                    and not self._is_known(principal.tenant, created))  # fmt: skip
-
-    def refuse_known(self, principal: Principal, write_bytes: int) -> None:
-        """Raise Refused if what this process already saw refuses the request: no I/O, so
-        a flood's refusals need not wait for a worker thread."""
+    def admit_in_memory(self, principal: Principal, write_bytes: int) -> bool:
+        """Admit the request from this process's leases, or raise Refused if what it
+        already saw refuses it: no I/O, so neither needs a worker thread. False: `admit`
+        must ask the store (nothing was charged)."""
         charged, buckets = self._buckets(principal, write_bytes)
-        if buckets:
-            self._refuse(charged, self._known_refusals(buckets, self.clock()))
+        if not buckets:
+            return True
+        self._refuse(charged, self._known_refusals(buckets, self.clock()))
+        return all(self.leases.reserve(buckets, whole=True))
+
+    def counts_session(self, tenant: str, created: str | None) -> bool:
+        """Whether `count_session` of the session key `created` may go to the store."""
+        return bool(created is not None and self.max_sessions
+                    and not self._is_known(tenant, created))  # fmt: skip
+
+    def _take(self, buckets: list[Bucket], now: float) -> list[float]:
+        """One store call for the buckets this process holds too little of, asking for a
+        lease of each; a second, for the request alone, when the store cannot give them."""
+        leases = leases_to_ask(buckets)
+        if leases != buckets:
+            waits = self.store.take(leases, now)
+            if not any(waits):
+                self.leases.keep(leases, buckets)
+                return waits
+        waits = self.store.take(buckets, now)
+        self._remember_refusals(buckets, waits, now)
+        return waits
 
     def _buckets(
         self, principal: Principal, write_bytes: int
@@ -256,7 +214,7 @@ class Limiter:
                 )
             if units:  # a read costs no write bytes: their buckets are not asked
                 charged.append((budget, who))
-                buckets.append(budget.bucket(owner, units))
+                buckets.append(budget.bucket(owner, units, self.lease_share))
         return charged, buckets
 
     @staticmethod

@@ -1,6 +1,7 @@
 """The SQL limit stores: one table of buckets beside the ledger's, on SQLite or PostgreSQL.
 
-A request costs one round trip: on PostgreSQL one call of a function `migrate` creates,
+A store call costs one round trip (most requests make none: their process admits them
+from a lease, `ratelimit_lease.py`): on PostgreSQL one call of a function `migrate` creates,
 which locks the request's rows (in scope order, so concurrent requests cannot deadlock),
 settles them and writes them only if every bucket admits; on SQLite one short write
 transaction on the ledger's file, shared by the processes of the host.
@@ -8,18 +9,16 @@ transaction on the ledger's file, shared by the processes of the host.
 
 from __future__ import annotations
 
-import contextlib
 import sqlite3
-import threading
 from abc import abstractmethod
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 from urllib.parse import unquote
 
-from session_ledger.domain.errors import StoreNotReady, StoreUnavailable
-
-from .ratelimit import SLACK, Bucket, LimitStore, settle
+from .ratelimit import LimitStore
+from .ratelimit_budget import SLACK, Bucket, settle
+from .sql_connections import SQLiteConnections, open_pool, postgres_cursor
 
 TABLE = "ledger_rate_limits"
 NOT_MIGRATED = "the rate limit table does not exist: run `session-ledger migrate`"
@@ -113,10 +112,12 @@ class SQLiteLimitStore(_SQLLimitStore):
 
     def __init__(self, database_url: str, *, lock_timeout: float = 30) -> None:
         self.path = unquote(database_url.removeprefix("sqlite:///"))
-        self.lock_timeout = lock_timeout
-        self._local = threading.local()
-        self._opened: list[sqlite3.Connection] = []
-        self._lock = threading.Lock()
+        # A bucket lost to a power cut costs a burst, never a message: these commits need
+        # not wait for the disk. NORMAL, not OFF: in WAL mode a checkpoint this connection
+        # runs still syncs, so the ledger's file stays whole.
+        self.connections = SQLiteConnections(
+            self.path, lock_timeout, pragmas=["PRAGMA synchronous = NORMAL"]
+        )
 
     def migrate(self) -> None:
         with self._transaction() as cur:
@@ -147,48 +148,12 @@ class SQLiteLimitStore(_SQLLimitStore):
         return waits
 
     def close(self) -> None:
-        with self._lock:
-            for conn in self._opened:
-                conn.close()
-            self._opened.clear()
-        self._local = threading.local()
+        self.connections.close()
 
-    def _connection(self) -> sqlite3.Connection:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = sqlite3.connect(self.path, timeout=self.lock_timeout, isolation_level=None,
-                                   check_same_thread=False)  # fmt: skip
-            # A bucket lost to a power cut costs a burst, never a message: these commits
-            # need not wait for the disk. NORMAL, not OFF: in WAL mode a checkpoint this
-            # connection runs still syncs, so the ledger's file stays whole.
-            conn.execute("PRAGMA synchronous = NORMAL")
-            self._local.conn = conn
-            with self._lock:
-                self._opened.append(conn)
-        return conn
-
-    @contextmanager
-    def _transaction(self, lock: bool = True) -> Iterator[sqlite3.Cursor]:
-        """A cursor in a transaction that holds the write lock from its start (`lock`)."""
-        try:
-            conn = self._connection()
-        except sqlite3.Error as exc:
-            raise StoreNotReady(f"cannot open {self.path}: {exc}") from None
-        try:
-            cur = conn.cursor()
-            # IMMEDIATE takes the write lock before the read: two processes cannot both
-            # settle a bucket from the same level.
-            cur.execute("BEGIN IMMEDIATE" if lock else "BEGIN")
-            yield cur
-            conn.commit()
-        except sqlite3.OperationalError as exc:
-            conn.rollback()
-            if "no such table" in str(exc):
-                raise StoreNotReady(NOT_MIGRATED) from None
-            raise StoreUnavailable(f"SQLite: {exc}") from None
-        except BaseException:
-            conn.rollback()
-            raise
+    def _transaction(self, lock: bool = True) -> AbstractContextManager[sqlite3.Cursor]:
+        """A cursor in a transaction; `lock` (IMMEDIATE) takes the write lock before the
+        read: two processes cannot both settle a bucket from the same level."""
+        return self.connections.transaction(NOT_MIGRATED, lock=lock)
 
 
 class PostgresLimitStore(_SQLLimitStore):
@@ -197,15 +162,10 @@ class PostgresLimitStore(_SQLLimitStore):
     placeholder = "%s"
 
     def __init__(self, database_url: str, *, pool_size: int = 4, lock_timeout: float = 30) -> None:
-        from psycopg_pool import ConnectionPool
-
         # Autocommit: a request's one call is its own transaction, one round trip (no
         # BEGIN and COMMIT around it); `_transaction` opens one where several statements
         # must hold together.
-        self.pool = ConnectionPool(
-            database_url, min_size=1, max_size=pool_size, timeout=lock_timeout, open=True,
-            kwargs={"autocommit": True},
-        )  # fmt: skip
+        self.pool = open_pool(database_url, size=pool_size, wait=lock_timeout, autocommit=True)
 
     def migrate(self) -> None:
         with self._transaction() as cur:
@@ -232,20 +192,6 @@ class PostgresLimitStore(_SQLLimitStore):
     def close(self) -> None:
         self.pool.close()
 
-    @contextmanager
-    def _transaction(self, single: bool = False) -> Iterator[Any]:
+    def _transaction(self, single: bool = False) -> AbstractContextManager[Any]:
         """A cursor in a transaction; `single`: for one statement, its own transaction."""
-        import psycopg
-        from psycopg_pool import PoolTimeout
-
-        try:
-            with (
-                self.pool.connection() as conn,
-                contextlib.nullcontext() if single else conn.transaction(),
-                conn.cursor() as cur,
-            ):
-                yield cur
-        except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedFunction):
-            raise StoreNotReady(NOT_MIGRATED) from None
-        except (psycopg.OperationalError, PoolTimeout) as exc:
-            raise StoreUnavailable(f"PostgreSQL unreachable: {exc}") from None
+        return postgres_cursor(self.pool, NOT_MIGRATED, transaction=not single)

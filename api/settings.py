@@ -152,6 +152,11 @@ class Settings(BaseSettings):
     rate_limit_tenant_burst: int = Field(
         10_000, ge=0, description="Requests one tenant may make at once, above its rate."
     )
+    rate_limit_lease: float = Field(
+        0.1, ge=0, lt=1, allow_inf_nan=False,
+        description="Share of a burst one process takes of a shared bucket at once, then "
+        "admits from memory (0: every limited request asks the store).",
+    )  # fmt: skip
     quota_key_write_bytes_per_day: int = Field(
         10 * 1024**3, ge=0,
         description="Bytes of write bodies one API key may send in 24 hours, refilled "

@@ -13,11 +13,14 @@ per key, burst the same, and ten times that per tenant: a runaway key, while eac
 key stays far under its limit) with a flood that ignores Retry-After and with one that
 honours it. The flood's answers are counted by status.
 
-Also: what the limiter's one statement costs a request, by calling the store directly
-(`LimitStore.take` of a key and a tenant bucket, as a read asks it).
+Also: what the limiter's one statement costs, by calling the store directly
+(`LimitStore.take` of a key and a tenant bucket, as a read asks it), and what a request
+costs through `Limiter.admit` with the default limits, where most are admitted from the
+process's leases.
 
 `python -m bench.rate_limits [--stores sqlite,postgres] [--rounds 3] [--seconds 10]
-[--flood-clients 32] [--quiet-rate 20] [--limit 5] [--flood-nice 0]` prints Markdown
+[--flood-clients 32] [--quiet-rate 20] [--limit 5] [--flood-nice 0] [--lease 0.1]`
+(the share of a burst a server process leases, `LEDGER_RATE_LIMIT_LEASE`) prints Markdown
 tables and writes bench/results/rate-limits-latest.json. PostgreSQL:
 LEDGER_BENCH_POSTGRES_URL (default the test server), a fresh database of its own.
 """
@@ -48,9 +51,11 @@ import httpx
 import psycopg
 
 from bench.results import write_diagnostic
+from session_ledger.api.auth import Principal
 from session_ledger.api.bootstrap import migrate
 from session_ledger.api.client_requests import session_path
-from session_ledger.api.ratelimit import Bucket, open_limit_store
+from session_ledger.api.ratelimit import Limiter, open_limit_store
+from session_ledger.api.ratelimit_budget import Bucket
 from session_ledger.api.settings import Settings
 
 POSTGRES_URL = os.environ.get("LEDGER_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1/test")
@@ -89,8 +94,9 @@ def database(store: str, workdir: Path) -> Iterator[str]:
 @contextlib.contextmanager
 def serving(
     url: str, limits: dict[str, str], workdir: Path
-) -> Iterator[tuple[str, list[str], str]]:
-    """A server on `url`: its base URL, keys of the quiet tenant and one of the flood's."""
+) -> Iterator[tuple[str, list[str], str, int]]:
+    """A server on `url`: its base URL, keys of the quiet tenant and one of the flood's,
+    and its process id."""
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("LEDGER_")}
     env |= {"LEDGER_DATABASE_URL": url, "LEDGER_PORT": str(port), "LEDGER_ACCESS_LOG": "false",
@@ -113,7 +119,7 @@ def serving(
                 if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
                     break
             time.sleep(0.1)
-        yield base, keys[1:], keys[0]
+        yield base, keys[1:], keys[0], server.pid
     finally:
         server.terminate()
         server.wait(timeout=30)
@@ -186,6 +192,7 @@ def flood(
         return seen
 
     counts.update({str(status): n for status, n in asyncio.run(main()).items()})
+    counts["cpu_seconds"] = time.process_time()
 
 
 def percentiles(latencies: list[float]) -> dict[str, float]:
@@ -204,10 +211,15 @@ def run_case(
     loaded: list[float] = []
     answers: Counter[int] = Counter()
     flooding = 0.0
-    with serving(url, limits, workdir) as (base, quiet_keys, flood_key):
+    cpu = {"server alone": 0.0, "server flooded": 0.0, "flood": 0.0}
+    alone_s = loaded_s = 0.0
+    with serving(url, limits, workdir) as (base, quiet_keys, flood_key, pid):
         quiet(base, quiet_keys, 2, args.quiet_rate)  # warm-up, not kept
         for _ in range(args.rounds):
+            began, used = time.perf_counter(), cpu_seconds(pid)
             alone += quiet(base, quiet_keys, args.seconds, args.quiet_rate)
+            cpu["server alone"] += cpu_seconds(pid) - used
+            alone_s += time.perf_counter() - began
             with multiprocessing.Manager() as manager:
                 counts, stop = manager.dict(), multiprocessing.Event()
                 flooder = multiprocessing.Process(target=flood, args=(
@@ -216,17 +228,31 @@ def run_case(
                 started = time.perf_counter()
                 flooder.start()
                 time.sleep(2)  # the flood reaches its pace
+                began, used = time.perf_counter(), cpu_seconds(pid)
                 loaded += quiet(base, quiet_keys, args.seconds, args.quiet_rate)
                 stop.set()
                 flooder.join()
+                cpu["server flooded"] += cpu_seconds(pid) - used
+                loaded_s += time.perf_counter() - began
                 flooding += time.perf_counter() - started
+                cpu["flood"] += counts.pop("cpu_seconds")
                 answers.update({int(k): v for k, v in counts.items()})
     unloaded, flooded = percentiles(alone), percentiles(loaded)
     return {
         "unloaded": unloaded, "flooded": flooded,
         "p99_ratio": flooded["p99_ms"] / unloaded["p99_ms"],
         "flood_answers": dict(answers), "flood_requests_per_s": sum(answers.values()) / flooding,
+        # CPU seconds a second (1.0: one core busy); the machine has os.cpu_count() cores.
+        "server_cpu_alone": cpu["server alone"] / alone_s,
+        "server_cpu_flooded": cpu["server flooded"] / loaded_s,
+        "flood_cpu": cpu["flood"] / flooding, "load_average": os.getloadavg(),
     }  # fmt: skip
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds process `pid` has used (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def statement_cost(url: str) -> dict[str, float]:
@@ -245,6 +271,13 @@ def statement_cost(url: str) -> dict[str, float]:
             for _ in range(STATEMENT_CALLS):
                 store.take(buckets, time.time())
             found[f"{verdict}_us"] = (time.perf_counter() - began) / STATEMENT_CALLS * 1e6
+        # A request as the limiter admits it, with the default limits and leases.
+        limiter = Limiter(Settings(database_url=url), store)
+        principal = Principal(key_id="bench", tenant="bench", role="agent")
+        began = time.perf_counter()
+        for _ in range(STATEMENT_CALLS):
+            limiter.admit(principal, 0)
+        found["admit_us"] = (time.perf_counter() - began) / STATEMENT_CALLS * 1e6
         return found
     finally:
         store.close()
@@ -259,11 +292,13 @@ def main() -> None:
     parser.add_argument("--quiet-rate", type=float, default=20.0)
     parser.add_argument("--limit", type=float, default=5.0)
     parser.add_argument("--flood-nice", type=int, default=0)
+    parser.add_argument("--lease", type=float, default=Settings().rate_limit_lease)
     args = parser.parse_args()
     on = {**OFF, "LEDGER_RATE_LIMIT_KEY_PER_SECOND": str(args.limit),
           "LEDGER_RATE_LIMIT_KEY_BURST": str(int(args.limit)),
           "LEDGER_RATE_LIMIT_TENANT_PER_SECOND": str(10 * args.limit),
-          "LEDGER_RATE_LIMIT_TENANT_BURST": str(int(10 * args.limit))}  # fmt: skip
+          "LEDGER_RATE_LIMIT_TENANT_BURST": str(int(10 * args.limit)),
+          "LEDGER_RATE_LIMIT_LEASE": str(args.lease)}  # fmt: skip
     cases: dict[str, Any] = {}
     costs: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as scratch:
@@ -293,8 +328,8 @@ def tables(cases: dict[str, Any], costs: dict[str, Any]) -> str:
     lines = [
         "| store, case | quiet p50 ms unloaded | quiet p99 ms unloaded | quiet p50 ms flooded "
         "| quiet p99 ms flooded | p99 flooded / unloaded | flood req/s | flood 200 | flood 429 "
-        "| flood other |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| flood other | server CPU alone / flooded | flood CPU |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, case in cases.items():
         alone, loaded, answers = case["unloaded"], case["flooded"], case["flood_answers"]
@@ -303,10 +338,14 @@ def tables(cases: dict[str, Any], costs: dict[str, Any]) -> str:
             f"| {name} | {alone['p50_ms']:.2f} | {alone['p99_ms']:.2f} | {loaded['p50_ms']:.2f} "
             f"| {loaded['p99_ms']:.2f} | {case['p99_ratio']:.2f}x "
             f"| {case['flood_requests_per_s']:.0f} | {answers.get(200, 0)} "
-            f"| {answers.get(429, 0)} | {other} |"
+            f"| {answers.get(429, 0)} | {other} "
+            f"| {case['server_cpu_alone']:.2f} / {case['server_cpu_flooded']:.2f} "
+            f"| {case['flood_cpu']:.2f} |"
         )
-    lines += ["", "| store | limiter statement, admitted µs | refused µs |", "|---|---|---|"]
-    lines += [f"| {s} | {c['admitted_us']:.0f} | {c['refused_us']:.0f} |" for s, c in costs.items()]
+    lines += ["", "| store | limiter statement, admitted µs | refused µs "
+              "| a request admitted by the limiter (leases) µs |", "|---|---|---|---|"]  # fmt: skip
+    lines += [f"| {s} | {c['admitted_us']:.0f} | {c['refused_us']:.0f} | {c['admit_us']:.1f} |"
+              for s, c in costs.items()]  # fmt: skip
     return "\n".join(lines)
 
 

@@ -3,14 +3,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 
-from session_ledger.api.ratelimit import Bucket, LimitStore, open_limit_store
+from session_ledger.api.auth import Principal
+from session_ledger.api.ratelimit import Limiter, LimitStore, open_limit_store
+from session_ledger.api.ratelimit_budget import Bucket, RateLimited
+from session_ledger.api.settings import Settings
 from session_ledger.domain.errors import StoreNotReady
 from tests.conftest import fresh_postgres_database
 
@@ -108,3 +111,52 @@ def test_a_store_not_migrated_is_not_ready(shared_url: str) -> None:
             store.take([rate("requests:key:a", 1, 1)], NOW)
     finally:
         store.close()
+
+
+class RoundTrips(LimitStore):
+    """A real store, counting the calls a request makes of it."""
+
+    def __init__(self, store: LimitStore) -> None:
+        self.store, self.calls = store, 0
+
+    def migrate(self) -> None:
+        self.store.migrate()
+
+    def take(self, buckets: Sequence[Bucket], now: float) -> list[float]:
+        self.calls += 1
+        return self.store.take(buckets, now)
+
+    def count(self, scope: str, limit: int, start: Callable[[], int]) -> bool:
+        return self.store.count(scope, limit, start)
+
+    def uncount(self, scope: str) -> None:
+        self.store.uncount(scope)
+
+
+def test_leasing_processes_admit_exactly_the_budget_with_few_round_trips(shared_url: str) -> None:
+    """Two limiters with stores of their own on one database, as two API processes: a key
+    with a burst of 400 (leases of 40), a tenant of 4,000 (leases of 400)."""
+    settings = Settings(
+        database_url=shared_url, rate_limit_key_per_second=1e-6, rate_limit_key_burst=400,
+        rate_limit_tenant_per_second=1e-6, rate_limit_tenant_burst=4000,
+        quota_key_write_bytes_per_day=0, quota_tenant_write_bytes_per_day=0,
+    )  # fmt: skip
+    stores = [RoundTrips(open_limit_store(shared_url)) for _ in range(2)]
+    try:
+        stores[0].migrate()
+        processes = [Limiter(settings, store, lambda: NOW) for store in stores]
+        principal = Principal(key_id="k", tenant="t", role="agent")
+        verdicts = []
+        for n in range(1000):
+            try:
+                processes[n % 2].admit(principal, 0)
+                verdicts.append(True)
+            except RateLimited:
+                verdicts.append(False)
+        assert verdicts.count(True) == 400
+        # 10 key leases and 2 tenant leases, 2 refusals (lease, then the request alone)
+        # per process; the other 588 refusals from memory.
+        assert sum(store.calls for store in stores) <= 10 + 2 * 2
+    finally:
+        for store in stores:
+            store.close()

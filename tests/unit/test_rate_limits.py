@@ -15,14 +15,8 @@ from session_ledger.api.app import create_app
 from session_ledger.api.auth import Principal
 from session_ledger.api.bootstrap import open_ledger
 from session_ledger.api.keystore import MemoryKeyStore
-from session_ledger.api.ratelimit import (
-    DAY,
-    Bucket,
-    Limiter,
-    MemoryLimitStore,
-    QuotaExceeded,
-    RateLimited,
-)
+from session_ledger.api.ratelimit import Limiter, MemoryLimitStore
+from session_ledger.api.ratelimit_budget import DAY, Bucket, QuotaExceeded, RateLimited
 from session_ledger.api.settings import Settings
 from session_ledger.domain.errors import PayloadTooLarge
 
@@ -36,8 +30,10 @@ OTHER_KEY = Principal(key_id="k2", tenant="acme", role="agent")
 
 
 class Clock:
+    START = 1_000_000.0
+
     def __init__(self) -> None:
-        self.now = 1_000_000.0
+        self.now = self.START
 
     def __call__(self) -> float:
         return self.now
@@ -98,6 +94,50 @@ def test_a_process_refuses_again_without_asking_the_store_until_the_wait_is_over
     assert admitted(limits, OTHER_KEY, 1) == 1 and store.asked == 7
     clock.now += 0.1
     assert admitted(limits, AGENT, 2) == 1 and store.asked == 9
+
+
+def test_a_process_admits_from_its_leases_with_one_store_call_per_lease() -> None:
+    """A lease is a tenth of a burst: 200 of the key's, 1,000 of the tenant's requests."""
+    limits, store = limiter(
+        Clock(), rate_limit_key_per_second=1000, rate_limit_key_burst=2000,
+        rate_limit_tenant_per_second=5000, rate_limit_tenant_burst=10_000,
+    )  # fmt: skip
+    assert admitted(limits, AGENT, 1000) == 1000
+    assert store.asked == 5  # both leases at the first request, the key's at 201, 401, ...
+    assert store.take([Bucket("requests:key:k1", 1e-3, 2.0)], Clock.START) == [0.0]
+    assert store.take([Bucket("requests:key:k1", 1.0, 2.0)], Clock.START)[0] > 0  # 1,000 left
+    off, counted = limiter(Clock(), rate_limit_key_per_second=1000, rate_limit_key_burst=2000,
+                           rate_limit_lease=0)  # fmt: skip
+    assert admitted(off, AGENT, 100) == 100 and counted.asked == 100
+
+
+def test_processes_leasing_from_one_store_admit_exactly_its_burst_then_refuse_in_memory() -> None:
+    """Two limiters on one store, as two processes: leases of 2 of a burst of 20, the last
+    units one by one; then the flood is refused without a store call."""
+    clock, shared = Clock(), CountingStore()
+    settings = Settings(database_url="memory://", **{**OFF, "rate_limit_key_per_second": 10,
+                                                     "rate_limit_key_burst": 20})  # fmt: skip
+    processes = [Limiter(settings, shared, clock) for _ in range(2)]
+    assert sum(admitted(processes[n % 2], AGENT, 1) for n in range(60)) == 20
+    asked = shared.asked
+    assert asked < 20
+    assert sum(admitted(processes[n % 2], AGENT, 1) for n in range(1000)) == 0
+    assert shared.asked == asked
+    assert processes[0].admit_in_memory(OTHER_KEY, 0) is False  # another key: no lease yet
+    clock.now += 0.1  # one request's worth of refill, for whichever process asks first
+    assert sum(admitted(processes[n % 2], AGENT, 1) for n in range(10)) == 1
+
+
+def test_a_request_refused_by_its_key_gives_back_what_it_took_of_the_tenant_lease() -> None:
+    limits, _ = limiter(
+        Clock(), rate_limit_key_per_second=1, rate_limit_key_burst=1,
+        rate_limit_tenant_per_second=1, rate_limit_tenant_burst=100,
+    )  # fmt: skip
+    assert admitted(limits, AGENT, 6) == 1  # 5 refused by the key, after the tenant's lease
+    others = [Principal(f"k{n}", "acme", "agent") for n in range(100)]
+    assert sum(admitted(limits, key, 1) for key in others) == 99  # the tenant's 100, exactly
+    with pytest.raises(RateLimited, match="tenant 'acme'"):
+        limits.admit(Principal("k-last", "acme", "agent"), 0)
 
 
 def test_a_tenant_budget_spans_its_keys_and_a_refused_key_spends_none_of_it() -> None:
