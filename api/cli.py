@@ -1,5 +1,8 @@
-"""The `session-ledger` command: serve the API, migrate the store, manage API keys,
-show a session to a person, and export a session's verifiable transcript (and verify one).
+"""The `session-ledger` command: the command group, what its commands share (settings,
+the store opened, refusals ended with a message), and the commands over a store's events:
+`audit`, `rebuild`, `verify` and `export`. The others live beside it by what they do:
+cli_serve.py (migrate, serve), cli_keys.py, cli_reads.py (show), cli_compliance.py (erase,
+holds, retention) and cli_evidence.py (checkpoints, event search, access log, verify-export).
 
 Every command reads the same `LEDGER_*` settings as the server; options override them.
 Key and show commands work on the store directly (whoever runs them can read the
@@ -72,89 +75,20 @@ def failing_cleanly() -> Iterator[None]:
         raise typer.Exit(1) from None
 
 
-def migrate_store(settings: Settings, store: KeyStore) -> None:
-    """Create the store's tables (the key table too); on an empty key table, the first
-    admin key."""
-    from .bootstrap import migrate
+@contextmanager
+def opened_ledger(settings: Settings) -> Iterator[Ledger]:
+    from .bootstrap import open_ledger
 
-    migrate(settings)
-    secret = store.ensure_admin(settings.default_tenant, settings.bootstrap_key)
-    if secret is not None and settings.bootstrap_key is None:
-        typer.secho(
-            f"Created the first admin API key of tenant {settings.default_tenant!r}. It is "
-            f"shown this once; keep it:\n\n    {secret}\n", fg=typer.colors.YELLOW, bold=True,
-        )  # fmt: skip
-    elif secret is not None:
-        typer.echo("Created the first admin API key from LEDGER_BOOTSTRAP_KEY.")
+    # An operator's command on a mistyped store path says so instead of making a new one.
+    ledger = open_ledger(settings, auto_migrate=False)
+    try:
+        yield ledger
+    finally:
+        ledger.close()
 
 
-@cli.command()
-def migrate(
-    database_url: DatabaseUrl = None,
-    partitions: Annotated[
-        int | None,
-        typer.Option(
-            help="Hash partitions per table, PostgreSQL (LEDGER_PARTITIONS).", show_default=False
-        ),
-    ] = None,
-) -> None:
-    """Create the store's tables (safe to run from many processes) and the first admin key."""
-    settings = load_settings(database_url, partitions=partitions)
-    with failing_cleanly(), key_store(settings) as store:
-        migrate_store(settings, store)
-    typer.echo("The store is ready.")
-
-
-@cli.command()
-def serve(
-    host: Annotated[str | None, typer.Option(help="Address to bind (LEDGER_HOST).")] = None,
-    port: Annotated[int | None, typer.Option(help="Port to bind (LEDGER_PORT).")] = None,
-    workers: Annotated[int | None, typer.Option(help="Processes (LEDGER_WORKERS).")] = None,
-    database_url: DatabaseUrl = None,
-) -> None:
-    """Serve the HTTP API (uvicorn); migrates first unless LEDGER_MIGRATE_ON_START=false."""
-    import uvicorn
-
-    from .app import create_app
-    from .bootstrap import check_durability, store_env
-    from .cli_compliance import start_retention_timer
-    from .logs import log_config
-    from .metrics import shared_by_workers
-
-    settings = load_settings(database_url, host=host, port=port, workers=workers)
-    in_memory = settings.database_url.startswith("memory://")
-    if in_memory and settings.workers > 1:
-        typer.secho("error: memory:// lives in one process; use one worker", err=True)
-        raise typer.Exit(2)
-    with failing_cleanly():
-        store = open_key_store(settings.database_url, pool_size=settings.pool_size,
-                               lock_timeout=settings.lock_timeout_seconds,
-                               connect_wait=settings.store_wait_seconds)  # fmt: skip
-        if settings.migrate_on_start or in_memory:
-            migrate_store(settings, store)
-        if not in_memory:  # said here, once, rather than as a traceback of each worker
-            check_durability(settings, store_env(settings, create_tables=False))
-    base = f"http://{settings.host}:{settings.port}"
-    typer.echo(
-        f"session-ledger serves {base} (API docs: {base}/docs).\n"
-        "Authenticate with 'Authorization: Bearer <API key>': the admin key printed on first "
-        "start (or LEDGER_BOOTSTRAP_KEY), or one made by `session-ledger keys create`."
-    )
-    with failing_cleanly():
-        start_checkpoint_timer(settings)
-        start_retention_timer(settings)
-    logging = log_config(settings.log_format) or uvicorn.config.LOGGING_CONFIG
-    listen = {"host": settings.host, "port": settings.port, "access_log": settings.access_log,
-              "log_config": logging}  # fmt: skip
-    if settings.workers == 1:
-        uvicorn.run(create_app(settings, key_store=store, owns_process=True), **listen)
-        return
-    store.close()
-    for name in ("host", "port", "workers"):
-        os.environ[f"LEDGER_{name.upper()}"] = str(getattr(settings, name))
-    with shared_by_workers():  # /metrics sums every worker's numbers
-        uvicorn.run("session_ledger.api.app:app_from_env", factory=True,
-                    workers=settings.workers, **listen)  # fmt: skip
+# Registered here so that `migrate` and `serve` come first in the help.
+from . import cli_serve  # noqa: E402, F401
 
 
 @cli.command()
@@ -339,24 +273,14 @@ def export(
     typer.echo(f"exported session {key!r} to {output}", err=True)
 
 
-@contextmanager
-def opened_ledger(settings: Settings) -> Iterator[Ledger]:
-    from .bootstrap import open_ledger
-
-    # An operator's command on a mistyped store path says so instead of making a new one.
-    ledger = open_ledger(settings, auto_migrate=False)
-    try:
-        yield ledger
-    finally:
-        ledger.close()
-
-
 def main() -> None:
     """Entry point of the `session-ledger` script."""
     cli()
 
 
-from . import cli_compliance, cli_keys, cli_reads  # noqa: E402, F401  (register their commands)
+# The other command modules register their commands as they are imported, in the help's
+# order: the compliance, key and read commands, then the evidence's.
+from . import cli_compliance, cli_keys, cli_reads  # noqa: E402, F401
 
-# The evidence commands register themselves on `cli` (kept apart for size).
-from .cli_evidence import start_checkpoint_timer  # noqa: E402
+# isort: split
+from . import cli_evidence  # noqa: E402, F401

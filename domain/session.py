@@ -1,8 +1,8 @@
-"""The Session aggregate: one conversation's event stream.
+"""The Session aggregate: one conversation's event stream, its id and its commands.
 
-Every event records who made the change (`actor`), why (`reason`), and, when the
-caller gave one, the idempotency key with the digest of the request it served, so a
-retried request is recognised from the events alone.
+Its events (session_events.py) record who made each change (`actor`), why (`reason`),
+and, when the caller gave one, the idempotency key with the digest of the request it
+served, so a retried request is recognised from the events alone.
 
 Its state is O(1) in the number of messages (counts and the next message id), so
 snapshots stay tiny and a write never loads the history. Messages live in the events
@@ -17,6 +17,7 @@ from typing import Any
 
 from eventsourcing.domain import Aggregate, event
 
+from . import session_events as events
 from .errors import StreamConflict
 
 TENANT_NAMESPACE = uuid.UUID("6f0f9d3c-3b49-5c2e-9a57-2f5b8c1d7e40")
@@ -41,13 +42,22 @@ class Session(Aggregate):
     # no attribute of their own.
     open_streams: tuple[str, ...] = ()
 
-    class SessionStarted(Aggregate.Created):
-        tenant: str
-        key: str
-        actor: str
-        reason: str | None
-        idempotency_key: str | None
-        request_digest: str | None
+    # The events, declared in session_events.py; the library redefines each here as
+    # Session.<Name>, whose topic every stored event names.
+    SessionStarted = events.SessionStarted
+    MessagesAppended = events.MessagesAppended
+    HistoryReplaced = events.HistoryReplaced
+    HistoryCleared = events.HistoryCleared
+    MessageRemoved = events.MessageRemoved
+    MessagesArchived = events.MessagesArchived
+    LegalHoldPlaced = events.LegalHoldPlaced
+    LegalHoldReleased = events.LegalHoldReleased
+    SessionErased = events.SessionErased
+    SessionEncrypted = events.SessionEncrypted
+    StreamStarted = events.StreamStarted
+    StreamChunksAppended = events.StreamChunksAppended
+    StreamCompleted = events.StreamCompleted
+    StreamAborted = events.StreamAborted
 
     def _next(self, event_class: Any, **fields: Any) -> None:
         # Time never runs backwards within a session, even across hosts with skewed
@@ -89,174 +99,6 @@ class Session(Aggregate):
         self.held = False
         self.erased = False
         self.open_streams: tuple[str, ...] = ()
-
-    # The command events are declared with their own `apply` rather than made by the
-    # @event decorator: the decorator's event maps its fields onto the method's
-    # parameters again on every write (and every replayed event).
-
-    class MessagesAppended(Aggregate.Event):
-        messages: list[dict[str, Any]]
-        actor: str
-        reason: str | None
-        idempotency_key: str | None
-        request_digest: str | None
-
-        def apply(self, aggregate: Any) -> None:
-            added = len(self.messages)
-            aggregate.message_count += added
-            aggregate.next_message_id += added
-
-    class HistoryReplaced(Aggregate.Event):
-        messages: list[dict[str, Any]]
-        kept: int
-        actor: str
-        reason: str | None
-        idempotency_key: str | None
-        request_digest: str | None
-
-        def apply(self, aggregate: Any) -> None:
-            # The first `kept` messages equal the current ones and keep their ids: an
-            # agent that sets its whole history every turn stores each message once in
-            # the views.
-            aggregate.message_count = len(self.messages)
-            aggregate.next_message_id += len(self.messages) - self.kept
-
-    class HistoryCleared(Aggregate.Event):
-        actor: str
-        reason: str | None
-        idempotency_key: str | None
-        request_digest: str | None
-
-        def apply(self, aggregate: Any) -> None:
-            aggregate.message_count = 0
-            aggregate.archived_count = 0
-
-    class MessageRemoved(Aggregate.Event):
-        position: int
-        message_id: int
-        message: dict[str, Any]
-        actor: str
-        reason: str | None
-        idempotency_key: str | None
-        request_digest: str | None
-
-        def apply(self, aggregate: Any) -> None:
-            aggregate.message_count -= 1
-
-    class MessagesArchived(Aggregate.Event):
-        count: int
-        actor: str
-        reason: str | None
-        idempotency_key: str | None
-        request_digest: str | None
-
-        def apply(self, aggregate: Any) -> None:
-            aggregate.message_count -= self.count
-            aggregate.archived_count += self.count
-
-    class LegalHoldPlaced(Aggregate.Event):
-        reference: str
-        actor: str
-        reason: str | None
-        idempotency_key: str | None
-        request_digest: str | None
-
-        def apply(self, aggregate: Any) -> None:
-            aggregate.held = True
-
-    class LegalHoldReleased(Aggregate.Event):
-        reference: str
-        actor: str
-        reason: str | None
-        idempotency_key: str | None
-        request_digest: str | None
-
-        def apply(self, aggregate: Any) -> None:
-            aggregate.held = False
-
-    class SessionErased(Aggregate.Event):
-        """The session's content was made unreadable (its data key destroyed); `reason`
-        says why, `basis` on what legal ground. It carries no content itself."""
-
-        basis: str
-        actor: str
-        reason: str | None
-        idempotency_key: str | None
-        request_digest: str | None
-
-        def apply(self, aggregate: Any) -> None:
-            aggregate.message_count = 0
-            aggregate.archived_count = 0
-            aggregate.erased = True
-
-    class SessionEncrypted(Aggregate.Event):
-        """The content of a session stored clear was sealed under a key of its own
-        (`encrypt-existing`): its earlier records were rewritten and their hash chain
-        computed again; `previous_head` is the chain's head before (hex), if stored."""
-
-        previous_head: str | None
-        actor: str
-        reason: str | None
-        idempotency_key: str | None
-        request_digest: str | None
-
-    # A stream: opened, its deltas appended in batches, then completed (its message enters
-    # the history) or aborted (the partial stays in the events; a message only if the
-    # caller keeps it). The state holds the open streams' ids, never their text.
-
-    class StreamStarted(Aggregate.Event):
-        stream_id: str
-        role: str
-        turn: str | None
-        parent: str | None
-        actor: str
-        reason: str | None
-        idempotency_key: str | None
-        request_digest: str | None
-
-        def apply(self, aggregate: Any) -> None:
-            aggregate.open_streams = (*aggregate.open_streams, self.stream_id)
-
-    class StreamChunksAppended(Aggregate.Event):
-        stream_id: str
-        deltas: list[str]
-        actor: str
-        reason: str | None
-        idempotency_key: str | None
-        request_digest: str | None
-
-        def apply(self, aggregate: Any) -> None:
-            pass
-
-    class StreamCompleted(Aggregate.Event):
-        stream_id: str
-        deltas: list[str]  # the last ones, not flushed before
-        message: dict[str, Any]  # the assembled message, as MessagesAppended holds one
-        actor: str
-        reason: str | None
-        idempotency_key: str | None
-        request_digest: str | None
-
-        def apply(self, aggregate: Any) -> None:
-            aggregate.open_streams = _without(aggregate.open_streams, self.stream_id)
-            aggregate.message_count += 1
-            aggregate.next_message_id += 1
-
-    class StreamAborted(Aggregate.Event):
-        stream_id: str
-        deltas: list[str]
-        cause: str  # client_gone, error, timeout, superseded
-        message: dict[str, Any] | None  # the partial, when the caller keeps it as a message
-        actor: str
-        reason: str | None
-        idempotency_key: str | None
-        request_digest: str | None
-
-        def apply(self, aggregate: Any) -> None:
-            aggregate.open_streams = _without(aggregate.open_streams, self.stream_id)
-            if self.message is not None:
-                aggregate.message_count += 1
-                aggregate.next_message_id += 1
 
     def start_stream(
         self, stream_id: str, role: str, turn: str | None, parent: str | None, **audit: Any
@@ -333,10 +175,6 @@ class Session(Aggregate):
     def encrypt(self, previous_head: str | None, **audit: Any) -> None:
         """Record that the session's content, stored clear, is sealed from now on."""
         self._next(self.SessionEncrypted, previous_head=previous_head, **audit)
-
-
-def _without(ids: Any, stream_id: str) -> tuple[str, ...]:
-    return tuple(i for i in ids if i != stream_id)
 
 
 # Sessions snapshotted before holds and erasure existed have neither attribute.

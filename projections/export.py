@@ -55,7 +55,7 @@ from session_ledger.domain.reads import past_version
 from session_ledger.domain.session import session_id as derive_session_id
 
 from .access_log import access_head, session_entries
-from .export_verify import CHAIN, FORMAT, FORMAT_VERSION, json_text, line, readable, utc
+from .export_format import CHAIN, FORMAT, FORMAT_VERSION, json_text, line, readable, utc
 from .views import SQLViews
 
 FORMATS = ("jsonl", "csv")

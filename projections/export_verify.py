@@ -11,10 +11,8 @@ import binascii
 import hashlib
 import json
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from eventsourcing.persistence import (
@@ -29,36 +27,14 @@ from session_ledger.domain.integrity import GENESIS, chain_step
 from session_ledger.domain.session import session_id as derive_session_id
 
 from .access_chain import check_access_line
+from .export_format import CHAIN, FORMAT, FORMAT_VERSION, line, readable
 from .sealing import SEALED_FIELDS
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-FORMAT = "session-ledger-export"
-FORMAT_VERSION = 1
-CHAIN = "sha256-v1"  # the encoding of domain/integrity.py
-# Fields of every event that the line carries beside its payload, or that say nothing
-# about the change itself.
-ENVELOPE = frozenset({
-    "timestamp", "originator_id", "originator_version", "originator_topic", "class_version",
-    "actor", "reason", "idempotency_key", "request_digest",
-})  # fmt: skip
+# The fields of an event line that must equal what its stored state gives.
 READABLE = ("type", "recorded_at", "actor", "reason", "idempotency_key", "payload")
-# JSON leaves these unescaped, but str.splitlines() and some tools break lines on them.
-LINE_BREAKS = ("\u2028", "\u2029", "\x85")
-
-
-def readable(topic: str, fields: Mapping[str, Any]) -> dict[str, Any]:
-    """The human part of an event line, from the stored record's decoded state."""
-    timestamp = fields["timestamp"]
-    return {
-        "type": topic.partition(":")[2].rsplit(".", 1)[-1],
-        "recorded_at": utc(timestamp) if isinstance(timestamp, datetime) else timestamp,
-        "actor": fields.get("actor"),
-        "reason": fields.get("reason"),
-        "idempotency_key": fields.get("idempotency_key"),
-        "payload": {k: v for k, v in fields.items() if k not in ENVELOPE},
-    }
 
 
 @dataclass(frozen=True)
@@ -315,9 +291,6 @@ def verify_export(
     return verifier.report()
 
 
-# -- encoding ------------------------------------------------------------------------------
-
-
 def _take_sealed(stored: dict[str, Any], given: object) -> None:
     """Where the stored state holds a sealed field (encryption at rest), the file's line
     holds its content opened (or marked erased), which no key-less check can compare:
@@ -331,28 +304,3 @@ def _take_sealed(stored: dict[str, Any], given: object) -> None:
         listed = isinstance(value, list) and len(value) == sealed.get("n")
         if listed or ("n" not in sealed and isinstance(value, dict)):
             stored[name] = value
-
-
-def utc(moment: datetime) -> str:
-    return moment.astimezone(UTC).isoformat()
-
-
-def _plain(value: object) -> object:
-    if isinstance(value, datetime):
-        return utc(value)
-    if isinstance(value, uuid.UUID | Decimal):
-        return str(value)
-    raise TypeError(f"{type(value).__name__} is not JSON")
-
-
-def json_text(value: object, default: Callable[[object], object] = _plain) -> str:
-    """Compact JSON of an export line, with the line breaks JSON leaves raw escaped."""
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=default,
-                      allow_nan=False)  # fmt: skip
-    for char in LINE_BREAKS:
-        text = text.replace(char, f"\\u{ord(char):04x}")
-    return text
-
-
-def line(value: object) -> bytes:
-    return json_text(value).encode("utf-8") + b"\n"

@@ -11,7 +11,8 @@ from pathlib import Path
 from session_ledger.domain.ledger import Ledger
 from session_ledger.projections.access_log import access_entries, record_access
 from session_ledger.projections.export import export_session
-from session_ledger.projections.export_verify import line, verify_export
+from session_ledger.projections.export_format import line
+from session_ledger.projections.export_verify import verify_export
 from session_ledger.projections.package import verify_package, write_package
 from session_ledger.projections.views import SQLViews
 

@@ -22,7 +22,8 @@ from session_ledger.projections.checkpoint import (
     make_checkpoint,
 )
 from session_ledger.projections.export import export_session
-from session_ledger.projections.export_verify import line, verify_export
+from session_ledger.projections.export_format import line
+from session_ledger.projections.export_verify import verify_export
 from session_ledger.projections.views import SQLViews
 
 

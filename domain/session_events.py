@@ -1,0 +1,213 @@
+"""The events of a session: what each records, and how it changes the session's O(1)
+state (its `apply`).
+
+A stored event names its class by topic. The Session aggregate (session.py) adopts each
+class here under the same name, and the library redefines it there as `Session.<Name>`,
+a subclass of the one here: that is the class triggered, stored and read, so every topic
+stays `session_ledger.domain.session:Session.<Name>`, as in the stores written when the
+events were nested in the aggregate (tests/unit/test_stored_event_topics.py). Trigger
+and match events by session.py's names.
+
+Every event records who made the change (`actor`), why (`reason`), and, when the caller
+gave one, the idempotency key with the digest of the request it served. The command
+events have their own `apply` rather than being made by the @event decorator: the
+decorator's event maps its fields onto the method's parameters again on every write (and
+every replayed event).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from eventsourcing.domain import Aggregate
+
+
+class SessionStarted(Aggregate.Created):
+    tenant: str
+    key: str
+    actor: str
+    reason: str | None
+    idempotency_key: str | None
+    request_digest: str | None
+
+
+class MessagesAppended(Aggregate.Event):
+    messages: list[dict[str, Any]]
+    actor: str
+    reason: str | None
+    idempotency_key: str | None
+    request_digest: str | None
+
+    def apply(self, aggregate: Any) -> None:
+        added = len(self.messages)
+        aggregate.message_count += added
+        aggregate.next_message_id += added
+
+
+class HistoryReplaced(Aggregate.Event):
+    messages: list[dict[str, Any]]
+    kept: int
+    actor: str
+    reason: str | None
+    idempotency_key: str | None
+    request_digest: str | None
+
+    def apply(self, aggregate: Any) -> None:
+        # The first `kept` messages equal the current ones and keep their ids: an
+        # agent that sets its whole history every turn stores each message once in
+        # the views.
+        aggregate.message_count = len(self.messages)
+        aggregate.next_message_id += len(self.messages) - self.kept
+
+
+class HistoryCleared(Aggregate.Event):
+    actor: str
+    reason: str | None
+    idempotency_key: str | None
+    request_digest: str | None
+
+    def apply(self, aggregate: Any) -> None:
+        aggregate.message_count = 0
+        aggregate.archived_count = 0
+
+
+class MessageRemoved(Aggregate.Event):
+    position: int
+    message_id: int
+    message: dict[str, Any]
+    actor: str
+    reason: str | None
+    idempotency_key: str | None
+    request_digest: str | None
+
+    def apply(self, aggregate: Any) -> None:
+        aggregate.message_count -= 1
+
+
+class MessagesArchived(Aggregate.Event):
+    count: int
+    actor: str
+    reason: str | None
+    idempotency_key: str | None
+    request_digest: str | None
+
+    def apply(self, aggregate: Any) -> None:
+        aggregate.message_count -= self.count
+        aggregate.archived_count += self.count
+
+
+class LegalHoldPlaced(Aggregate.Event):
+    reference: str
+    actor: str
+    reason: str | None
+    idempotency_key: str | None
+    request_digest: str | None
+
+    def apply(self, aggregate: Any) -> None:
+        aggregate.held = True
+
+
+class LegalHoldReleased(Aggregate.Event):
+    reference: str
+    actor: str
+    reason: str | None
+    idempotency_key: str | None
+    request_digest: str | None
+
+    def apply(self, aggregate: Any) -> None:
+        aggregate.held = False
+
+
+class SessionErased(Aggregate.Event):
+    """The session's content was made unreadable (its data key destroyed); `reason`
+    says why, `basis` on what legal ground. It carries no content itself."""
+
+    basis: str
+    actor: str
+    reason: str | None
+    idempotency_key: str | None
+    request_digest: str | None
+
+    def apply(self, aggregate: Any) -> None:
+        aggregate.message_count = 0
+        aggregate.archived_count = 0
+        aggregate.erased = True
+
+
+class SessionEncrypted(Aggregate.Event):
+    """The content of a session stored clear was sealed under a key of its own
+    (`encrypt-existing`): its earlier records were rewritten and their hash chain
+    computed again; `previous_head` is the chain's head before (hex), if stored."""
+
+    previous_head: str | None
+    actor: str
+    reason: str | None
+    idempotency_key: str | None
+    request_digest: str | None
+
+
+# A stream: opened, its deltas appended in batches, then completed (its message enters
+# the history) or aborted (the partial stays in the events; a message only if the
+# caller keeps it). The state holds the open streams' ids, never their text.
+
+
+class StreamStarted(Aggregate.Event):
+    stream_id: str
+    role: str
+    turn: str | None
+    parent: str | None
+    actor: str
+    reason: str | None
+    idempotency_key: str | None
+    request_digest: str | None
+
+    def apply(self, aggregate: Any) -> None:
+        aggregate.open_streams = (*aggregate.open_streams, self.stream_id)
+
+
+class StreamChunksAppended(Aggregate.Event):
+    stream_id: str
+    deltas: list[str]
+    actor: str
+    reason: str | None
+    idempotency_key: str | None
+    request_digest: str | None
+
+    def apply(self, aggregate: Any) -> None:
+        pass
+
+
+class StreamCompleted(Aggregate.Event):
+    stream_id: str
+    deltas: list[str]  # the last ones, not flushed before
+    message: dict[str, Any]  # the assembled message, as MessagesAppended holds one
+    actor: str
+    reason: str | None
+    idempotency_key: str | None
+    request_digest: str | None
+
+    def apply(self, aggregate: Any) -> None:
+        aggregate.open_streams = _without(aggregate.open_streams, self.stream_id)
+        aggregate.message_count += 1
+        aggregate.next_message_id += 1
+
+
+class StreamAborted(Aggregate.Event):
+    stream_id: str
+    deltas: list[str]
+    cause: str  # client_gone, error, timeout, superseded
+    message: dict[str, Any] | None  # the partial, when the caller keeps it as a message
+    actor: str
+    reason: str | None
+    idempotency_key: str | None
+    request_digest: str | None
+
+    def apply(self, aggregate: Any) -> None:
+        aggregate.open_streams = _without(aggregate.open_streams, self.stream_id)
+        if self.message is not None:
+            aggregate.message_count += 1
+            aggregate.next_message_id += 1
+
+
+def _without(ids: Any, stream_id: str) -> tuple[str, ...]:
+    return tuple(i for i in ids if i != stream_id)
