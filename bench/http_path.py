@@ -15,7 +15,7 @@ admin's reads are written to the access log).
 `python -m bench.http_path [--stores sqlite,postgres] [--concurrency 1,16,64]
 [--workers 1,2] [--seconds 3] [--rounds 3]` prints a Markdown table with the ratios and
 writes bench/results/http-latest.json. PostgreSQL: LEDGER_BENCH_POSTGRES_URL (default the test
-server), in a database of its own (`bench_http_<pid>_<n>`), dropped at the end.
+server), in scratch databases of its own (bench/postgres.py), dropped at the end.
 """
 
 from __future__ import annotations
@@ -38,10 +38,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 
+from bench.postgres import scratch_database
 from bench.results import write_diagnostic
 
 POSTGRES_URL = os.environ.get("LEDGER_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1/test")
@@ -196,16 +196,8 @@ def database(store: str, workdir: Path, n: int) -> Iterator[str]:
             old.unlink(missing_ok=True)
         yield f"sqlite:///{path}"
         return
-    import psycopg
-
-    name = f"bench_http_{os.getpid()}_{n}"
-    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield urlsplit(POSTGRES_URL)._replace(path=f"/{name}").geturl()
-    finally:
-        with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with scratch_database(f"http_{n}", POSTGRES_URL) as url:
+        yield url
 
 
 def ledger_server(url: str, workers: int, workdir: Path) -> tuple[Process, str, str, int]:

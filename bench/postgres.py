@@ -6,8 +6,10 @@ names the library derives) away from the test suites that share the server.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
+from collections.abc import Iterator
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -62,3 +64,14 @@ class ScratchDatabases:
             with self._admin() as conn:
                 conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
             self.created.remove(name)
+
+
+@contextlib.contextmanager
+def scratch_database(tag: str, base_url: str | None = None) -> Iterator[str]:
+    """One scratch database's URL for the `with` block; dropped after it, however it ends."""
+    databases = ScratchDatabases(base_url or server_url())
+    url = databases.create(tag)
+    try:
+        yield url
+    finally:
+        databases.drop(url)

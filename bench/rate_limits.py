@@ -45,11 +45,10 @@ from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.synchronize import Event
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
-import psycopg
 
+from bench.postgres import scratch_database
 from bench.results import write_diagnostic
 from session_ledger.api.auth import Principal
 from session_ledger.api.bootstrap import migrate
@@ -81,14 +80,8 @@ def database(store: str, workdir: Path) -> Iterator[str]:
     if store == "sqlite":
         yield f"sqlite:///{workdir / f'ledger-{uuid.uuid4().hex[:6]}.db'}"
         return
-    name = f"ledger_bench_limits_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield urlsplit(POSTGRES_URL)._replace(path=f"/{name}").geturl()
-    finally:
-        with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with scratch_database("limits", POSTGRES_URL) as url:
+        yield url
 
 
 @contextlib.contextmanager
