@@ -13,8 +13,9 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
@@ -64,12 +65,24 @@ class Metrics:
             "Requests refused (429) by a rate limit or quota, by code and limit.",
             ["code", "limit"], registry=registry,
         )  # fmt: skip
-        # Set by the read-replica router (issue 35), one series per standby; across
-        # workers the largest value counts.
+        # Each standby as the read router last saw it, set when `/metrics` is scraped;
+        # across workers the most recent scrape's value counts.
         self.replica_lag = Gauge(
             "session_ledger_replica_lag_seconds", "How far a read replica is behind the primary.",
-            ["replica"], multiprocess_mode="max", registry=registry,
+            ["replica"], multiprocess_mode="mostrecent", registry=registry,
         )  # fmt: skip
+        self.replica_serving = Gauge(
+            "session_ledger_replica_serving", "1 while a read replica serves reads, else 0.",
+            ["replica"], multiprocess_mode="mostrecent", registry=registry,
+        )  # fmt: skip
+
+    def observe_replicas(self, replicas: Iterable[Any]) -> None:
+        """Each standby's lag and whether it serves (`ReplicaSet.status()`); a lag not
+        measured yet (the standby unreachable) is NaN."""
+        for r in replicas:
+            lag = float("nan") if r.lag_seconds is None else r.lag_seconds
+            self.replica_lag.labels(r.name).set(lag)
+            self.replica_serving.labels(r.name).set(1 if r.serving else 0)
 
     def exposition(self) -> bytes:
         """The text `/metrics` answers: this process's collectors, or, in multiprocess

@@ -41,4 +41,8 @@ def readyz(ledger: LedgerDep, store: KeyStoreDep) -> Status:
 def metrics(request: Request) -> Response:
     """Request counts and latencies, and the ledger's own numbers, in Prometheus' text
     format: of every worker process of `serve`, summed."""
-    return Response(request.app.state.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+    state = request.app.state
+    routing = getattr(state.ledger.views, "read_routing", None)
+    if routing is not None:  # PostgreSQL standbys: their lag as the router sees it now
+        state.metrics.observe_replicas(routing.status())
+    return Response(state.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)

@@ -154,3 +154,20 @@ def test_a_stopped_standby_costs_no_error(
     while api.head(key).version != version:
         assert time.monotonic() < deadline
         time.sleep(0.05)
+
+
+def test_metrics_show_each_standby_as_the_router_sees_it(
+    postgres_pair: PostgresPair, api: LedgerClient
+) -> None:
+    deadline = time.monotonic() + 30
+    while True:  # (until the server's first check of the standby)
+        text = api.http.get("/metrics").text
+        lines = [line for line in text.splitlines() if line.startswith("session_ledger_replica")]
+        serving = [line for line in lines if line.startswith("session_ledger_replica_serving{")]
+        if serving and serving[0].endswith(" 1.0"):
+            break
+        assert time.monotonic() < deadline, lines
+        time.sleep(0.1)
+    lag = [line for line in lines if line.startswith("session_ledger_replica_lag_seconds{")]
+    assert len(lag) == 1 and 'replica="' in lag[0]
+    assert 0 <= float(lag[0].rsplit(" ", 1)[1]) < 30
