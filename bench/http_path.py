@@ -13,7 +13,9 @@ be refused) and the access log (off, as for the floor); requests use an `agent` 
 admin's reads are written to the access log).
 
 `python -m bench.http_path [--stores sqlite,postgres] [--concurrency 1,16,64]
-[--workers 1,2] [--seconds 3] [--rounds 3]` prints a Markdown table with the ratios and
+[--workers 1,2] [--seconds 3] [--rounds 3] [--replica]` (`--replica`: PostgreSQL on a
+primary and streaming standby of the run's own, the ledger's reads on the standby)
+prints a Markdown table with the ratios and
 writes bench/results/http-latest.json. PostgreSQL: LEDGER_BENCH_POSTGRES_URL (default the test
 server), in scratch databases of its own (bench/postgres.py), dropped at the end.
 """
@@ -188,23 +190,27 @@ def raw_insert_rate(url: str, seconds: float = 3.0) -> float:
 
 
 @contextlib.contextmanager
-def database(store: str, workdir: Path, n: int) -> Iterator[str]:
-    """A fresh store's URL: a SQLite file in `workdir`, or a PostgreSQL database."""
+def database(store: str, workdir: Path, n: int, server: str = POSTGRES_URL) -> Iterator[str]:
+    """A fresh store's URL: a SQLite file in `workdir`, or a database on `server`."""
     if store == "sqlite":
         path = workdir / f"{store}-{n}.db"
         for old in (path, *(path.with_name(path.name + end) for end in ("-wal", "-shm"))):
             old.unlink(missing_ok=True)
         yield f"sqlite:///{path}"
         return
-    with scratch_database(f"http_{n}", POSTGRES_URL) as url:
+    with scratch_database(f"http_{n}", server) as url:
         yield url
 
 
-def ledger_server(url: str, workers: int, workdir: Path) -> tuple[Process, str, str, int]:
+def ledger_server(
+    url: str, workers: int, workdir: Path, standby: str | None = None
+) -> tuple[Process, str, str, int]:
     """`session-ledger serve` with the context session written: (process, base URL, an
-    agent key, the window's message count)."""
+    agent key, the window's message count); its reads served by `standby` when given."""
     admin, port = "sl_" + secrets.token_urlsafe(24), _free_port()
-    env = {**OFF, "LEDGER_DATABASE_URL": url, "LEDGER_PORT": str(port), "LEDGER_HOST": "127.0.0.1",
+    replica = {} if standby is None else {"LEDGER_READ_DATABASE_URLS": standby}
+    env = {**OFF, **replica, "LEDGER_DATABASE_URL": url, "LEDGER_PORT": str(port),
+           "LEDGER_HOST": "127.0.0.1",
            "LEDGER_WORKERS": str(workers), "LEDGER_BOOTSTRAP_KEY": admin,
            "LEDGER_TOKEN_LIMIT": str(TOKEN_LIMIT)}  # fmt: skip
     base = f"http://127.0.0.1:{port}"
@@ -242,12 +248,16 @@ def floor_server(url: str, workers: int, window: int, workdir: Path) -> tuple[Pr
 
 
 def measure(store: str, workers: int, concurrency: list[int], seconds: float, rounds: int,
-            workdir: Path, n: int) -> list[dict[str, Any]]:  # fmt: skip
-    """Every cell of one store and worker count, the ledger and the floor in turns."""
+            workdir: Path, n: int, pair: Any = None) -> list[dict[str, Any]]:  # fmt: skip
+    """Every cell of one store and worker count, the ledger and the floor in turns; on a
+    primary and standby `pair` (tests/postgres_pair.py), the ledger reads the standby."""
     rows: list[dict[str, Any]] = []
-    with database(store, workdir, 2 * n) as ledger_url, \
-            database(store, workdir, 2 * n + 1) as floor_url:  # fmt: skip
-        ledger, ledger_base, agent, window = ledger_server(ledger_url, workers, workdir)
+    server = POSTGRES_URL if pair is None else pair.primary_url
+    with database(store, workdir, 2 * n, server) as ledger_url, \
+            database(store, workdir, 2 * n + 1, server) as floor_url:  # fmt: skip
+        standby = None if pair is None else ledger_url.replace(
+            f":{pair.primary_port}/", f":{pair.standby_port}/")  # fmt: skip
+        ledger, ledger_base, agent, window = ledger_server(ledger_url, workers, workdir, standby)
         try:
             floor, floor_base, floor_key = floor_server(floor_url, workers, window, workdir)
             try:
@@ -264,7 +274,8 @@ def measure(store: str, workers: int, concurrency: list[int], seconds: float, ro
                                        "key": floor_key, "concurrency": c}),
                         ], rounds, seconds, workdir)  # fmt: skip
                         ours, bare = both["ledger"], both["floor"]
-                        row = {"store": store, "workers": workers, "request": request,
+                        row = {"store": store + ("" if pair is None else "+standby"),
+                               "workers": workers, "request": request,
                                "concurrency": c, "window": window, "ledger": ours,
                                "floor": bare, "raw_insert_commit_per_s": raw,
                                "ratio": ours["req_s"] / bare["req_s"] if bare["req_s"] else None,
@@ -305,6 +316,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=3.0, help="one turn's length")
     parser.add_argument("--rounds", type=int, default=3, help="turns of each server a cell")
     parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument(
+        "--replica",
+        action="store_true",
+        help="PostgreSQL on a primary of its own, the ledger reading a standby",
+    )
     args = parser.parse_args(argv)
     # A TERM (timeout, the operator) unwinds like Ctrl-C: servers stopped, databases dropped.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
@@ -316,10 +332,20 @@ def main(argv: list[str] | None = None) -> None:
     rows: list[dict[str, Any]] = []
     print(HEADER, flush=True)
     n = 0
-    for store in args.stores.split(","):
-        for workers in (int(w) for w in args.workers.split(",")):
-            rows += measure(store, workers, concurrency, args.seconds, args.rounds, workdir, n)
-            n += 1
+    pair = None
+    if args.replica:  # a primary and a standby of the bench's own (as the tests make them)
+        from tests.postgres_pair import PostgresPair, postgres_bin
+
+        pair = PostgresPair(postgres_bin() or Path("/usr/lib/postgresql/15/bin")).start()
+    try:
+        for store in args.stores.split(","):
+            for workers in (int(w) for w in args.workers.split(",")):
+                rows += measure(store, workers, concurrency, args.seconds, args.rounds,
+                                workdir, n, pair if store == "postgres" else None)  # fmt: skip
+                n += 1
+    finally:
+        if pair is not None:
+            pair.close()
     command = "python -m bench.http_path " + " ".join(argv if argv is not None else sys.argv[1:])
     fields = {"command": command, "cpus": os.cpu_count(), "seconds": args.seconds,
               "rounds": args.rounds, "rows": rows}  # fmt: skip
