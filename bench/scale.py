@@ -1,11 +1,12 @@
 """The scale run: a large store against a small one, on partitioned PostgreSQL.
 
     python -m bench.scale [--events 10000000] [--baseline 100000] [--partitions 16]
+                          [--workers N] [--database-prefix P] [--keep]
 
-Loads two databases of their own on the server (`ledger_scale_partition_<events>`, or
-`--database-prefix`,
-dropped at the end unless --keep) with `bench/scale_load.py` (COPY of rows built by the
-ledger's own encoding: long-tailed session lengths, some sessions of 100,000 messages),
+Loads two databases of their own on the server (`ledger_scale_partition_<events>`, the
+prefix an option; dropped at the end unless --keep) with `bench/scale_load.py` (COPY of
+rows built by the ledger's own encoding, one encoding process per core: long-tailed
+session lengths, some sessions of 100,000 messages),
 then times the same reads on both, taking turns round by round so that the machine's
 load falls on both alike: W3 (the context window of a random session, and of the
 longest: 100,000 messages from a million events up), W4 (a random session's whole
