@@ -1,10 +1,12 @@
 """The scale run: a large store against a small one, on partitioned PostgreSQL.
 
     python -m bench.scale [--events 10000000] [--baseline 100000] [--partitions 16]
+                          [--workers N] [--database-prefix P] [--keep]
 
-Loads two databases of their own on the server (`ledger_scale_partition_<events>`,
-dropped at the end unless --keep) with `bench/scale_load.py` (COPY of rows built by the
-ledger's own encoding: long-tailed session lengths, some sessions of 100,000 messages),
+Loads two databases of their own on the server (`ledger_scale_partition_<events>`, the
+prefix an option; dropped at the end unless --keep) with `bench/scale_load.py` (COPY of
+rows built by the ledger's own encoding, one encoding process per core: long-tailed
+session lengths, some sessions of 100,000 messages),
 then times the same reads on both, taking turns round by round so that the machine's
 load falls on both alike: W3 (the context window of a random session, and of the
 longest: 100,000 messages from a million events up), W4 (a random session's whole
@@ -35,7 +37,7 @@ from session_ledger.projections.export import export_jsonl, plan_export
 
 from .corpus import TOKEN_LIMIT
 from .results import write_diagnostic
-from .scale_load import Plan, load, plan
+from .scale_load import Plan, load_parallel, plan
 
 SERVER = os.environ.get(
     "LEDGER_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -60,28 +62,28 @@ def settings_for(url: str, partitions: int | None) -> Settings:
                     pool_size=2, default_tenant="tenant-000")  # fmt: skip
 
 
-def prepare(events: int, partitions: int | None) -> dict[str, Any]:
+def prepare(events: int, partitions: int | None, workers: int | None,
+            prefix: str = PREFIX) -> dict[str, Any]:  # fmt: skip
     """A new database holding `events` events; what it holds and its size."""
-    name = f"{PREFIX}_{events}"
+    name = f"{prefix}_{events}"
     with psycopg.connect(SERVER, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{name}"')
     url = database_url(name)
     settings = settings_for(url, partitions)
     migrate(settings)
-    ledger = open_ledger(settings)
     the_plan = plan(events)
     started = time.perf_counter()
+    shown = [0]
 
     def progress(done: int) -> None:
-        if done % 500_000 < 20_000 or done == events:
+        if done // 500_000 > shown[0] or done == events:
+            shown[0] = done // 500_000
             rate = done / (time.perf_counter() - started)
             print(f"  {events:,}: {done:,} events loaded, {rate:,.0f}/s", file=sys.stderr)
 
-    with psycopg.connect(url) as conn:
-        raw = load(ledger, conn, the_plan, progress)
+    raw = load_parallel(settings, the_plan, workers, progress)
     load_s = time.perf_counter() - started
-    ledger.close()
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("VACUUM ANALYZE")
         sizes = {f: int(conn.execute(SIZE, (f, f)).fetchone()[0]) for f in FAMILIES}  # type: ignore[index]
@@ -198,6 +200,8 @@ def table(sizes: list[int], stores: dict[int, dict[str, Any]], timings: Timings)
         "raw JSON bytes per message": lambda s: s["raw_json_bytes"] / s["messages"],
     }
     for name, value in rows.items():
+        if name.startswith(("export", "verify")) and not all("whole" in stores[n] for n in sizes):
+            continue  # the whole-store reads are still to come (see `report`)
         cells_text = " | ".join(f"{value(stores[n]):,.0f}" for n in sizes)
         lines.append(f"| {name} | {cells_text} | |")
     return "\n".join(lines)
@@ -210,6 +214,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--partitions", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--calls", type=int, default=50, help="calls per workload per round")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="processes encoding the load (default: one per core)")  # fmt: skip
+    parser.add_argument("--database-prefix", default=PREFIX,
+                        help="the databases' names: <prefix>_<events>")  # fmt: skip
     parser.add_argument("--keep", action="store_true", help="keep the databases")
     args = parser.parse_args(argv)
     sizes = [args.baseline, args.events]
@@ -217,7 +225,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         for n in sizes:
             print(f"loading {n:,} events", file=sys.stderr)
-            stores[n] = prepare(n, args.partitions)
+            stores[n] = prepare(n, args.partitions, args.workers, args.database_prefix)
         ledgers = {n: open_ledger(settings_for(stores[n]["url"], None)) for n in sizes}
         timings, rng = Timings(), random.Random(3)
         for n in sizes:  # warm: the statements prepared, the connections made
@@ -225,6 +233,7 @@ def main(argv: list[str] | None = None) -> None:
         for r in range(args.rounds):
             for n in sizes if r % 2 == 0 else reversed(sizes):
                 one_round(ledgers[n], n, stores[n]["plan"], rng, args.calls, timings)
+        report(args, argv, sizes, stores, timings)  # the per-session reads, before the long part
         for n in sizes:
             stores[n]["whole"] = whole_store(ledgers[n], stores[n])
             ledgers[n].close()
@@ -233,10 +242,17 @@ def main(argv: list[str] | None = None) -> None:
             with psycopg.connect(SERVER, autocommit=True) as conn:
                 for n in stores:
                     conn.execute(f'DROP DATABASE IF EXISTS "{stores[n]["name"]}" WITH (FORCE)')
+    report(args, argv, sizes, stores, timings)
+
+
+def report(args: argparse.Namespace, argv: list[str] | None, sizes: list[int],
+           stores: dict[int, dict[str, Any]], timings: Timings) -> None:  # fmt: skip
+    """The table printed and written to bench/results/scale-latest.json (first without the
+    export and `verify` of every session, which take longest at ten million events)."""
     text = table(sizes, stores, timings)
     longest = ", ".join(f"{n:,} events: {stores[n]['plan'].sessions[0][2]:,}" for n in sizes)
     text += f"\n\nMessages in the longest session: {longest}."
-    print(text)
+    print(text, flush=True)
     command = "python -m bench.scale " + " ".join(argv if argv is not None else sys.argv[1:])
     write_diagnostic("scale-latest.json", {
         "command": command.strip(), "partitions": args.partitions, "table_markdown": text,

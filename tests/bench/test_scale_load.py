@@ -9,7 +9,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from bench.scale_load import load, plan
+from bench.scale_load import LOADED_TABLES, SECONDARY_INDEXES, load, load_parallel, plan
 from session_ledger.domain.ledger import Ledger
 from session_ledger.projections.rebuild import check
 from session_ledger.projections.views import SQLViews
@@ -18,16 +18,27 @@ from tests.conftest import make_ledger, make_settings
 pytestmark = pytest.mark.bench
 
 
-@pytest.mark.parametrize("partitions", [None, 4])
+def secondary_indexes(url: str) -> list[tuple[str, str]]:
+    with psycopg.connect(url) as conn:
+        return conn.execute(SECONDARY_INDEXES, (list(LOADED_TABLES),)).fetchall()
+
+
+@pytest.mark.parametrize(("partitions", "workers"), [(None, 0), (4, 0), (4, 2)])
 def test_a_bulk_load_equals_live_writes(
-    fresh_postgres_url: str, tmp_path: Path, partitions: int | None
+    fresh_postgres_url: str, tmp_path: Path, partitions: int | None, workers: int
 ) -> None:
+    """workers=0: one process on the caller's connection; else `load_parallel`."""
     settings = make_settings("postgres", tmp_path, partitions=partitions)
     settings.database_url = fresh_postgres_url
     ledger: Ledger = make_ledger(settings)
     the_plan = plan(3_000, sessions=30)
-    with psycopg.connect(fresh_postgres_url) as conn:
-        raw = load(ledger, conn, the_plan)
+    indexes = secondary_indexes(fresh_postgres_url)
+    if workers:
+        raw = load_parallel(settings, the_plan, workers)
+    else:
+        with psycopg.connect(fresh_postgres_url) as conn:
+            raw = load(ledger, conn, the_plan)
+    assert len(indexes) >= 5 and secondary_indexes(fresh_postgres_url) == indexes
     assert raw > 3_000 * 400
     assert the_plan.giants and sum(n for _, _, n in the_plan.sessions) + 30 == 3_000
     views = ledger.recorder
