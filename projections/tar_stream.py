@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import tarfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 BLOCK = 512
@@ -22,19 +22,24 @@ def member(name: str, path: Path, mtime: float | None = None) -> Iterator[bytes]
     info.mtime = int(time.time() if mtime is None else mtime)
     info.mode = 0o644
     yield info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
-    pending: list[bytes] = []
-    size = 0
     with path.open("rb") as f:
-        for line in f:
-            pending.append(line)
-            size += len(line)
-            if size >= CHUNK_BYTES:
-                yield b"".join(pending)
-                pending, size = [], 0
-    if pending:
-        yield b"".join(pending)
+        yield from chunks(f)
     if info.size % BLOCK:
         yield bytes(BLOCK - info.size % BLOCK)
+
+
+def chunks(parts: Iterable[bytes]) -> Iterator[bytes]:
+    """`parts` (lines) joined into chunks of about CHUNK_BYTES, in order."""
+    pending: list[bytes] = []
+    size = 0
+    for part in parts:
+        pending.append(part)
+        size += len(part)
+        if size >= CHUNK_BYTES:
+            yield b"".join(pending)
+            pending, size = [], 0
+    if pending:
+        yield b"".join(pending)
 
 
 def write_tar(members: Iterator[tuple[str, Path]], output: Path) -> None:

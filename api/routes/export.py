@@ -8,13 +8,13 @@ a plain 404; the body is then read from the store a page at a time in worker thr
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import StreamingResponse
 
 from session_ledger.projections.export import export_csv, export_jsonl, plan_export, plan_proof
+from session_ledger.projections.tar_stream import chunks  # one hand-off per chunk, not per line
 
 from ..access_log import AccessLoggedRoute, logged
 from ..deps import AsOfVersion, ExporterDep, LedgerDep, SessionKeyDep
@@ -25,7 +25,6 @@ router = APIRouter(
     route_class=AccessLoggedRoute,
 )  # fmt: skip
 MEDIA_TYPES = {"jsonl": "application/x-ndjson", "csv": "text/csv; charset=utf-8"}
-CHUNK_BYTES = 64 * 1024  # one worker-thread hand-off per chunk, not per line
 EXPORT_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {
         "description": "The export: JSONL (header, one line per event with its stored "
@@ -36,20 +35,6 @@ EXPORT_RESPONSES: dict[int | str, dict[str, Any]] = {
         },
     }
 }
-
-
-def _chunks(parts: Iterator[bytes]) -> Iterator[bytes]:
-    """The export's lines joined into chunks of about CHUNK_BYTES."""
-    pending: list[bytes] = []
-    size = 0
-    for part in parts:
-        pending.append(part)
-        size += len(part)
-        if size >= CHUNK_BYTES:
-            yield b"".join(pending)
-            pending, size = [], 0
-    if pending:
-        yield b"".join(pending)
 
 
 @router.get(
@@ -78,7 +63,7 @@ def export_session(
         lines = export_csv(ledger, plan)
     filename = f"session-{plan.session_id}-v{plan.to_version}.{format}"
     return StreamingResponse(
-        _chunks(lines),
+        chunks(lines),
         media_type=MEDIA_TYPES[format],
         headers={"Content-Disposition": f'attachment; filename="{filename}"'},
     )
