@@ -35,7 +35,6 @@ import sqlite3
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -44,7 +43,7 @@ from typing import Any
 import httpx
 
 from bench.postgres import scratch_database
-from bench.results import write_diagnostic
+from bench.results import scratch_dir, write_diagnostic
 
 POSTGRES_URL = os.environ.get("LEDGER_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1/test")
 CONTEXT_SESSION = "bench-context"
@@ -327,7 +326,7 @@ def main(argv: list[str] | None = None) -> None:
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is not installed: `make bench-http` installs it (apt-get)")
     concurrency = [int(c) for c in args.concurrency.split(",")]
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-http-", dir="var"))
+    workdir = args.workdir or scratch_dir("bench-http-")
     workdir.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
     print(HEADER, flush=True)

@@ -8,6 +8,7 @@ import json
 import os
 import platform
 import subprocess
+import tempfile
 import time
 from importlib import metadata
 from pathlib import Path
@@ -114,3 +115,10 @@ def write_diagnostic(name: str, fields: dict[str, Any], out: Path = RESULTS) -> 
     path = out / name
     path.write_text(json.dumps({**record, **fields}, indent=1) + "\n")
     return path
+
+
+def scratch_dir(prefix: str) -> Path:
+    """A fresh directory for one run's databases, under the checkout's (ignored) var/."""
+    var = Path("var")
+    var.mkdir(exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=var))

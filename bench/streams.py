@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import json
 import statistics
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -35,7 +34,7 @@ from session_ledger.api.settings import Settings
 
 from .http_api import Server
 from .postgres import ScratchDatabases, server_url
-from .results import write_diagnostic
+from .results import scratch_dir, write_diagnostic
 
 DELTA = "tok "  # about one token of an answer
 
@@ -206,8 +205,7 @@ def main() -> None:
     parser.add_argument("--feed-rounds", type=int, default=10)
     parser.add_argument("--feed-puts", type=int, default=200)
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="bench-streams-", dir=Path("var").resolve()
-                                 if Path("var").is_dir() else None))  # fmt: skip
+    work = scratch_dir("bench-streams-")
     results: dict[str, Any] = {"command": vars(args)}
     scratch = ScratchDatabases(server_url())
     postgres = not args.no_postgres and scratch.reachable() is None

@@ -11,13 +11,12 @@ from __future__ import annotations
 import argparse
 import sqlite3
 import statistics
-import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from bench.results import write_diagnostic
+from bench.results import scratch_dir, write_diagnostic
 from session_ledger.api.bootstrap import migrate, open_ledger
 from session_ledger.api.settings import Settings
 from session_ledger.projections.sqlite import SQLiteLedgerRecorder
@@ -76,7 +75,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", default="1,16,64")
     args = parser.parse_args(argv)
     counts = [int(t) for t in args.threads.split(",")]
-    workdir = Path(tempfile.mkdtemp(prefix="group-commit-", dir="var"))
+    workdir = scratch_dir("group-commit-")
     found: dict[str, list[dict[str, float]]] = {f"{t}": [] for t in counts}
     raw: list[float] = []
     n = 0
