@@ -24,20 +24,21 @@ from fastapi.routing import APIRoute
 from session_ledger.projections.access_log import record_access
 from session_ledger.projections.views import SQLViews
 
-from .auth import Principal
-from .deps import ReaderDep, SessionKeyDep
+from .auth import READ, Principal, require
+from .deps import session_key
 
 ALWAYS_LOGGED_ROLES = frozenset({"auditor", "admin"})
 EVENT_LINE = b'{"record":"event"'  # an event line of a JSONL export (quotes are escaped inside)
 RECORDS_HEADER = "X-Ledger-Records"  # a streamed answer that counts its records itself
 SSE_EVENT = b"\nevent: "  # an event of a live tail (after its id: line)
+reader = require(READ)
 
 
 def logged(action: str) -> Callable[..., Awaitable[None]]:
     """The dependency that marks a read of one session (`action`) for the access log."""
 
-    async def mark(request: Request, who: ReaderDep, key: SessionKeyDep) -> None:
-        _mark(request, who, action, key)
+    async def mark(request: Request) -> None:  # no dependencies of its own: see auth.require
+        _mark(request, await reader(request), action, await session_key(request.path_params["key"]))
 
     return mark
 
@@ -45,8 +46,8 @@ def logged(action: str) -> Callable[..., Awaitable[None]]:
 def logged_query(action: str) -> Callable[..., Awaitable[None]]:
     """The dependency that marks a read across sessions (a search) for the access log."""
 
-    async def mark(request: Request, who: ReaderDep) -> None:
-        _mark(request, who, action, None)
+    async def mark(request: Request) -> None:
+        _mark(request, await reader(request), action, None)
 
     return mark
 

@@ -8,7 +8,7 @@ in the KeyStore (keystore.py).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -57,26 +57,39 @@ async def key_store(request: Request) -> KeyStore:
 
 
 async def authenticate(
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
-    store: Annotated[KeyStore, Depends(key_store)],
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)] = None,
 ) -> Principal:
     """The caller's principal; Unauthenticated unless a valid, active key was given.
-    A key the process holds answers on the event loop; only a lookup in the store goes
-    to a worker thread (it may wait for a connection)."""
+
+    A request is authenticated once: the principal is kept in `request.state` for every
+    later dependency that asks (the limits, the role check, the access-log mark). A key
+    the process holds answers on the event loop; only a lookup in the store goes to a
+    worker thread (it may wait for a connection)."""
+    known: Principal | None = getattr(request.state, "principal", None)
+    if known is not None:
+        return known
+    if credentials is None:  # asked for directly, not as a dependency
+        credentials = await bearer(request)
     if credentials is None or credentials.scheme.lower() != "bearer":
         raise Unauthenticated("send an API key: 'Authorization: Bearer <key>'")
+    store: KeyStore = request.app.state.key_store
     record = store.cached(credentials.credentials)
     if record is None:
         record = await run_in_threadpool(store.authenticate, credentials.credentials)
     if record is None:
         raise Unauthenticated("the API key is unknown or revoked")
-    return Principal(key_id=record.id, tenant=record.tenant, role=record.role)
+    principal = request.state.principal = Principal(record.id, record.tenant, record.role)
+    return principal
 
 
-def require(permission: str) -> Callable[[Principal], Principal]:
-    """A dependency that lets through only callers whose role has `permission`."""
+def require(permission: str) -> Callable[[Request], Awaitable[Principal]]:
+    """A dependency that lets through only callers whose role has `permission`. It has
+    no dependencies of its own (FastAPI would solve them again for every route parameter
+    that uses it): the caller comes from `authenticate`, which the routers run first."""
 
-    async def check(principal: Annotated[Principal, Depends(authenticate)]) -> Principal:
+    async def check(request: Request) -> Principal:
+        principal = await authenticate(request)
         if permission not in PERMISSIONS.get(principal.role, frozenset()):
             raise Forbidden(f"role {principal.role!r} may not {permission}")
         return principal

@@ -9,7 +9,7 @@ nothing written).
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 
@@ -40,14 +40,19 @@ router = APIRouter(
 )  # fmt: skip
 
 
-def _written(response: Response, result: ports.WriteResult) -> WriteResult:
+def _written(result: ports.WriteResult, answer: type[WriteResult] = WriteResult,
+             status_code: int = 200, **extra: Any) -> Response:  # fmt: skip
+    """A write's answer (`answer`, with `extra` fields), its version as the ETag. Made as
+    a Response here: FastAPI would validate a returned model again, in a worker thread."""
+    body = answer(
+        version=result.version, message_count=result.message_count, replayed=result.replayed,
+        removed=[m.to_dict() for m in result.removed], **extra,
+    )  # fmt: skip
+    response = Response(body.model_dump_json(), status_code, media_type="application/json")
     etag(response, result.version)
     if result.replayed:
         response.headers["Idempotent-Replayed"] = "true"
-    return WriteResult(
-        version=result.version, message_count=result.message_count, replayed=result.replayed,
-        removed=[m.to_dict() for m in result.removed],
-    )  # fmt: skip
+    return response
 
 
 def _precondition(ledger: LedgerDep, key: str, tenant: str, options: WriteOptions) -> None:
@@ -61,63 +66,61 @@ def _precondition(ledger: LedgerDep, key: str, tenant: str, options: WriteOption
 @router.post("/{key}/messages", response_model=WriteResult)
 def append_messages(
     key: SessionKeyDep, body: AppendIn, ledger: LedgerDep, who: WriterDep,
-    options: WriteOptionsDep, response: Response,
-) -> WriteResult:  # fmt: skip
+    options: WriteOptionsDep,
+) -> Response:  # fmt: skip
     """Append messages to the session (put / put_messages), all or none; creates it."""
     _precondition(ledger, key, who.tenant, options)
-    return _written(response, ledger.put_messages(key, body.messages, **options.ledger_kwargs(who)))
+    return _written(ledger.put_messages(key, body.messages, **options.ledger_kwargs(who)))
 
 
 @router.put("/{key}/messages", response_model=WriteResult)
 def replace_history(
     key: SessionKeyDep, body: MessagesIn, ledger: LedgerDep, who: WriterDep,
-    options: WriteOptionsDep, response: Response,
-) -> WriteResult:  # fmt: skip
+    options: WriteOptionsDep,
+) -> Response:  # fmt: skip
     """Replace the session's whole history (set); the old one stays in the audit trail."""
     _precondition(ledger, key, who.tenant, options)
-    return _written(response, ledger.set(key, body.messages, **options.ledger_kwargs(who)))
+    return _written(ledger.set(key, body.messages, **options.ledger_kwargs(who)))
 
 
 @router.delete("/{key}/messages", response_model=WriteResult)
 def clear_history(
     key: SessionKeyDep, ledger: LedgerDep, who: WriterDep, options: WriteOptionsDep,
-    response: Response,
-) -> WriteResult:  # fmt: skip
+) -> Response:  # fmt: skip
     """Clear the session's history (reset)."""
     _precondition(ledger, key, who.tenant, options)
-    return _written(response, ledger.reset(key, **options.ledger_kwargs(who)))
+    return _written(ledger.reset(key, **options.ledger_kwargs(who)))
 
 
 @router.delete("/{key}/messages/last", response_model=WriteResult)
 def delete_last_message(
     key: SessionKeyDep, ledger: LedgerDep, who: WriterDep, options: WriteOptionsDep,
-    response: Response,
-) -> WriteResult:  # fmt: skip
+) -> Response:  # fmt: skip
     """Remove the newest message; `removed` holds it."""
     _precondition(ledger, key, who.tenant, options)
-    return _written(response, ledger.delete_last_message(key, **options.ledger_kwargs(who)))
+    return _written(ledger.delete_last_message(key, **options.ledger_kwargs(who)))
 
 
 @router.delete("/{key}/messages/{index}", response_model=WriteResult)
 def delete_message(
     key: SessionKeyDep, index: Annotated[int, Path(ge=-BIG, le=BIG)], ledger: LedgerDep,
-    who: WriterDep, options: WriteOptionsDep, response: Response,
-) -> WriteResult:  # fmt: skip
+    who: WriterDep, options: WriteOptionsDep,
+) -> Response:  # fmt: skip
     """Remove the message at `index` (negative counts from the end); `removed` holds it."""
     _precondition(ledger, key, who.tenant, options)
     kwargs = options.ledger_kwargs(who)
-    return _written(response, ledger.delete_message(key, index, **kwargs))
+    return _written(ledger.delete_message(key, index, **kwargs))
 
 
 @router.post("/{key}/archive", response_model=WriteResult)
 def archive_oldest(
     key: SessionKeyDep, body: ArchiveIn, ledger: LedgerDep, who: WriterDep,
-    options: WriteOptionsDep, response: Response,
-) -> WriteResult:  # fmt: skip
+    options: WriteOptionsDep,
+) -> Response:  # fmt: skip
     """Move the `count` oldest active messages to the archive (read them with status=archived)."""
     _precondition(ledger, key, who.tenant, options)
     kwargs = options.ledger_kwargs(who)
-    return _written(response, ledger.archive_oldest(key, body.count, **kwargs))
+    return _written(ledger.archive_oldest(key, body.count, **kwargs))
 
 
 @router.get(

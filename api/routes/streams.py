@@ -83,47 +83,46 @@ class StreamState(BaseModel):
 @router.post("/{key}/streams", response_model=StreamOpened, status_code=201)
 def open_stream(
     key: SessionKeyDep, body: StreamOpenIn, ledger: LedgerDep, who: WriterDep,
-    options: WriteOptionsDep, response: Response,
-) -> StreamOpened:  # fmt: skip
+    options: WriteOptionsDep,
+) -> Response:  # fmt: skip
     """Open a stream (creates the session); deltas follow on its `chunks` route."""
     _precondition(ledger, key, who.tenant, options)
     opened = ledger.open_stream(key, role=body.role, stream_id=body.stream_id, turn=body.turn,
                                 parent=body.parent, **options.ledger_kwargs(who))  # fmt: skip
-    written = _written(response, opened.result)
-    return StreamOpened(**written.model_dump(), stream_id=opened.stream_id)
+    return _written(opened.result, StreamOpened, 201, stream_id=opened.stream_id)
 
 
 @router.post("/{key}/streams/{stream_id}/chunks", response_model=WriteResult)
 def append_chunks(
     key: SessionKeyDep, stream_id: StreamIdDep, body: ChunksIn, ledger: LedgerDep,
-    who: WriterDep, options: WriteOptionsDep, response: Response,
-) -> WriteResult:  # fmt: skip
+    who: WriterDep, options: WriteOptionsDep,
+) -> Response:  # fmt: skip
     """Append a batch of deltas; 409 once the stream has completed or been aborted."""
     result = ledger.append_stream(key, stream_id, body.deltas, **options.ledger_kwargs(who))
-    return _written(response, result)
+    return _written(result)
 
 
 @router.post("/{key}/streams/{stream_id}/complete", response_model=WriteResult)
 def complete_stream(
     key: SessionKeyDep, stream_id: StreamIdDep, body: CompleteIn, ledger: LedgerDep,
-    who: WriterDep, options: WriteOptionsDep, response: Response,
-) -> WriteResult:  # fmt: skip
+    who: WriterDep, options: WriteOptionsDep,
+) -> Response:  # fmt: skip
     """Complete the stream: its text becomes one message of the history."""
     result = ledger.complete_stream(key, stream_id, body.deltas, body.additional_kwargs,
                                     **options.ledger_kwargs(who))  # fmt: skip
-    return _written(response, result)
+    return _written(result)
 
 
 @router.post("/{key}/streams/{stream_id}/abort", response_model=WriteResult)
 def abort_stream(
     key: SessionKeyDep, stream_id: StreamIdDep, body: AbortIn, ledger: LedgerDep,
-    who: WriterDep, options: WriteOptionsDep, response: Response,
-) -> WriteResult:  # fmt: skip
+    who: WriterDep, options: WriteOptionsDep,
+) -> Response:  # fmt: skip
     """Abort the stream: the partial stays in the audit trail (and in the history only
     with `keep_partial`)."""
     result = ledger.abort_stream(key, stream_id, body.cause, body.deltas, body.keep_partial,
                                  **options.ledger_kwargs(who))  # fmt: skip
-    return _written(response, result)
+    return _written(result)
 
 
 @router.get("/{key}/streams/{stream_id}", response_model=StreamState)
