@@ -63,6 +63,25 @@ def _precondition(ledger: LedgerDep, key: str, tenant: str, options: WriteOption
             raise PreconditionFailed(f"If-Match: * but session {key!r} does not exist") from None
 
 
+# The context read first: routes match in order, and it is the hot one.
+@router.get("/{key}/context", response_model=MessageList, dependencies=[Depends(logged("window"))])
+async def get_context(
+    request: Request, key: SessionKeyDep, ledger: LedgerDep, who: ReaderDep,
+    read_options: ReadOptionsDep,
+    token_limit: Annotated[int | None, Query(ge=1, le=BIG, description="Default: "
+                                             "the server's LEDGER_TOKEN_LIMIT.")] = None,
+    initial_token_count: Annotated[int, Query(ge=0, le=BIG)] = 0,
+    as_of_version: AsOfVersion = None, as_of: AsOf = None,
+) -> Response:  # fmt: skip
+    """The context window: the newest messages within `token_limit` (ChatMemoryBuffer.get);
+    with `as_of_version` or `as_of`, the window the agent was given then."""
+    read = await short_read(request, lambda: ledger.window(
+        key, tenant=who.tenant, token_limit=token_limit, initial_token_count=initial_token_count,
+        as_of_version=as_of_version, as_of=as_of, min_version=read_options.min_version,
+    ))  # fmt: skip
+    return message_list(read, who.tenant, key, read_options.held)
+
+
 @router.post("/{key}/messages", response_model=WriteResult)
 def append_messages(
     key: SessionKeyDep, body: AppendIn, ledger: LedgerDep, who: WriterDep,
@@ -138,22 +157,4 @@ def get_history(
     read = ledger.history(key, tenant=who.tenant, status=status, offset=offset, limit=limit,
                           as_of_version=as_of_version, as_of=as_of,
                           min_version=read_options.min_version)  # fmt: skip
-    return message_list(read, who.tenant, key, read_options.held)
-
-
-@router.get("/{key}/context", response_model=MessageList, dependencies=[Depends(logged("window"))])
-async def get_context(
-    request: Request, key: SessionKeyDep, ledger: LedgerDep, who: ReaderDep,
-    read_options: ReadOptionsDep,
-    token_limit: Annotated[int | None, Query(ge=1, le=BIG, description="Default: "
-                                             "the server's LEDGER_TOKEN_LIMIT.")] = None,
-    initial_token_count: Annotated[int, Query(ge=0, le=BIG)] = 0,
-    as_of_version: AsOfVersion = None, as_of: AsOf = None,
-) -> Response:  # fmt: skip
-    """The context window: the newest messages within `token_limit` (ChatMemoryBuffer.get);
-    with `as_of_version` or `as_of`, the window the agent was given then."""
-    read = await short_read(request, lambda: ledger.window(
-        key, tenant=who.tenant, token_limit=token_limit, initial_token_count=initial_token_count,
-        as_of_version=as_of_version, as_of=as_of, min_version=read_options.min_version,
-    ))  # fmt: skip
     return message_list(read, who.tenant, key, read_options.held)
