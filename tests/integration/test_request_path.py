@@ -1,0 +1,95 @@
+"""What one request costs the API around the ledger, counted: the caller is authenticated
+once however many dependencies ask for it, and a write makes one hand-off to a worker
+thread (FastAPI would validate a returned model again in a second one)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from session_ledger.api.app import create_app
+from session_ledger.api.bootstrap import open_ledger
+from session_ledger.api.keystore import MemoryKeyStore
+from session_ledger.api.settings import Settings
+
+MESSAGE = {"messages": [{"role": "user", "content": "hello"}]}
+
+
+class Counted:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def wrap(self, function: Any) -> Any:
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.calls += 1
+            return function(*args, **kwargs)
+
+        return counted
+
+
+@pytest.fixture
+def api() -> Iterator[tuple[TestClient, MemoryKeyStore]]:
+    settings = Settings(database_url="memory://", tokenizer="whitespace", access_log=True)
+    ledger = open_ledger(settings)
+    store = MemoryKeyStore()
+    _, secret = store.create("acme", "admin")  # an admin's reads are access-logged too
+    app = create_app(settings, ledger=ledger, key_store=store)
+    try:
+        with TestClient(app, headers={"Authorization": f"Bearer {secret}"}) as client:
+            yield client, store
+    finally:
+        ledger.close()
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("post", "/v1/sessions/chat/messages"),
+        ("get", "/v1/sessions/chat/context"),
+        ("get", "/v1/sessions/chat/messages"),
+        ("get", "/v1/sessions/chat/events"),
+        ("get", "/v1/keys"),
+    ],
+)
+def test_a_request_checks_its_key_once(
+    api: tuple[TestClient, MemoryKeyStore], monkeypatch: pytest.MonkeyPatch, method: str,
+    path: str,
+) -> None:  # fmt: skip
+    client, store = api
+    assert client.post("/v1/sessions/chat/messages", json=MESSAGE).status_code == 200
+    checks = Counted()
+    monkeypatch.setattr(store, "cached", checks.wrap(store.cached))
+    monkeypatch.setattr(store, "authenticate", checks.wrap(store.authenticate))
+    kwargs = {"json": MESSAGE} if method == "post" else {}
+    assert getattr(client, method)(path, **kwargs).status_code == 200
+    assert checks.calls == 1
+
+
+def test_a_write_makes_one_thread_hand_off(
+    api: tuple[TestClient, MemoryKeyStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import anyio.to_thread
+
+    client, _ = api
+    assert client.post("/v1/sessions/chat/messages", json=MESSAGE).status_code == 200
+    handoffs = Counted()
+    monkeypatch.setattr(
+        anyio.to_thread, "run_sync", _async_counted(handoffs, anyio.to_thread.run_sync)
+    )
+    answer = client.post("/v1/sessions/chat/messages", json=MESSAGE)
+    assert answer.status_code == 200
+    body = answer.json()
+    assert (body["message_count"], body["replayed"], body["removed"]) == (2, False, [])
+    assert answer.headers["ETag"] == f'"{body["version"]}"'
+    assert handoffs.calls == 1
+
+
+def _async_counted(counter: Counted, function: Any) -> Any:
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        counter.calls += 1
+        return await function(*args, **kwargs)
+
+    return counted
