@@ -9,11 +9,10 @@ nothing written).
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 
-from session_ledger.domain import ports
 from session_ledger.domain.errors import SessionNotFound
 
 from ..access_log import AccessLoggedRoute, logged
@@ -31,28 +30,13 @@ from ..deps import (
     short_read,
 )
 from ..errors import ERROR_RESPONSES, PreconditionFailed
-from ..responses import etag, message_list
+from ..responses import message_list, written
 from ..schemas import AppendIn, ArchiveIn, MessageList, MessagesIn, WriteResult
 
 router = APIRouter(
     prefix="/v1/sessions", tags=["sessions"], responses=ERROR_RESPONSES,
     route_class=AccessLoggedRoute,
 )  # fmt: skip
-
-
-def _written(result: ports.WriteResult, answer: type[WriteResult] = WriteResult,
-             status_code: int = 200, **extra: Any) -> Response:  # fmt: skip
-    """A write's answer (`answer`, with `extra` fields), its version as the ETag. Made as
-    a Response here: FastAPI would validate a returned model again, in a worker thread."""
-    body = answer(
-        version=result.version, message_count=result.message_count, replayed=result.replayed,
-        removed=[m.to_dict() for m in result.removed], **extra,
-    )  # fmt: skip
-    response = Response(body.model_dump_json(), status_code, media_type="application/json")
-    etag(response, result.version)
-    if result.replayed:
-        response.headers["Idempotent-Replayed"] = "true"
-    return response
 
 
 def _precondition(ledger: LedgerDep, key: str, tenant: str, options: WriteOptions) -> None:
@@ -89,7 +73,7 @@ def append_messages(
 ) -> Response:  # fmt: skip
     """Append messages to the session (put / put_messages), all or none; creates it."""
     _precondition(ledger, key, who.tenant, options)
-    return _written(ledger.put_messages(key, body.messages, **options.ledger_kwargs(who)))
+    return written(ledger.put_messages(key, body.messages, **options.ledger_kwargs(who)))
 
 
 @router.put("/{key}/messages", response_model=WriteResult)
@@ -99,7 +83,7 @@ def replace_history(
 ) -> Response:  # fmt: skip
     """Replace the session's whole history (set); the old one stays in the audit trail."""
     _precondition(ledger, key, who.tenant, options)
-    return _written(ledger.set(key, body.messages, **options.ledger_kwargs(who)))
+    return written(ledger.set(key, body.messages, **options.ledger_kwargs(who)))
 
 
 @router.delete("/{key}/messages", response_model=WriteResult)
@@ -108,7 +92,7 @@ def clear_history(
 ) -> Response:  # fmt: skip
     """Clear the session's history (reset)."""
     _precondition(ledger, key, who.tenant, options)
-    return _written(ledger.reset(key, **options.ledger_kwargs(who)))
+    return written(ledger.reset(key, **options.ledger_kwargs(who)))
 
 
 @router.delete("/{key}/messages/last", response_model=WriteResult)
@@ -117,7 +101,7 @@ def delete_last_message(
 ) -> Response:  # fmt: skip
     """Remove the newest message; `removed` holds it."""
     _precondition(ledger, key, who.tenant, options)
-    return _written(ledger.delete_last_message(key, **options.ledger_kwargs(who)))
+    return written(ledger.delete_last_message(key, **options.ledger_kwargs(who)))
 
 
 @router.delete("/{key}/messages/{index}", response_model=WriteResult)
@@ -128,7 +112,7 @@ def delete_message(
     """Remove the message at `index` (negative counts from the end); `removed` holds it."""
     _precondition(ledger, key, who.tenant, options)
     kwargs = options.ledger_kwargs(who)
-    return _written(ledger.delete_message(key, index, **kwargs))
+    return written(ledger.delete_message(key, index, **kwargs))
 
 
 @router.post("/{key}/archive", response_model=WriteResult)
@@ -139,7 +123,7 @@ def archive_oldest(
     """Move the `count` oldest active messages to the archive (read them with status=archived)."""
     _precondition(ledger, key, who.tenant, options)
     kwargs = options.ledger_kwargs(who)
-    return _written(ledger.archive_oldest(key, body.count, **kwargs))
+    return written(ledger.archive_oldest(key, body.count, **kwargs))
 
 
 @router.get(

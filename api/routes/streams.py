@@ -15,8 +15,9 @@ from session_ledger.domain.streams import MAX_STREAM_ID_CHARS
 
 from ..deps import TEXT_PATTERN, LedgerDep, ReaderDep, SessionKeyDep, WriteOptionsDep, WriterDep
 from ..errors import ERROR_RESPONSES
+from ..responses import written
 from ..schemas import WriteResult
-from .messages import _precondition, _written
+from .messages import _precondition
 
 router = APIRouter(prefix="/v1/sessions", tags=["streams"], responses=ERROR_RESPONSES)
 
@@ -89,7 +90,7 @@ def open_stream(
     _precondition(ledger, key, who.tenant, options)
     opened = ledger.open_stream(key, role=body.role, stream_id=body.stream_id, turn=body.turn,
                                 parent=body.parent, **options.ledger_kwargs(who))  # fmt: skip
-    return _written(opened.result, StreamOpened, 201, stream_id=opened.stream_id)
+    return written(opened.result, StreamOpened, 201, stream_id=opened.stream_id)
 
 
 @router.post("/{key}/streams/{stream_id}/chunks", response_model=WriteResult)
@@ -99,7 +100,7 @@ def append_chunks(
 ) -> Response:  # fmt: skip
     """Append a batch of deltas; 409 once the stream has completed or been aborted."""
     result = ledger.append_stream(key, stream_id, body.deltas, **options.ledger_kwargs(who))
-    return _written(result)
+    return written(result)
 
 
 @router.post("/{key}/streams/{stream_id}/complete", response_model=WriteResult)
@@ -110,7 +111,7 @@ def complete_stream(
     """Complete the stream: its text becomes one message of the history."""
     result = ledger.complete_stream(key, stream_id, body.deltas, body.additional_kwargs,
                                     **options.ledger_kwargs(who))  # fmt: skip
-    return _written(result)
+    return written(result)
 
 
 @router.post("/{key}/streams/{stream_id}/abort", response_model=WriteResult)
@@ -122,7 +123,7 @@ def abort_stream(
     with `keep_partial`)."""
     result = ledger.abort_stream(key, stream_id, body.cause, body.deltas, body.keep_partial,
                                  **options.ledger_kwargs(who))  # fmt: skip
-    return _written(result)
+    return written(result)
 
 
 @router.get("/{key}/streams/{stream_id}", response_model=StreamState)
