@@ -1,13 +1,15 @@
 """The one write loop of every command: load the session's state, run the command, store
 its events and their view rows in one transaction, settle what is unknown.
 
-A write loads the session's O(1) state (the repository's cache; a snapshot and the
-events after it on a miss), runs a command on it, and hands its events and a
-`WriteBatch` to the library's event store (`EventStore.put`, whose keyword arguments
-reach the recorder's hook): the recorder stores the events and their view rows in one
-transaction. A cached copy made stale by another process fails on the events' primary
-key; the write is then retried on fresh state, unless it names a stale
-`expected_version`.
+A write loads the session's O(1) state: the repository's cache; on a miss, a snapshot
+and the events after it, or nothing at all for a write that may create the session
+(unless content is sealed): it is taken to be new, and if it was not, its version 1
+is taken and the write runs again on the stored state, as for a stale copy. It runs a
+command on that state, and hands its events and a `WriteBatch` to the library's event
+store (`EventStore.put`, whose keyword arguments reach the recorder's hook): the
+recorder stores the events and their view rows in one transaction. A cached copy made
+stale by another process fails on the events' primary key; the write is then retried
+on fresh state, unless it names a stale `expected_version`.
 
 Every write has a write id: the caller's idempotency key, or one made here. A write
 whose outcome is unknown (the connection lost around COMMIT, or a retry that finds its
@@ -93,12 +95,18 @@ class WriteLoop:
             "request_digest": digest,
         }
         fresh = False  # True once the cached state may be behind another process's writes
-        for attempt in range(self.write_retries):
+        # A new session is known from the cache alone: none cached, and the write creates.
+        # Not with sealing on: a session's first write makes its data key in a transaction
+        # of its own, which must not happen for a session that exists, stored clear.
+        guess_new = create and expected_version in (None, 0) and not self.views.can_seal()
+        # (A failed guess is not a lost race: it does not use up one of the attempts.)
+        for attempt in range(self.write_retries + guess_new):
             if idempotency_key is not None:
                 prior = self.views.prior_write(sid, write_id)
                 if prior is not None:
                     return _replayed(prior, digest, idempotency_key, key)
-            session = self._load(sid, fresh=fresh)
+            guessed = guess_new and not fresh and not self._cached(sid)
+            session = None if guessed else self._load(sid, fresh=fresh)
             if session is not None and session.erased:
                 raise self.erasure(sid, key) or LedgerError(f"session {key!r} was erased")
             actual = session.version if session else 0
@@ -139,6 +147,8 @@ class WriteLoop:
                 if not isinstance(error, IntegrityError):
                     raise
                 fresh = True
+                if guessed and expected_version is None:
+                    continue  # not a race: the session was older than this process's cache
                 if expected_version is not None:
                     self.observer.version_conflict()
                     head = self.views.session_head(sid)
@@ -166,6 +176,16 @@ class WriteLoop:
             return
         with contextlib.suppress(IntegrityError, OperationalError, InterfaceError):
             self.snapshots.put([Session.Snapshot.take(session)])
+
+    def _cached(self, sid: uuid.UUID) -> bool:
+        cache = self.repository.cache
+        if cache is None:
+            return True  # no cache: nothing can be told from it, so always load
+        try:
+            cache.get(sid)
+        except KeyError:
+            return False
+        return True
 
     def _load(self, sid: uuid.UUID, *, fresh: bool) -> Session | None:
         """The session's write state: cached without a read (a stale copy fails to save and

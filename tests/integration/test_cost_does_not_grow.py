@@ -45,6 +45,7 @@ class EventReads:
 
     def __init__(self, ledger: Ledger, monkeypatch: pytest.MonkeyPatch) -> None:
         self.rows = 0
+        self.selects = 0
         recorders = [ledger.recorder] + ([ledger.snapshots.recorder] if ledger.snapshots else [])
         for recorder in recorders:
             monkeypatch.setattr(recorder, "select_events", self._counting(recorder.select_events))
@@ -52,6 +53,7 @@ class EventReads:
     def _counting(self, select: Callable[..., Any]) -> Callable[..., Any]:
         def select_events(*args: Any, **kwargs: Any) -> Any:
             rows = select(*args, **kwargs)
+            self.selects += 1
             self.rows += len(rows)
             return rows
 
@@ -126,6 +128,35 @@ def test_a_cold_put_reads_a_snapshot_and_a_bounded_tail(tmp_path: Path) -> None:
     finally:
         monkeypatch.undo()
         cold.close()
+
+
+def test_a_put_that_starts_a_session_reads_no_events(
+    store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session this process has not cached, written by a call that may create it, is
+    taken for new: no SELECT of snapshots or events. When another process had started it,
+    the taken version fails to save, and the write runs again on the stored state."""
+    settings = make_settings(store, tmp_path)
+    ledger, other = make_ledger(settings), make_ledger(settings)
+    reads = EventReads(ledger, monkeypatch)
+    try:
+        before = reads.selects
+        ledger.put("new", message(0))
+        assert reads.selects == before
+        assert ledger.head("new").message_count == 1
+        if store == "memory":
+            return  # one process's private store: no other process to have started it
+        other.put("started elsewhere", message(0))
+        started = other.head("started elsewhere").version
+        assert ledger.put("started elsewhere", message(1)).version == started + 1
+        assert reads.selects > before  # the guess failed: the stored state was read
+        assert [m.content for m in ledger.get_all("started elsewhere")] == [
+            message(0)["content"], message(1)["content"]
+        ]  # fmt: skip
+        assert ledger.verify("started elsewhere").intact
+    finally:
+        ledger.close()
+        other.close()
 
 
 def test_a_past_window_reads_only_its_tail(grown: Ledger) -> None:

@@ -73,7 +73,9 @@ def test_events_by_type_store_calls_and_conflicts_are_counted(api: TestClient) -
 
 def test_a_write_that_lost_the_race_is_counted_as_retried(tmp_path: Path) -> None:
     """Two ledgers on one SQLite file: the first's cached copy of the session is stale
-    after the second wrote, so its next save loses the race once and runs again."""
+    after the second wrote, so its next save loses the race once and runs again. The
+    second, which never saw the session, takes it for new: that save fails on version 1
+    and the write runs again on the stored state, without counting as a lost race."""
     settings = Settings(database_url=f"sqlite:///{tmp_path / 'ledger.db'}", tokenizer="whitespace")
     metrics = Metrics()
     first, second = open_ledger(settings), open_ledger(settings)
@@ -88,8 +90,8 @@ def test_a_write_that_lost_the_race_is_counted_as_retried(tmp_path: Path) -> Non
     found = samples(metrics.exposition().decode())
     assert value(found, "session_ledger_write_retries_total") == 1
     assert value(found, "session_ledger_events_written_total", type="MessagesAppended") == 3
-    # A save that lost the race is still a store call: 3 won and 1 lost.
-    assert value(found, "session_ledger_store_duration_seconds_count", operation="write") == 4
+    # A save that failed is still a store call: 3 won, 1 lost the race, 1 guessed new.
+    assert value(found, "session_ledger_store_duration_seconds_count", operation="write") == 5
 
 
 def test_rate_limit_refusals_are_counted_by_code_and_limit() -> None:

@@ -105,7 +105,9 @@ def test_migrate_copies_an_existing_store_into_partitions(settings: Settings) ->
 
     ledger = make_ledger(settings)
     ledger.put("a", {"role": "user", "content": "after the move"})
-    assert ledger.recorder.max_notification_id() == (last_id or 0) + 1  # the sequence kept
+    # The sequence kept, not restarted. (A process that has not seen "a" takes it for new
+    # first: that insert fails on version 1 and uses up one number of the sequence.)
+    assert (last_id or 0) < ledger.recorder.max_notification_id() <= (last_id or 0) + 2
     assert ledger.get_all("a")[-1].content == "after the move"
     assert all(report.intact for report in ledger.verify_all())
     ledger.close()
