@@ -7,8 +7,9 @@ sides open a fresh store and load the same read history (not timed); then, round
 round, each workload runs one block on each side, the side that goes first changing
 every round (bench/blocks.py), so that the hour's drift falls on both. A block's figure
 is a time per call: W1 the mean µs of a single-message put (its calls over their time,
-as W1's rate), W3 (the 4,000-token window) and W4 (the whole history) the median ms of
-the block's reads. head/base is taken within each round, and its median reported.
+as W1's rate), W0 the same for puts that each start a session, W3 (the 4,000-token
+window) and W4 (the whole history) the median ms of the block's reads. head/base is
+taken within each round, and its median reported.
 
 Prints a Markdown table and writes bench/results/ab-<UTC time>.json.
 """
@@ -34,7 +35,9 @@ from bench.postgres import ScratchDatabases, server_url
 from bench.results import RESULTS, write_diagnostic
 
 SIDES = ("base", "head")
+PUTS = {"W0", "W1"}  # the write workloads: their figure is the mean of a block
 WORKLOADS = {  # the workload, what a block's figure is, and what it measures
+    "W0": ("µs a put", "single-message puts that each start a session (a conversation's first)"),
     "W1": ("µs a put", "single-message puts to one session, one durable call each"),
     "W3": ("ms a read", "the 4,000-token window of a {history:,}-message session"),
     "W4": ("ms a read", "the whole history of a {history:,}-message session, decoded"),
@@ -52,7 +55,8 @@ class Plan:
     history: int  # messages of the history W3 and W4 read
 
     def calls(self, workload: str) -> int:
-        return {"W1": self.w1_block, "W3": self.w3_block, "W4": self.w4_block}[workload]
+        blocks = {"W1": self.w1_block, "W3": self.w3_block, "W4": self.w4_block}
+        return blocks["W1" if workload == "W0" else workload]
 
 
 # Short blocks and many rounds: on this machine a block's time moves by half from one
@@ -70,8 +74,8 @@ def log(text: str) -> None:
 
 
 def block_figure(workload: str, us: list[float]) -> float:
-    """W1: the mean µs of the block's puts; a read: the median ms of the block's calls."""
-    return statistics.fmean(us) if workload == "W1" else statistics.median(us) / 1000
+    """W0, W1: the mean µs of the block's puts; a read: the median ms of the block's calls."""
+    return statistics.fmean(us) if workload in PUTS else statistics.median(us) / 1000
 
 
 def measure(
@@ -102,7 +106,7 @@ def measure(
                 workdir=str(folder),
                 postgres_url=url,
                 history=plan.history if reads else 0,
-                w1_messages=plan.rounds * plan.w1_block if "W1" in workloads else 0,
+                w1_messages=plan.rounds * plan.w1_block if PUTS & set(workloads) else 0,
             )
             cleanup.callback(side.request, "close", store=store)
             log(f"{store}: {name} opened, {opened[name]['load_s']:.1f} s to load")
@@ -192,7 +196,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0].strip("`"))
     parser.add_argument("--base", required=True, help="the revision compared with (git rev)")
     parser.add_argument("--head", default=WORKTREE, help=f"a git rev, or {WORKTREE} (default)")
-    parser.add_argument("--workloads", default="W1,W3,W4", help="some of W1, W3, W4")
+    parser.add_argument("--workloads", default="W1,W3,W4", help="some of W0, W1, W3, W4")
     parser.add_argument("--stores", default=",".join(STORES), help="some of sqlite, postgres")
     parser.add_argument("--quick", action="store_true", help="fewer, smaller blocks: a minute")
     parser.add_argument("--pairs", type=int, help="pairs of worker processes, one after another")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import gc
 import importlib
+import itertools
 import json
 import os
 import pkgutil
@@ -41,6 +42,8 @@ class Worker:
         self.stores: dict[str, LedgerStore] = {}
         self.w1: dict[str, list[Any]] = {}  # the messages W1 has still to append
         self.history: dict[str, int] = {}
+        self.w0: dict[str, Any] = {}  # the message each W0 put starts its session with
+        self.started = itertools.count()  # the sessions W0 has started
 
     def open(
         self, store: str, workdir: str, postgres_url: str | None, history: int, w1_messages: int
@@ -58,6 +61,7 @@ class Worker:
             ledger.load(HISTORY, natives[:history])
         self.stores[store] = ledger
         self.w1[store] = natives[:w1_messages][::-1]  # popped from the end
+        self.w0[store] = natives[0]
         self.history[store] = history
         # What the harness holds so far is frozen, as `make bench` does: a full collection
         # must not walk the corpus and the history on either side's clock.
@@ -72,6 +76,9 @@ class Worker:
         if workload == "W1":
             pending = self.w1[store]
             return lambda: ledger.append(W1, pending.pop())
+        if workload == "W0":  # each put starts a session of its own
+            message = self.w0[store]
+            return lambda: ledger.append(f"w0-{next(self.started)}", message)
         if workload == "W3":
             return lambda: ledger.window(HISTORY)
         if workload == "W4":

@@ -70,3 +70,18 @@ def test_the_work_tree_against_head_in_turns(
     (written,) = out.glob("ab-*.json")
     assert json.loads(written.read_text())["results"] == json.loads(json.dumps(record["results"]))
     assert list(workdir.iterdir()) == []  # the exports and the stores are gone
+
+
+def test_w0_starts_a_session_with_each_put(tmp_path: Path) -> None:
+    from bench.ab_worker import Worker
+
+    worker = Worker()
+    worker.open("sqlite", str(tmp_path), None, history=0, w1_messages=4)
+    try:
+        for _ in range(2):
+            assert len(worker.block("sqlite", "W0", calls=3)["us"]) == 3
+        ledger = worker.stores["sqlite"].ledger
+        heads = [ledger.head(f"w0-{n}") for n in range(6)]
+        assert [head.message_count for head in heads] == [1] * 6
+    finally:
+        worker.close("sqlite")

@@ -47,6 +47,7 @@ def test_a_comparison_needs_a_block_of_each_side_every_round() -> None:
 
 def test_a_put_block_is_its_mean_and_a_read_block_its_median_in_ms() -> None:
     assert block_figure("W1", [100.0, 200.0, 600.0]) == 300.0  # µs, as W1's rate counts
+    assert block_figure("W0", [100.0, 200.0, 600.0]) == 300.0
     assert block_figure("W3", [100.0, 200.0, 60_000.0]) == 0.2  # ms: an outlier read aside
 
 
