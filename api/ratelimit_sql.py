@@ -95,7 +95,10 @@ class _SQLLimitStore(LimitStore):
                 return True
             cur.execute(self._sql(f"SELECT 1 FROM {TABLE} WHERE scope = ?"), (scope,))
             if cur.fetchone() is not None:
-                return False
+                # At its limit, or begun by another process after the UPDATE looked (on
+                # PostgreSQL each statement sees what committed before it): ask again.
+                cur.execute(self._sql(COUNT), (scope, limit))
+                return bool(cur.rowcount == 1)
         begun = start()  # outside a transaction: it reads the ledger, maybe for a while
         with self._transaction() as cur:
             cur.execute(self._sql(START), (scope, begun))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
@@ -160,3 +160,46 @@ def test_leasing_processes_admit_exactly_the_budget_with_few_round_trips(shared_
     finally:
         for store in stores:
             store.close()
+
+
+@pytest.mark.postgres
+def test_a_count_begun_by_another_process_meanwhile_is_not_a_refusal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two processes count the first session of a tenant at once: this one's UPDATE finds
+    no row, the other then inserts it and commits, and this one's next statement sees it.
+    The row is there, but the quota is far off: the count must go through."""
+    with ExitStack() as stack:
+        url = _url("postgres", tmp_path, stack)
+        mine, other = open_limit_store(url), open_limit_store(url)
+        stack.callback(mine.close)
+        stack.callback(other.close)
+        mine.migrate()
+        opened = mine._transaction  # type: ignore[attr-defined]
+
+        class Interleaved:
+            """The cursor of `mine`: the other process counts after its first UPDATE."""
+
+            def __init__(self, cursor: object) -> None:
+                self.cursor, self.done = cursor, False
+
+            def execute(self, sql: str, params: Sequence[object] = ()) -> None:
+                self.cursor.execute(sql, params)  # type: ignore[attr-defined]
+                if sql.startswith("UPDATE") and not self.done:
+                    self.done = True
+                    assert other.count("sessions:acme", 1000, lambda: 0) is True
+
+            def __getattr__(self, name: str) -> object:
+                return getattr(self.cursor, name)
+
+        @contextmanager
+        def transaction(*args: object, **kwargs: object) -> Iterator[Interleaved]:
+            with opened(*args, **kwargs) as cursor:
+                yield Interleaved(cursor)
+
+        monkeypatch.setattr(mine, "_transaction", transaction)
+        assert mine.count("sessions:acme", 1000, lambda: 0) is True
+        monkeypatch.undo()
+        for _ in range(998):
+            assert mine.count("sessions:acme", 1000, lambda: 0) is True
+        assert mine.count("sessions:acme", 1000, lambda: 0) is False  # at the limit: 1,000
