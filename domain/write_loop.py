@@ -26,7 +26,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from eventsourcing.application import AggregateNotFoundError
+from eventsourcing.application import AggregateNotFoundError, project_aggregate
 from eventsourcing.persistence import IntegrityError, InterfaceError, OperationalError
 
 from .errors import (
@@ -146,7 +146,9 @@ class WriteLoop:
                     return WriteResult(done.version, done.message_count, removed=removed)
                 if not isinstance(error, IntegrityError):
                     raise
-                fresh = True
+                # A copy from the cache lost to a write made since: load and go again at
+                # once. A freshly loaded one lost to a writer racing this one: back off.
+                raced, fresh = fresh, True
                 if guessed and expected_version is None:
                     continue  # not a race: the session was older than this process's cache
                 if expected_version is not None:
@@ -156,7 +158,8 @@ class WriteLoop:
                         key, expected_version, head.version if head else 0
                     ) from None
                 self.observer.write_retried()
-                time.sleep(_RETRY_JITTER.uniform(0, 0.002 * min(attempt + 1, 10)))
+                if raced:
+                    time.sleep(_RETRY_JITTER.uniform(0, 0.002 * min(attempt + 1, 10)))
                 continue
             self.observer.events_written([type(event).__name__ for event in batch.events])
             if self.repository.cache is not None:
@@ -189,11 +192,19 @@ class WriteLoop:
 
     def _load(self, sid: uuid.UUID, *, fresh: bool) -> Session | None:
         """The session's write state: cached without a read (a stale copy fails to save and
-        is then reloaded), or from the latest snapshot and the events after it."""
+        is then caught up with the events written since), or from the latest snapshot and
+        the events after it."""
         cache = self.repository.cache
         if fresh and cache is not None:
-            with contextlib.suppress(KeyError):
-                cache.get(sid, evict=True)
+            try:
+                stale: Session = cache.get(sid, evict=True)
+            except KeyError:
+                pass
+            else:  # (evicted: no other thread holds this copy)
+                newer = self.events.get(sid, gt=stale.version)
+                caught_up: Session | None = project_aggregate(stale, newer)
+                if caught_up is not None:
+                    return caught_up
         try:
             session: Session = self.repository.get(sid)
         except AggregateNotFoundError:

@@ -159,6 +159,32 @@ def test_a_put_that_starts_a_session_reads_no_events(
         other.close()
 
 
+@pytest.mark.parametrize("store", ["sqlite", "postgres"])
+def test_a_stale_cached_copy_reads_only_the_events_written_since(
+    store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two processes take turns at one session (two API workers behind a balancer): the
+    copy each caches is one write behind at every turn. Its save fails on its version,
+    and the write catches the copy up with the one event written since: no snapshot,
+    no replay of the events the copy holds already."""
+    settings = make_settings(store, tmp_path, snapshot_interval=200)
+    ledger, other = make_ledger(settings), make_ledger(settings)
+    reads = EventReads(ledger, monkeypatch)
+    try:
+        for i in range(150):  # 151 events: the last snapshot is of version 1 (none later)
+            ledger.put("shared", message(i))
+        for turn in range(3):
+            other.put("shared", message(1000 + turn))
+            rows, selects = reads.rows, reads.selects
+            ledger.put("shared", message(2000 + turn))
+            assert (reads.rows - rows, reads.selects - selects) == (1, 1), turn
+        assert ledger.head("shared").message_count == 156
+        assert ledger.verify("shared").intact
+    finally:
+        ledger.close()
+        other.close()
+
+
 def test_a_past_window_reads_only_its_tail(grown: Ledger) -> None:
     """At version 2 the large session held its first 2,000 messages; the 8,000 appended
     later are not scanned."""
