@@ -12,13 +12,15 @@ from contextlib import asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from fastapi import Depends, FastAPI
+from fastapi import APIRouter, Depends, FastAPI
 from fastapi.openapi.utils import get_openapi
+from fastapi.routing import APIRoute
 
 from session_ledger.domain.ledger import Ledger
 
 from . import errors
 from .admission import enforce_limits
+from .auth import bearer
 from .keystore import KeyStore, open_key_store
 from .live_hub import LiveHub
 from .logs import RequestIds
@@ -144,11 +146,12 @@ def create_app(
     if ledger is not None:
         ledger.observer = observer
     errors.register(app)
-    for module in (
+    limited = [module.router for module in (
         messages, streams, events, live, replay, diff, verify, compliance, search, sessions,
         heads, export, package, checkpoints, access_log, keys,
-    ):  # fmt: skip
-        app.include_router(module.router, dependencies=[Depends(enforce_limits)])
+    )]  # fmt: skip
+    for router in limited:
+        app.include_router(router, dependencies=[Depends(enforce_limits)])
     app.include_router(health.router)  # never limited: probes and scrapes must get through
     if settings.ui:
         app.include_router(ui.router)
@@ -160,7 +163,7 @@ def create_app(
     if tracer is not None:
         app.add_middleware(TracingMiddleware, tracer=tracer)
     app.add_middleware(RequestIds)
-    app.openapi = _openapi_without_null_parameters(app)  # type: ignore[method-assign]
+    app.openapi = _openapi_without_null_parameters(app, limited)  # type: ignore[method-assign]
     return app
 
 
@@ -171,11 +174,18 @@ def open_limiter(settings: Settings) -> Limiter:
     return Limiter(settings, store)
 
 
-def _openapi_without_null_parameters(app: FastAPI) -> Callable[[], dict[str, Any]]:
-    """The OpenAPI document, where an optional query or header parameter is just optional.
+def _openapi_without_null_parameters(
+    app: FastAPI, limited: list[APIRouter]
+) -> Callable[[], dict[str, Any]]:
+    """The OpenAPI document, where an optional query or header parameter is just optional,
+    and every operation of the `limited` routers (behind `enforce_limits`) names the
+    bearer key it needs.
 
     FastAPI describes `str | None` parameters as "string or null", but a header or query
     value cannot be null: it is absent. Generators (schemathesis) would send "null".
+    `enforce_limits` authenticates from the request itself (a dependency node of its own
+    for the Authorization header would cost every request), so its security scheme is
+    written here.
     """
 
     def openapi() -> dict[str, Any]:
@@ -186,10 +196,23 @@ def _openapi_without_null_parameters(app: FastAPI) -> Callable[[], dict[str, Any
                 for operation in path.values():
                     for parameter in operation.get("parameters", []):
                         _drop_null(parameter["schema"])
+            _document_bearer(document, limited)
             app.openapi_schema = document
         return app.openapi_schema
 
     return openapi
+
+
+def _document_bearer(document: dict[str, Any], routers: list[APIRouter]) -> None:
+    schemes = document.setdefault("components", {}).setdefault("securitySchemes", {})
+    schemes[bearer.scheme_name] = bearer.model.model_dump(mode="json", by_alias=True,
+                                                          exclude_none=True)  # fmt: skip
+    for router in routers:
+        for route in router.routes:
+            if isinstance(route, APIRoute) and route.include_in_schema:
+                for method in route.methods:
+                    operation = document["paths"][route.path_format][method.lower()]
+                    operation["security"] = [{bearer.scheme_name: []}]
 
 
 def _drop_null(schema: dict[str, Any]) -> None:

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security import HTTPBearer
 
 from .keystore import KeyStore
 
@@ -56,21 +55,17 @@ async def key_store(request: Request) -> KeyStore:
     return store
 
 
-async def authenticate(
-    request: Request,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)] = None,
-) -> Principal:
+async def authenticate(request: Request) -> Principal:
     """The caller's principal; Unauthenticated unless a valid, active key was given.
 
-    A request is authenticated once: the principal is kept in `request.state` for every
-    later dependency that asks (the limits, the role check, the access-log mark). A key
-    the process holds answers on the event loop; only a lookup in the store goes to a
-    worker thread (it may wait for a connection)."""
+    A request is authenticated once, by `admission.enforce_limits` before its route: the
+    principal is kept in `request.state` for every later dependency that asks (the role
+    check, the access-log mark). A key the process holds answers on the event loop; only
+    a lookup in the store goes to a worker thread (it may wait for a connection)."""
     known: Principal | None = getattr(request.state, "principal", None)
     if known is not None:
         return known
-    if credentials is None:  # asked for directly, not as a dependency
-        credentials = await bearer(request)
+    credentials = await bearer(request)
     if credentials is None or credentials.scheme.lower() != "bearer":
         raise Unauthenticated("send an API key: 'Authorization: Bearer <key>'")
     store: KeyStore = request.app.state.key_store

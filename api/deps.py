@@ -25,7 +25,7 @@ from pydantic import AfterValidator
 from session_ledger.domain.errors import InvalidInput, InvalidSessionKey
 from session_ledger.domain.ledger import Ledger
 
-from .auth import EXPORT, MANAGE_KEYS, READ, WRITE, Principal, authenticate, key_store, require
+from .auth import EXPORT, MANAGE_KEYS, READ, WRITE, Principal, key_store, require
 from .errors import PreconditionFailed
 from .keystore import KeyStore
 
@@ -211,7 +211,6 @@ async def read_options(
 
 LedgerDep = Annotated[Ledger, Depends(get_ledger)]
 KeyStoreDep = Annotated[KeyStore, Depends(key_store)]
-PrincipalDep = Annotated[Principal, Depends(authenticate)]
 ReaderDep = Annotated[Principal, Depends(require(READ))]
 WriterDep = Annotated[Principal, Depends(require(WRITE))]
 AdminDep = Annotated[Principal, Depends(require(MANAGE_KEYS))]

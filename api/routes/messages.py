@@ -16,6 +16,7 @@ from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from session_ledger.domain.errors import SessionNotFound
 
 from ..access_log import AccessLoggedRoute, logged
+from ..admission import count_new_session
 from ..deps import (
     BIG,
     AsOf,
@@ -47,6 +48,9 @@ def _precondition(ledger: LedgerDep, key: str, tenant: str, options: WriteOption
             raise PreconditionFailed(f"If-Match: * but session {key!r} does not exist") from None
 
 
+CREATES_SESSION = [Depends(count_new_session)]  # the writes that may create their session
+
+
 # The context read first: routes match in order, and it is the hot one.
 @router.get("/{key}/context", response_model=MessageList, dependencies=[Depends(logged("window"))])
 async def get_context(
@@ -66,7 +70,7 @@ async def get_context(
     return message_list(read, who.tenant, key, read_options.held)
 
 
-@router.post("/{key}/messages", response_model=WriteResult)
+@router.post("/{key}/messages", response_model=WriteResult, dependencies=CREATES_SESSION)
 def append_messages(
     key: SessionKeyDep, body: AppendIn, ledger: LedgerDep, who: WriterDep,
     options: WriteOptionsDep,
@@ -76,7 +80,7 @@ def append_messages(
     return written(ledger.put_messages(key, body.messages, **options.ledger_kwargs(who)))
 
 
-@router.put("/{key}/messages", response_model=WriteResult)
+@router.put("/{key}/messages", response_model=WriteResult, dependencies=CREATES_SESSION)
 def replace_history(
     key: SessionKeyDep, body: MessagesIn, ledger: LedgerDep, who: WriterDep,
     options: WriteOptionsDep,

@@ -257,3 +257,34 @@ def test_every_route_but_health_is_limited() -> None:
         "GET /healthz": 200, "GET /readyz": 200, "GET /metrics": 200,
     }  # fmt: skip
     assert len(found) > 10
+
+
+def test_the_document_names_the_key_exactly_where_one_is_needed() -> None:
+    """An operation the API refuses without a key (401) names the bearer scheme in the
+    OpenAPI document, and health's, which need none, do not: the limits authenticate
+    from the request itself, so the document is told apart from the dependencies."""
+    settings = Settings(database_url="memory://")
+    ledger = open_ledger(settings)
+    app = create_app(settings, ledger=ledger, key_store=MemoryKeyStore())
+    document = app.openapi()
+    assert document["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
+
+    async def answers() -> dict[str, tuple[int, bool]]:
+        found = {}
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://ledger") as http:
+            for path, operations in document["paths"].items():
+                for method, operation in operations.items():
+                    answer = await http.request(method.upper(), re.sub(r"\{[^}]+\}", "1", path))
+                    named = operation.get("security") == [{"HTTPBearer": []}]
+                    found[f"{method.upper()} {path}"] = (answer.status_code, named)
+        return found
+
+    try:
+        found = asyncio.run(answers())
+    finally:
+        ledger.close()
+    assert {op: got for op, got in found.items() if got != (401, True)} == {
+        "GET /healthz": (200, False), "GET /readyz": (200, False), "GET /metrics": (200, False),
+    }  # fmt: skip
+    assert len(found) > 10
