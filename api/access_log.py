@@ -1,8 +1,9 @@
 """Recording reads in the access log (projections/access_log.py), once for every route.
 
-A route that reads a transcript, a window, an audit trail or an export declares
-`dependencies=[Depends(logged("transcript"))]`; the dependency marks the request when the
-caller's read is to be logged (any read by an auditor or admin key, any export, and an
+A route that reads a transcript, a window, an audit trail or an export names its read in
+its session dependency, `Depends(on_session(READ, "transcript"))` (deps.py), and a search
+declares `dependencies=[Depends(logged_query("search"))]`; either marks the request when
+the caller's read is to be logged (any read by an auditor or admin key, any export, and an
 agent's reads only when LEDGER_LOG_AGENT_READS is set: an agent reads its window on every
 turn, which would make the log as large as the conversations). The routers'
 `AccessLoggedRoute` then appends the entry when the answer is ready, with the number of
@@ -25,37 +26,21 @@ from session_ledger.projections.access_log import record_access
 from session_ledger.projections.views import SQLViews
 
 from .auth import READ, Principal, require
-from .deps import session_key
+from .deps import mark_access
 
-ALWAYS_LOGGED_ROLES = frozenset({"auditor", "admin"})
 EVENT_LINE = b'{"record":"event"'  # an event line of a JSONL export (quotes are escaped inside)
 RECORDS_HEADER = "X-Ledger-Records"  # a streamed answer that counts its records itself
 SSE_EVENT = b"\nevent: "  # an event of a live tail (after its id: line)
 reader = require(READ)
 
 
-def logged(action: str) -> Callable[..., Awaitable[None]]:
-    """The dependency that marks a read of one session (`action`) for the access log."""
-
-    async def mark(request: Request) -> None:  # no dependencies of its own: see auth.require
-        _mark(request, await reader(request), action, await session_key(request.path_params["key"]))
-
-    return mark
-
-
 def logged_query(action: str) -> Callable[..., Awaitable[None]]:
     """The dependency that marks a read across sessions (a search) for the access log."""
 
-    async def mark(request: Request) -> None:
-        _mark(request, await reader(request), action, None)
+    async def mark(request: Request) -> None:  # no dependencies of its own: see auth.require
+        mark_access(request, await reader(request), action, None)
 
     return mark
-
-
-def _mark(request: Request, who: Principal, action: str, key: str | None) -> None:
-    if (who.role in ALWAYS_LOGGED_ROLES or action == "export"
-            or request.app.state.settings.log_agent_reads):  # fmt: skip
-        request.state.access = (who, action, key)
 
 
 class AccessLoggedRoute(APIRoute):

@@ -3,7 +3,7 @@ every session route shares (the session key in the path, the write preconditions
 
 Session keys travel percent-encoded as ONE path segment (`/` is `%2F`, a space `%20`,
 UTF-8 bytes `%XX`); `middleware.RawSessionPath` keeps the segment encoded through routing,
-and `session_key` decodes it here, so a key may hold any character, `/` included.
+and `decode_session_key` decodes it here, so a key may hold any character, `/` included.
 
 Dependencies that do not block are `async def`: FastAPI runs a plain `def` dependency in
 a worker thread, and a request paid one thread hand-off per dependency.
@@ -12,10 +12,10 @@ a worker thread, and a request paid one thread hand-off per dependency.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, NamedTuple, TypeVar
 from urllib.parse import unquote_to_bytes
 
 from fastapi import Depends, Header, Path, Query, Request
@@ -73,25 +73,67 @@ async def short_read(request: Request, read: Callable[[], R]) -> R:
     return await run_in_threadpool(read)
 
 
-async def session_key(
-    key: Annotated[
-        str,
-        Path(
-            description="The session key, percent-encoded as one path segment: every byte "
-            "outside A-Z a-z 0-9 - . _ ~ as %XX of its UTF-8 encoding, `/` included "
-            "(Python: urllib.parse.quote(key, safe='')). A key that is exactly `.` or `..` "
-            "is sent as %2E or %2E%2E.",
-            examples=["user-42%2Fchat%201"],
-            # Documents the decoded key; the route sees it encoded, so this only informs.
-            json_schema_extra={"pattern": TEXT_PATTERN, "minLength": 1, "maxLength": 512},
-        ),
-    ],
-) -> str:
-    """The decoded session key."""
+SessionKeyPath = Annotated[
+    str,
+    Path(
+        alias="key",
+        description="The session key, percent-encoded as one path segment: every byte "
+        "outside A-Z a-z 0-9 - . _ ~ as %XX of its UTF-8 encoding, `/` included "
+        "(Python: urllib.parse.quote(key, safe='')). A key that is exactly `.` or `..` "
+        "is sent as %2E or %2E%2E.",
+        examples=["user-42%2Fchat%201"],
+        # Documents the decoded key; the route sees it encoded, so this only informs.
+        json_schema_extra={"pattern": TEXT_PATTERN, "minLength": 1, "maxLength": 512},
+    ),
+]
+
+
+def decode_session_key(key: str) -> str:
+    """The session key of a route's path, decoded."""
     try:
         return unquote_to_bytes(key).decode("utf-8")
     except UnicodeDecodeError:
         raise InvalidSessionKey("the session key is not percent-encoded UTF-8") from None
+
+
+ALWAYS_LOGGED_ROLES = frozenset({"auditor", "admin"})
+
+
+def mark_access(request: Request, who: Principal, action: str, key: str | None) -> None:
+    """Mark the request's read (`action`) of session `key` (None: across sessions) for the
+    access log, when it is to be logged: any read by an auditor or admin key, any export,
+    and an agent's reads only with LEDGER_LOG_AGENT_READS. `access_log.AccessLoggedRoute`
+    appends the entry once the answer is made."""
+    if (who.role in ALWAYS_LOGGED_ROLES or action == "export"
+            or request.app.state.settings.log_agent_reads):  # fmt: skip
+        request.state.access = (who, action, key)
+
+
+class SessionCall(NamedTuple):
+    """A call on one session: its decoded key, the caller, the ledger (a route unpacks it:
+    `key, who, ledger = call`)."""
+
+    key: str
+    who: Principal
+    ledger: Ledger
+
+
+def on_session(
+    permission: str, logged_as: str | None = None
+) -> Callable[[Request, str], Awaitable[SessionCall]]:
+    """The dependency of a route on one session, as ONE node (FastAPI solves every node of
+    every request anew, about 10 us each): the caller must hold `permission`; a read named
+    `logged_as` is marked for the access log."""
+    check = require(permission)
+
+    async def solve(request: Request, key: SessionKeyPath) -> SessionCall:
+        who = await check(request)
+        decoded = decode_session_key(key)
+        if logged_as is not None:
+            mark_access(request, who, logged_as, decoded)
+        return SessionCall(decoded, who, request.app.state.ledger)
+
+    return solve
 
 
 @dataclass(frozen=True)
@@ -215,7 +257,9 @@ ReaderDep = Annotated[Principal, Depends(require(READ))]
 WriterDep = Annotated[Principal, Depends(require(WRITE))]
 AdminDep = Annotated[Principal, Depends(require(MANAGE_KEYS))]
 ExporterDep = Annotated[Principal, Depends(require(EXPORT))]
-SessionKeyDep = Annotated[str, Depends(session_key)]
+ReadCall = Annotated[SessionCall, Depends(on_session(READ))]
+WriteCall = Annotated[SessionCall, Depends(on_session(WRITE))]
+AdminCall = Annotated[SessionCall, Depends(on_session(MANAGE_KEYS))]
 WriteOptionsDep = Annotated[WriteOptions, Depends(write_options)]
 ReadOptionsDep = Annotated[ReadOptions, Depends(read_options)]
 

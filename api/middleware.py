@@ -19,7 +19,7 @@ class RawSessionPath:
     """Route `/v1/sessions/...` on the raw path, so `%2F` inside a key stays one segment.
 
     Servers decode the path before routing, which would turn the key `a/b` into two
-    segments; the raw path keeps it whole, and `deps.session_key` decodes it.
+    segments; the raw path keeps it whole, and `deps.decode_session_key` decodes it.
     """
 
     def __init__(self, app: ASGIApp) -> None:

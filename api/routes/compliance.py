@@ -10,7 +10,7 @@ from fastapi import APIRouter, Body, Query, Response
 
 from session_ledger.domain.errors import InvalidInput
 
-from ..deps import AdminDep, LedgerDep, SessionKeyDep
+from ..deps import AdminCall
 from ..errors import ERROR_RESPONSES
 from ..responses import etag
 from ..schemas import EraseIn, HoldIn, WriteResult
@@ -19,12 +19,11 @@ router = APIRouter(prefix="/v1/sessions", tags=["compliance"], responses=ERROR_R
 
 
 @router.post("/{key}/erase", response_model=WriteResult)
-def erase_session(
-    key: SessionKeyDep, body: EraseIn, ledger: LedgerDep, who: AdminDep, response: Response
-) -> WriteResult:
+def erase_session(call: AdminCall, body: EraseIn, response: Response) -> WriteResult:
     """Erase the session: its data key is destroyed and its messages dropped from every
     view; its events and hash chain stay. Afterwards reads answer 410 session_erased.
     409 legal_hold if it is held; 409 encryption_required without a master key."""
+    key, who, ledger = call
     result = ledger.erase(key, reason=body.reason, basis=body.basis, tenant=who.tenant,
                           actor=who.actor)  # fmt: skip
     etag(response, result.version)
@@ -36,7 +35,7 @@ EraseText = Annotated[str | None, Query(min_length=1, max_length=4096)]
 
 @router.delete("/{key}", response_model=WriteResult)
 def delete_session(
-    key: SessionKeyDep, ledger: LedgerDep, who: AdminDep, response: Response,
+    call: AdminCall, response: Response,
     erase: Annotated[bool, Query(description="Must be true: a session is erased, never "
                                  "deleted (its events and hash chain stay).")] = False,
     reason: EraseText = None, basis: EraseText = None,
@@ -55,14 +54,13 @@ def delete_session(
             raise InvalidInput("erasing needs a reason and a legal basis (query parameters "
                                "`reason` and `basis`, or a JSON body with both)")  # fmt: skip
         body = EraseIn(reason=reason, basis=basis)
-    return erase_session(key, body, ledger, who, response)
+    return erase_session(call, body, response)
 
 
 @router.post("/{key}/hold", response_model=WriteResult)
-def place_hold(
-    key: SessionKeyDep, body: HoldIn, ledger: LedgerDep, who: AdminDep, response: Response
-) -> WriteResult:
+def place_hold(call: AdminCall, body: HoldIn, response: Response) -> WriteResult:
     """Place a legal hold: the session cannot be erased (nor by retention) until released."""
+    key, who, ledger = call
     result = ledger.place_hold(key, reference=body.reference, reason=body.reason,
                                tenant=who.tenant, actor=who.actor)  # fmt: skip
     etag(response, result.version)
@@ -71,10 +69,9 @@ def place_hold(
 
 
 @router.post("/{key}/hold/release", response_model=WriteResult)
-def release_hold(
-    key: SessionKeyDep, body: HoldIn, ledger: LedgerDep, who: AdminDep, response: Response
-) -> WriteResult:
+def release_hold(call: AdminCall, body: HoldIn, response: Response) -> WriteResult:
     """Release the legal hold."""
+    key, who, ledger = call
     result = ledger.release_hold(key, reference=body.reference, reason=body.reason,
                                  tenant=who.tenant, actor=who.actor)  # fmt: skip
     etag(response, result.version)

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query
 
-from ..deps import BIG, LedgerDep, ReaderDep, SessionKeyDep
+from ..deps import BIG, ReadCall
 from ..errors import ERROR_RESPONSES
 from ..schemas import HistoryChange, HistoryDiff
 
@@ -47,11 +47,12 @@ def _messages(texts: list[str]) -> list[Any]:
 
 @router.get("/{key}/diff", response_model=HistoryDiff)
 def diff_versions(
-    key: SessionKeyDep, ledger: LedgerDep, who: ReaderDep,
+    call: ReadCall,
     from_version: Version, to_version: Version,
 ) -> HistoryDiff:  # fmt: skip
     """What changed in the session's active history from one version to another: runs of
     messages added, removed and replaced, with their positions."""
+    key, who, ledger = call
     old = ledger.history(key, tenant=who.tenant, as_of_version=from_version).json()
     new = ledger.history(key, tenant=who.tenant, as_of_version=to_version).json()
     return HistoryDiff(

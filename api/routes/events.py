@@ -6,8 +6,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Response
 
-from ..access_log import AccessLoggedRoute, logged
-from ..deps import BIG, LedgerDep, ReaderDep, SessionKeyDep
+from ..access_log import AccessLoggedRoute
+from ..auth import READ
+from ..deps import BIG, SessionCall, on_session
 from ..errors import ERROR_RESPONSES
 from ..responses import etag
 from ..schemas import AuditEvent, AuditTrail
@@ -18,13 +19,14 @@ router = APIRouter(
 )  # fmt: skip
 
 
-@router.get("/{key}/events", response_model=AuditTrail, dependencies=[Depends(logged("audit"))])
+@router.get("/{key}/events", response_model=AuditTrail)
 def get_audit_trail(
-    key: SessionKeyDep, ledger: LedgerDep, who: ReaderDep, response: Response,
+    call: Annotated[SessionCall, Depends(on_session(READ, "audit"))], response: Response,
     after: Annotated[int, Query(ge=0, le=BIG, description="Events after this version.")] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> AuditTrail:  # fmt: skip
     """The session's audit trail: its events, oldest first, with actor, reason and changes."""
+    key, who, ledger = call
     etag(response, ledger.head(key, tenant=who.tenant).version)
     entries = ledger.audit(key, tenant=who.tenant, after_version=after, limit=limit)
     events = [AuditEvent(**vars(e)) for e in entries]

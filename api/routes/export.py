@@ -16,8 +16,9 @@ from fastapi.responses import StreamingResponse
 from session_ledger.projections.export import export_csv, export_jsonl, plan_export, plan_proof
 from session_ledger.projections.tar_stream import chunks  # one hand-off per chunk, not per line
 
-from ..access_log import AccessLoggedRoute, logged
-from ..deps import AsOfVersion, ExporterDep, LedgerDep, SessionKeyDep
+from ..access_log import AccessLoggedRoute
+from ..auth import EXPORT
+from ..deps import AsOfVersion, SessionCall, on_session
 from ..errors import ERROR_RESPONSES
 
 router = APIRouter(
@@ -38,11 +39,10 @@ EXPORT_RESPONSES: dict[int | str, dict[str, Any]] = {
 
 
 @router.get(
-    "/{key}/export", response_class=StreamingResponse, responses=EXPORT_RESPONSES,
-    dependencies=[Depends(logged("export"))],
+    "/{key}/export", response_class=StreamingResponse, responses=EXPORT_RESPONSES
 )  # fmt: skip
 def export_session(
-    request: Request, key: SessionKeyDep, ledger: LedgerDep, who: ExporterDep,
+    request: Request, call: Annotated[SessionCall, Depends(on_session(EXPORT, "export"))],
     format: Annotated[Literal["jsonl", "csv"], Query(
         description="jsonl: every event with its stored record and hash chain, verifiable "
         "offline (`session-ledger verify-export`); csv: the history, one row per message."
@@ -54,6 +54,7 @@ def export_session(
     )] = False,
 ) -> StreamingResponse:  # fmt: skip
     """Export the session's transcript for compliance, streamed (auditor and admin keys)."""
+    key, who, ledger = call
     plan = plan_export(ledger, key, tenant=who.tenant, as_of_version=as_of_version,
                        access_log=access_log and format == "jsonl")  # fmt: skip
     if format == "jsonl":

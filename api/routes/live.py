@@ -33,7 +33,7 @@ from session_ledger.domain.ledger import Ledger
 from session_ledger.domain.session import session_id
 
 from ..access_log import AccessLoggedRoute, logged_query
-from ..deps import BIG, TEXT_PATTERN, ExporterDep, LedgerDep, ReaderDep, SessionKeyDep
+from ..deps import BIG, TEXT_PATTERN, ExporterDep, LedgerDep, ReadCall
 from ..errors import ERROR_RESPONSES
 from ..live_hub import LiveHub
 from ..schemas import AuditEvent, FeedEvent
@@ -49,12 +49,13 @@ SSE = "text/event-stream"
     responses={200: {"content": {SSE: {}}, "description": "Server-Sent Events, unending."}},
 )
 async def tail_session(
-    key: SessionKeyDep, ledger: LedgerDep, who: ReaderDep, request: Request,
+    call: ReadCall, request: Request,
     after: Annotated[int | None, Query(ge=0, le=BIG, description="Events after this "
                                        "version (Last-Event-ID wins when both are sent).")] = None,
     last_event_id: Annotated[str | None, Header(max_length=32)] = None,
 ) -> StreamingResponse:  # fmt: skip
     """The session's events as they commit (Server-Sent Events), resumable."""
+    key, who, ledger = call
     start = _resume_at(last_event_id, after)
     await asyncio.to_thread(ledger.head, key, tenant=who.tenant)  # 404 before the stream
     settings: Settings = request.app.state.settings

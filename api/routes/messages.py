@@ -15,19 +15,20 @@ from fastapi import APIRouter, Depends, Path, Query, Request, Response
 
 from session_ledger.domain.errors import SessionNotFound
 
-from ..access_log import AccessLoggedRoute, logged
+from ..access_log import AccessLoggedRoute
 from ..admission import count_new_session
+from ..auth import READ
 from ..deps import (
     BIG,
     AsOf,
     AsOfVersion,
     LedgerDep,
-    ReaderDep,
     ReadOptionsDep,
-    SessionKeyDep,
+    SessionCall,
+    WriteCall,
     WriteOptions,
     WriteOptionsDep,
-    WriterDep,
+    on_session,
     short_read,
 )
 from ..errors import ERROR_RESPONSES, PreconditionFailed
@@ -52,9 +53,9 @@ CREATES_SESSION = [Depends(count_new_session)]  # the writes that may create the
 
 
 # The context read first: routes match in order, and it is the hot one.
-@router.get("/{key}/context", response_model=MessageList, dependencies=[Depends(logged("window"))])
+@router.get("/{key}/context", response_model=MessageList)
 async def get_context(
-    request: Request, key: SessionKeyDep, ledger: LedgerDep, who: ReaderDep,
+    request: Request, call: Annotated[SessionCall, Depends(on_session(READ, "window"))],
     read_options: ReadOptionsDep,
     token_limit: Annotated[int | None, Query(ge=1, le=BIG, description="Default: "
                                              "the server's LEDGER_TOKEN_LIMIT.")] = None,
@@ -63,6 +64,7 @@ async def get_context(
 ) -> Response:  # fmt: skip
     """The context window: the newest messages within `token_limit` (ChatMemoryBuffer.get);
     with `as_of_version` or `as_of`, the window the agent was given then."""
+    key, who, ledger = call
     read = await short_read(request, lambda: ledger.window(
         key, tenant=who.tenant, token_limit=token_limit, initial_token_count=initial_token_count,
         as_of_version=as_of_version, as_of=as_of, min_version=read_options.min_version,
@@ -72,48 +74,52 @@ async def get_context(
 
 @router.post("/{key}/messages", response_model=WriteResult, dependencies=CREATES_SESSION)
 def append_messages(
-    key: SessionKeyDep, body: AppendIn, ledger: LedgerDep, who: WriterDep,
+    call: WriteCall, body: AppendIn,
     options: WriteOptionsDep,
 ) -> Response:  # fmt: skip
     """Append messages to the session (put / put_messages), all or none; creates it."""
+    key, who, ledger = call
     _precondition(ledger, key, who.tenant, options)
     return written(ledger.put_messages(key, body.messages, **options.ledger_kwargs(who)))
 
 
 @router.put("/{key}/messages", response_model=WriteResult, dependencies=CREATES_SESSION)
 def replace_history(
-    key: SessionKeyDep, body: MessagesIn, ledger: LedgerDep, who: WriterDep,
+    call: WriteCall, body: MessagesIn,
     options: WriteOptionsDep,
 ) -> Response:  # fmt: skip
     """Replace the session's whole history (set); the old one stays in the audit trail."""
+    key, who, ledger = call
     _precondition(ledger, key, who.tenant, options)
     return written(ledger.set(key, body.messages, **options.ledger_kwargs(who)))
 
 
 @router.delete("/{key}/messages", response_model=WriteResult)
 def clear_history(
-    key: SessionKeyDep, ledger: LedgerDep, who: WriterDep, options: WriteOptionsDep,
+    call: WriteCall, options: WriteOptionsDep,
 ) -> Response:  # fmt: skip
     """Clear the session's history (reset)."""
+    key, who, ledger = call
     _precondition(ledger, key, who.tenant, options)
     return written(ledger.reset(key, **options.ledger_kwargs(who)))
 
 
 @router.delete("/{key}/messages/last", response_model=WriteResult)
 def delete_last_message(
-    key: SessionKeyDep, ledger: LedgerDep, who: WriterDep, options: WriteOptionsDep,
+    call: WriteCall, options: WriteOptionsDep,
 ) -> Response:  # fmt: skip
     """Remove the newest message; `removed` holds it."""
+    key, who, ledger = call
     _precondition(ledger, key, who.tenant, options)
     return written(ledger.delete_last_message(key, **options.ledger_kwargs(who)))
 
 
 @router.delete("/{key}/messages/{index}", response_model=WriteResult)
 def delete_message(
-    key: SessionKeyDep, index: Annotated[int, Path(ge=-BIG, le=BIG)], ledger: LedgerDep,
-    who: WriterDep, options: WriteOptionsDep,
+    call: WriteCall, index: Annotated[int, Path(ge=-BIG, le=BIG)], options: WriteOptionsDep,
 ) -> Response:  # fmt: skip
     """Remove the message at `index` (negative counts from the end); `removed` holds it."""
+    key, who, ledger = call
     _precondition(ledger, key, who.tenant, options)
     kwargs = options.ledger_kwargs(who)
     return written(ledger.delete_message(key, index, **kwargs))
@@ -121,20 +127,20 @@ def delete_message(
 
 @router.post("/{key}/archive", response_model=WriteResult)
 def archive_oldest(
-    key: SessionKeyDep, body: ArchiveIn, ledger: LedgerDep, who: WriterDep,
+    call: WriteCall, body: ArchiveIn,
     options: WriteOptionsDep,
 ) -> Response:  # fmt: skip
     """Move the `count` oldest active messages to the archive (read them with status=archived)."""
+    key, who, ledger = call
     _precondition(ledger, key, who.tenant, options)
     kwargs = options.ledger_kwargs(who)
     return written(ledger.archive_oldest(key, body.count, **kwargs))
 
 
-@router.get(
-    "/{key}/messages", response_model=MessageList, dependencies=[Depends(logged("transcript"))]
-)
+@router.get("/{key}/messages", response_model=MessageList)
 def get_history(
-    key: SessionKeyDep, ledger: LedgerDep, who: ReaderDep, read_options: ReadOptionsDep,
+    call: Annotated[SessionCall, Depends(on_session(READ, "transcript"))],
+    read_options: ReadOptionsDep,
     status: Literal["active", "archived"] = "active",
     offset: Annotated[int, Query(ge=0, le=BIG)] = 0,
     limit: Annotated[int | None, Query(ge=0, le=BIG)] = None,
@@ -142,6 +148,7 @@ def get_history(
 ) -> Response:  # fmt: skip
     """The session's whole history, oldest first, or a page of it (get_all); with
     `as_of_version` or `as_of`, the history as it stood then (replay)."""
+    key, who, ledger = call
     read = ledger.history(key, tenant=who.tenant, status=status, offset=offset, limit=limit,
                           as_of_version=as_of_version, as_of=as_of,
                           min_version=read_options.min_version)  # fmt: skip

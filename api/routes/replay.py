@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query, Response
 
 from session_ledger.domain.ledger import Ledger
 
-from ..deps import BIG, AsOf, AsOfVersion, LedgerDep, ReaderDep, SessionKeyDep
+from ..deps import BIG, AsOf, AsOfVersion, ReadCall
 from ..errors import ERROR_RESPONSES
 from ..responses import etag
 from ..schemas import ContextWindow, Replay, SessionSummary
@@ -28,7 +28,7 @@ def window_tokens(ledger: Ledger, contents: list[str | None], initial_token_coun
 
 @router.get("/{key}/replay", response_model=Replay)
 def replay_session(
-    key: SessionKeyDep, ledger: LedgerDep, who: ReaderDep, response: Response,
+    call: ReadCall, response: Response,
     token_limit: Annotated[int | None, Query(ge=1, le=BIG, description="Default: "
                                              "the server's LEDGER_TOKEN_LIMIT.")] = None,
     initial_token_count: Annotated[int, Query(ge=0, le=BIG)] = 0,
@@ -37,6 +37,7 @@ def replay_session(
     """The session at a version or a moment (default: now): its head then, and the context
     window `get` gave then, with its token count. Page its history with
     `GET .../messages?as_of_version=` and the version answered here."""
+    key, who, ledger = call
     etag(response, ledger.head(key, tenant=who.tenant).version)
     head = ledger.head(key, tenant=who.tenant, as_of_version=as_of_version, as_of=as_of)
     limit = ledger.token_limit if token_limit is None else token_limit

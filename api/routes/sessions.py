@@ -7,7 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
 
-from ..deps import TEXT_PATTERN, LedgerDep, ReaderDep, ReadOptionsDep, SessionKeyDep
+from ..deps import TEXT_PATTERN, LedgerDep, ReadCall, ReaderDep, ReadOptionsDep
 from ..errors import ERROR_RESPONSES
 from ..responses import etag, not_modified
 from ..schemas import SessionHead, SessionKeys
@@ -17,10 +17,11 @@ router = APIRouter(prefix="/v1/sessions", tags=["sessions"], responses=ERROR_RES
 
 @router.get("/{key}", response_model=SessionHead)
 def get_session(
-    key: SessionKeyDep, ledger: LedgerDep, who: ReaderDep, response: Response,
+    call: ReadCall, response: Response,
     read_options: ReadOptionsDep,
 ) -> SessionHead | Response:  # fmt: skip
     """The session's version, message counts, token total and times."""
+    key, who, ledger = call
     head = ledger.head(key, tenant=who.tenant, min_version=read_options.min_version)
     if head.version in read_options.held:
         return not_modified(head.version)

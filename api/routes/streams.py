@@ -13,7 +13,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from session_ledger.domain.errors import StreamNotFound
 from session_ledger.domain.streams import MAX_STREAM_ID_CHARS
 
-from ..deps import TEXT_PATTERN, LedgerDep, ReaderDep, SessionKeyDep, WriteOptionsDep, WriterDep
+from ..deps import (
+    TEXT_PATTERN,
+    ReadCall,
+    WriteCall,
+    WriteOptionsDep,
+)
 from ..errors import ERROR_RESPONSES
 from ..responses import written
 from ..schemas import WriteResult
@@ -83,10 +88,11 @@ class StreamState(BaseModel):
 
 @router.post("/{key}/streams", response_model=StreamOpened, status_code=201)
 def open_stream(
-    key: SessionKeyDep, body: StreamOpenIn, ledger: LedgerDep, who: WriterDep,
+    call: WriteCall, body: StreamOpenIn,
     options: WriteOptionsDep,
 ) -> Response:  # fmt: skip
     """Open a stream (creates the session); deltas follow on its `chunks` route."""
+    key, who, ledger = call
     _precondition(ledger, key, who.tenant, options)
     opened = ledger.open_stream(key, role=body.role, stream_id=body.stream_id, turn=body.turn,
                                 parent=body.parent, **options.ledger_kwargs(who))  # fmt: skip
@@ -95,20 +101,20 @@ def open_stream(
 
 @router.post("/{key}/streams/{stream_id}/chunks", response_model=WriteResult)
 def append_chunks(
-    key: SessionKeyDep, stream_id: StreamIdDep, body: ChunksIn, ledger: LedgerDep,
-    who: WriterDep, options: WriteOptionsDep,
+    call: WriteCall, stream_id: StreamIdDep, body: ChunksIn, options: WriteOptionsDep,
 ) -> Response:  # fmt: skip
     """Append a batch of deltas; 409 once the stream has completed or been aborted."""
+    key, who, ledger = call
     result = ledger.append_stream(key, stream_id, body.deltas, **options.ledger_kwargs(who))
     return written(result)
 
 
 @router.post("/{key}/streams/{stream_id}/complete", response_model=WriteResult)
 def complete_stream(
-    key: SessionKeyDep, stream_id: StreamIdDep, body: CompleteIn, ledger: LedgerDep,
-    who: WriterDep, options: WriteOptionsDep,
+    call: WriteCall, stream_id: StreamIdDep, body: CompleteIn, options: WriteOptionsDep,
 ) -> Response:  # fmt: skip
     """Complete the stream: its text becomes one message of the history."""
+    key, who, ledger = call
     result = ledger.complete_stream(key, stream_id, body.deltas, body.additional_kwargs,
                                     **options.ledger_kwargs(who))  # fmt: skip
     return written(result)
@@ -116,21 +122,20 @@ def complete_stream(
 
 @router.post("/{key}/streams/{stream_id}/abort", response_model=WriteResult)
 def abort_stream(
-    key: SessionKeyDep, stream_id: StreamIdDep, body: AbortIn, ledger: LedgerDep,
-    who: WriterDep, options: WriteOptionsDep,
+    call: WriteCall, stream_id: StreamIdDep, body: AbortIn, options: WriteOptionsDep,
 ) -> Response:  # fmt: skip
     """Abort the stream: the partial stays in the audit trail (and in the history only
     with `keep_partial`)."""
+    key, who, ledger = call
     result = ledger.abort_stream(key, stream_id, body.cause, body.deltas, body.keep_partial,
                                  **options.ledger_kwargs(who))  # fmt: skip
     return written(result)
 
 
 @router.get("/{key}/streams/{stream_id}", response_model=StreamState)
-def get_stream(
-    key: SessionKeyDep, stream_id: StreamIdDep, ledger: LedgerDep, who: ReaderDep
-) -> StreamState:
+def get_stream(call: ReadCall, stream_id: StreamIdDep) -> StreamState:
     """The stream as recorded: its text so far and how it ended."""
+    key, who, ledger = call
     found = ledger.stream_state(key, stream_id, tenant=who.tenant)
     if found is None:
         raise StreamNotFound(f"session {key!r} has no stream {stream_id!r}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from ..deps import LedgerDep, ReaderDep, SessionKeyDep
+from ..deps import ReadCall
 from ..errors import ERROR_RESPONSES
 from ..schemas import ChainCheck
 
@@ -12,9 +12,10 @@ router = APIRouter(prefix="/v1/sessions", tags=["integrity"], responses=ERROR_RE
 
 
 @router.get("/{key}/verify", response_model=ChainCheck)
-def verify_session(key: SessionKeyDep, ledger: LedgerDep, who: ReaderDep) -> ChainCheck:
+def verify_session(call: ReadCall) -> ChainCheck:
     """Recompute the session's hash chain and compare it with the hashes stored as its
     events were written; names the first version that differs."""
+    key, who, ledger = call
     report = ledger.verify(key, tenant=who.tenant)
     return ChainCheck(
         intact=report.intact, versions=report.versions, head=report.head,
