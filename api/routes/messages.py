@@ -16,7 +16,7 @@ from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from session_ledger.domain.errors import SessionNotFound
 
 from ..access_log import AccessLoggedRoute
-from ..admission import count_new_session
+from ..admission import new_session_counted
 from ..auth import READ
 from ..deps import (
     BIG,
@@ -49,9 +49,6 @@ def _precondition(ledger: LedgerDep, key: str, tenant: str, options: WriteOption
             raise PreconditionFailed(f"If-Match: * but session {key!r} does not exist") from None
 
 
-CREATES_SESSION = [Depends(count_new_session)]  # the writes that may create their session
-
-
 # The context read first: routes match in order, and it is the hot one.
 @router.get("/{key}/context", response_model=MessageList)
 async def get_context(
@@ -72,26 +69,28 @@ async def get_context(
     return message_list(read, who.tenant, key, read_options.held)
 
 
-@router.post("/{key}/messages", response_model=WriteResult, dependencies=CREATES_SESSION)
+@router.post("/{key}/messages", response_model=WriteResult)
 def append_messages(
-    call: WriteCall, body: AppendIn,
-    options: WriteOptionsDep,
+    request: Request, call: WriteCall, body: AppendIn, options: WriteOptionsDep,
 ) -> Response:  # fmt: skip
     """Append messages to the session (put / put_messages), all or none; creates it."""
     key, who, ledger = call
     _precondition(ledger, key, who.tenant, options)
-    return written(ledger.put_messages(key, body.messages, **options.ledger_kwargs(who)))
+    with new_session_counted(request, who.tenant, key):
+        result = ledger.put_messages(key, body.messages, **options.ledger_kwargs(who))
+    return written(result)
 
 
-@router.put("/{key}/messages", response_model=WriteResult, dependencies=CREATES_SESSION)
+@router.put("/{key}/messages", response_model=WriteResult)
 def replace_history(
-    call: WriteCall, body: MessagesIn,
-    options: WriteOptionsDep,
+    request: Request, call: WriteCall, body: MessagesIn, options: WriteOptionsDep,
 ) -> Response:  # fmt: skip
     """Replace the session's whole history (set); the old one stays in the audit trail."""
     key, who, ledger = call
     _precondition(ledger, key, who.tenant, options)
-    return written(ledger.set(key, body.messages, **options.ledger_kwargs(who)))
+    with new_session_counted(request, who.tenant, key):
+        result = ledger.set(key, body.messages, **options.ledger_kwargs(who))
+    return written(result)
 
 
 @router.delete("/{key}/messages", response_model=WriteResult)
