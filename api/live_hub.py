@@ -86,9 +86,12 @@ class LiveHub:
     # -- news of commits ---------------------------------------------------------------------
 
     def committed(self, session_id: uuid.UUID) -> None:
-        """The recorder's `after_commit` (any thread): wake this process's tails, and
-        queue the NOTIFY for the others."""
-        self.loop.call_soon_threadsafe(self._wake, [session_id])
+        """The recorder's `after_commit` (any thread): wake this process's tails of the
+        session, if any (waking the event loop from a writer's thread costs both threads),
+        and queue the NOTIFY for the others. A tail that subscribes just after this
+        looks reads the store after subscribing, and this commit is in it."""
+        if self.feeds or session_id in self.tails:
+            self.loop.call_soon_threadsafe(self._wake, [session_id])
         if self.postgres:
             self._outbox.put(session_id)
 
