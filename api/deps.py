@@ -76,7 +76,6 @@ async def short_read(request: Request, read: Callable[[], R]) -> R:
 SessionKeyPath = Annotated[
     str,
     Path(
-        alias="key",
         description="The session key, percent-encoded as one path segment: every byte "
         "outside A-Z a-z 0-9 - . _ ~ as %XX of its UTF-8 encoding, `/` included "
         "(Python: urllib.parse.quote(key, safe='')). A key that is exactly `.` or `..` "
@@ -122,7 +121,7 @@ def on_session(
     permission: str, logged_as: str | None = None
 ) -> Callable[[Request, str], Awaitable[SessionCall]]:
     """The dependency of a route on one session, as ONE node (FastAPI solves every node of
-    every request anew, about 10 us each): the caller must hold `permission`; a read named
+    every request anew, about 5-10 µs each): the caller must hold `permission`; a read named
     `logged_as` is marked for the access log."""
     check = require(permission)
 
