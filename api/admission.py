@@ -7,8 +7,9 @@ nothing. It is a plain dependency of the request alone: FastAPI solves every dep
 node and parameter anew on each request (about 10 µs a node, 30 µs more for a
 generator), and every request passes here.
 
-The two writes that may create their session run inside `new_session_counted`, which
-counts it against the tenant's sessions quota and gives it back if the write fails.
+The writes that may create their session (append, set, opening a stream) run inside
+`new_session_counted`, which counts it against the tenant's sessions quota and gives it
+back if the write fails.
 """
 
 from __future__ import annotations

@@ -7,12 +7,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Path, Response
+from fastapi import APIRouter, Path, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from session_ledger.domain.errors import StreamNotFound
 from session_ledger.domain.streams import MAX_STREAM_ID_CHARS
 
+from ..admission import new_session_counted
 from ..deps import (
     TEXT_PATTERN,
     ReadCall,
@@ -88,14 +89,15 @@ class StreamState(BaseModel):
 
 @router.post("/{key}/streams", response_model=StreamOpened, status_code=201)
 def open_stream(
-    call: WriteCall, body: StreamOpenIn,
-    options: WriteOptionsDep,
+    request: Request, call: WriteCall, body: StreamOpenIn, options: WriteOptionsDep,
 ) -> Response:  # fmt: skip
     """Open a stream (creates the session); deltas follow on its `chunks` route."""
     key, who, ledger = call
     _precondition(ledger, key, who.tenant, options)
-    opened = ledger.open_stream(key, role=body.role, stream_id=body.stream_id, turn=body.turn,
-                                parent=body.parent, **options.ledger_kwargs(who))  # fmt: skip
+    with new_session_counted(request, who.tenant, key):
+        opened = ledger.open_stream(key, role=body.role, stream_id=body.stream_id,
+                                    turn=body.turn, parent=body.parent,
+                                    **options.ledger_kwargs(who))  # fmt: skip
     return written(opened.result, StreamOpened, 201, stream_id=opened.stream_id)
 
 

@@ -164,6 +164,10 @@ def test_sessions_a_tenant_may_hold(pair: Pair) -> None:
         assert put(http, "s5", body_of(60), method="PUT").status_code == 429
         assert put(http, "s1", body_of(60), method="PUT").status_code == 200  # exists
         assert http.get(session_path("s4")).status_code == 404  # nothing stored
+        # Opening a stream creates its session too: counted the same way.
+        opened = http.post(session_path("s6", "/streams"), json={"role": "assistant"})
+        assert (opened.status_code, opened.json()["error"]["code"]) == (429, "quota_exceeded")
+        assert http.get(session_path("s6")).status_code == 404  # the key's 10th request
 
 
 @pytest.mark.parametrize(
