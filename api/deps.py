@@ -253,7 +253,6 @@ async def read_options(
 LedgerDep = Annotated[Ledger, Depends(get_ledger)]
 KeyStoreDep = Annotated[KeyStore, Depends(key_store)]
 ReaderDep = Annotated[Principal, Depends(require(READ))]
-WriterDep = Annotated[Principal, Depends(require(WRITE))]
 AdminDep = Annotated[Principal, Depends(require(MANAGE_KEYS))]
 ExporterDep = Annotated[Principal, Depends(require(EXPORT))]
 ReadCall = Annotated[SessionCall, Depends(on_session(READ))]
