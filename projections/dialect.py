@@ -108,11 +108,15 @@ class ViewStore(ABC):
         columns, column_params = select
         order = "DESC" if newest_first else "ASC"
         if version is None:
+            # No `OFFSET ?` unless one is asked for: with it PostgreSQL's generic plan of
+            # the prepared statement costs more than a custom one, so the tail read (every
+            # window) was planned anew on each execution.
+            skip, skip_params = (" OFFSET ?", (offset,)) if offset else ("", ())
             return self._tuples(
                 read,
                 f"SELECT {columns} FROM ledger_messages WHERE {LIVE}{where} "
-                f"ORDER BY message_id {order} LIMIT ? OFFSET ?",
-                (*column_params, sid, status, *params, self._limit(limit), offset),
+                f"ORDER BY message_id {order} LIMIT ?{skip}",
+                (*column_params, sid, status, *params, self._limit(limit), *skip_params),
             )
         wanted = self._limit(None if limit is None else offset + limit)
         arms = (("ledger_messages", LIVE_AT, (version,)),

@@ -1,0 +1,62 @@
+"""PostgreSQL plans each hot read once per connection, not on every execution.
+
+A prepared statement is planned with its parameters known for its first five executions;
+then PostgreSQL keeps the parameter-free (generic) plan if that costs no more than the
+custom ones. The window's tail read used to end in `LIMIT ? OFFSET ?`: the unknown offset
+made every generic plan look dearer, so each window was planned again (about 80 µs of
+the server's time, more than running it). Counted from `pg_prepared_statements`, not timed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from psycopg.rows import tuple_row
+
+from session_ledger.domain.ledger import Ledger
+from tests.conftest import make_ledger, make_settings
+
+READS = 20
+
+
+def _plans(ledger: Ledger) -> dict[str, list[tuple[int, int]]]:
+    """Per prepared statement: (generic, custom) plans made on each pooled connection."""
+    pool: Any = ledger.views.datastore.pool  # type: ignore[attr-defined]
+    taken = [pool.getconn() for _ in range(pool.get_stats()["pool_available"])]
+    try:
+        found: dict[str, list[tuple[int, int]]] = {}
+        for conn in taken:
+            with conn.cursor(row_factory=tuple_row) as cursor:
+                cursor.execute(
+                    "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements"
+                )
+                for statement, generic, custom in cursor.fetchall():
+                    found.setdefault(" ".join(statement.split()), []).append((generic, custom))
+        return found
+    finally:
+        for conn in taken:
+            pool.putconn(conn)
+
+
+def test_window_and_history_reads_keep_their_generic_plan(tmp_path: Path) -> None:
+    ledger = make_ledger(make_settings("postgres", tmp_path, pool_size=1))
+    try:
+        ledger.put_messages("s", [{"role": "user", "content": f"m {i}"} for i in range(30)])
+        for _ in range(READS):
+            assert len(ledger.get("s", token_limit=50)) > 0
+            assert len(ledger.get_all("s")) == 30
+        reads = {
+            statement: counts
+            for statement, counts in _plans(ledger).items()
+            if statement.startswith("SELECT") and "FROM ledger_messages" in statement
+        }
+        assert len(reads) == 2, reads  # the window's tail and the history
+        for statement, counts in reads.items():
+            executions = sum(g + c for g, c in counts)
+            assert executions >= READS, (statement, counts)
+            # five custom plans per connection at most, then the generic one for good
+            assert all(custom <= 5 for _, custom in counts), (statement, counts)
+            assert sum(g for g, _ in counts) >= executions - 5 * len(counts), (statement, counts)
+    finally:
+        ledger.close()
