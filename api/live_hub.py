@@ -88,12 +88,16 @@ class LiveHub:
     def committed(self, session_id: uuid.UUID) -> None:
         """The recorder's `after_commit` (any thread): wake this process's tails of the
         session, if any (waking the event loop from a writer's thread costs both threads),
-        and queue the NOTIFY for the others. A tail that subscribes just after this
-        looks reads the store after subscribing, and this commit is in it."""
-        if self.feeds or session_id in self.tails:
-            self.loop.call_soon_threadsafe(self._wake, [session_id])
+        and queue the NOTIFY for the others."""
+        self._wake_soon([session_id])
         if self.postgres:
             self._outbox.put(session_id)
+
+    def _wake_soon(self, session_ids: list[uuid.UUID]) -> None:
+        """From another thread: have the event loop wake the tails of `session_ids`, only
+        if any waits (a tail subscribes before it reads, so none misses a commit)."""
+        if self.feeds or any(sid in self.tails for sid in session_ids):
+            self.loop.call_soon_threadsafe(self._wake, session_ids)
 
     def start(self) -> None:
         self._views.after_commit = self.committed
@@ -137,8 +141,7 @@ class LiveHub:
                     conn.execute(f"LISTEN {CHANNEL}")
                     while not self._stop.is_set():
                         for note in conn.notifies(timeout=1.0):
-                            ids = [uuid.UUID(h) for h in note.payload.split(",") if h]
-                            self.loop.call_soon_threadsafe(self._wake, ids)
+                            self._wake_soon([uuid.UUID(h) for h in note.payload.split(",") if h])
             except psycopg.Error as e:  # reconnect; the watcher covers the gap
                 log.warning("live tail LISTEN failed: %s", e)
                 self._stop.wait(1)

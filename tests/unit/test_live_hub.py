@@ -4,13 +4,17 @@ them; with no tail waiting, a writer's thread does not wake the event loop at al
 from __future__ import annotations
 
 import asyncio
+import uuid
 from pathlib import Path
 from typing import Any
 
+import psycopg
+
 from session_ledger.api.bootstrap import open_ledger
-from session_ledger.api.live_hub import LiveHub
+from session_ledger.api.live_hub import CHANNEL, LiveHub
 from session_ledger.api.settings import Settings
 from session_ledger.domain.session import session_id
+from tests.conftest import postgres_server_url, postgres_url
 
 MESSAGE = [{"role": "user", "content": "hi"}]
 
@@ -50,5 +54,50 @@ def test_a_commit_wakes_the_tails_of_its_session_and_no_one_else(tmp_path: Path)
 
     try:
         assert asyncio.run(run()) == (0, False, True, True)
+    finally:
+        ledger.close()
+
+
+def test_notifications_wake_the_loop_only_for_the_tails_that_wait(tmp_path: Path) -> None:
+    """PostgreSQL: every process hears every commit's NOTIFY (its own included); the
+    listener wakes the event loop only for a session some tail of this process waits on."""
+    url = postgres_server_url()
+    ledger = open_ledger(Settings(database_url=postgres_url(), auto_migrate=True))
+    unheard = [uuid.uuid4() for _ in range(20)]
+
+    async def run() -> tuple[int, bool]:
+        loop = asyncio.get_running_loop()
+        wakes = 0
+        call_soon_threadsafe = loop.call_soon_threadsafe
+
+        def counting(callback: Any, *args: Any) -> Any:
+            nonlocal wakes
+            wakes += callback == hub._wake
+            return call_soon_threadsafe(callback, *args)
+
+        loop.call_soon_threadsafe = counting  # type: ignore[method-assign]
+        conn = psycopg.connect(url, autocommit=True)
+        listening = f"SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN {CHANNEL}'"
+        before = conn.execute(listening).fetchone()
+        hub = LiveHub(ledger, url, poll_seconds=60)
+        hub.start()
+        try:
+            waited = uuid.uuid4()
+            tail = hub.subscribe(waited)
+            with conn:
+                while conn.execute(listening).fetchone() == before:
+                    await asyncio.sleep(0.01)  # the hub's listener is not listening yet
+                for sid in unheard:  # one sender: delivered in this order, before the last
+                    conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, sid.hex))
+                conn.execute(
+                    "SELECT pg_notify(%s, %s)", (CHANNEL, f"{unheard[0].hex},{waited.hex}")
+                )
+            await asyncio.wait_for(tail.wait(), 10)
+            return wakes, tail.is_set()
+        finally:
+            await hub.stop()
+
+    try:
+        assert asyncio.run(run()) == (1, True)
     finally:
         ledger.close()
