@@ -1,7 +1,8 @@
 """What one request costs in process, and how much of it is FastAPI solving the route's
 dependencies (docs/performance.md, "Fewer dependency nodes per request").
 
-The app is called as ASGI, without uvicorn or a socket, on a SQLite store: GET
+The app is called as ASGI, without uvicorn or a socket, on a SQLite store (or, with
+`--store postgres`, a scratch database on LEDGER_BENCH_POSTGRES_URL's server): GET
 `/context` (the 4,000-token window of a 1,000-message session) and POST `/messages` of
 one message to one of 4,096 sessions, as `make bench-http` sends them (an `agent` key,
 rate limits, quotas and the access log off). Each round runs a batch of each request;
@@ -9,7 +10,8 @@ the table gives the median time per request over the rounds and, of that, the ti
 `fastapi.routing.solve_dependencies` and in the route itself (timed by wrapping the two,
 in this process only). Run it at two revisions in turns to compare them.
 
-`python -m bench.diagnostics.request_cost [--rounds 5] [--batch 1000] [--workdir DIR]`
+`python -m bench.diagnostics.request_cost [--store sqlite|postgres] [--rounds 5] [--batch 1000]
+[--workdir DIR]`
 prints a Markdown table and writes bench/results/request-cost-latest.json.
 """
 
@@ -28,6 +30,7 @@ from typing import Any
 import fastapi.routing
 
 from bench.http_path import CONTEXT_MESSAGES, CONTEXT_SESSION, SESSIONS, TOKEN_LIMIT, _message
+from bench.postgres import scratch_database
 from bench.results import scratch_dir, write_diagnostic
 from session_ledger.api.app import create_app
 from session_ledger.api.bootstrap import open_ledger
@@ -129,8 +132,15 @@ async def _measure(app: Any, secret: str, rounds: int, batch: int) -> dict[str, 
     }
 
 
-def run(workdir: Path, rounds: int, batch: int) -> dict[str, Any]:
-    settings = Settings(database_url=f"sqlite:///{workdir / 'ledger.db'}", auto_migrate=True,
+def run(store: str, workdir: Path, rounds: int, batch: int) -> dict[str, Any]:
+    if store == "sqlite":
+        return measure(f"sqlite:///{workdir / 'ledger.db'}", rounds, batch)
+    with scratch_database("request_cost") as url:
+        return measure(url, rounds, batch)
+
+
+def measure(url: str, rounds: int, batch: int) -> dict[str, Any]:
+    settings = Settings(database_url=url, auto_migrate=True,
                         token_limit=TOKEN_LIMIT, **OFF)  # fmt: skip
     ledger = open_ledger(settings)
     history = [_message(i) for i in range(CONTEXT_MESSAGES)]
@@ -152,17 +162,18 @@ def run(workdir: Path, rounds: int, batch: int) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--store", choices=("sqlite", "postgres"), default="sqlite")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args()
-    found = run(args.workdir or scratch_dir("request-cost-"), args.rounds, args.batch)
+    found = run(args.store, args.workdir or scratch_dir("request-cost-"), args.rounds, args.batch)
     print("| request | per request (µs) | solving dependencies | the route |")
     print("|---|---|---|---|")
     for name, parts in found.items():
         print(f"| {name} | {parts['total']:,.0f} | {parts['dependencies']:,.0f} | "
               f"{parts['route']:,.0f} |")  # fmt: skip
-    fields = {"rounds": args.rounds, "batch": args.batch, "requests": found}
+    fields = {"store": args.store, "rounds": args.rounds, "batch": args.batch, "requests": found}
     out = write_diagnostic("request-cost-latest.json", fields)
     print(f"\nwrote {out}")
 
