@@ -19,26 +19,31 @@ from tests.conftest import postgres_server_url, postgres_url
 MESSAGE = [{"role": "user", "content": "hi"}]
 
 
+class WakeCount:
+    """The hub's wake-ups of the running loop, counted (a worker thread's end, also sent
+    by `call_soon_threadsafe`, is not one)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.wakes = 0
+        self.call_soon_threadsafe = loop.call_soon_threadsafe
+        loop.call_soon_threadsafe = self  # type: ignore[method-assign]
+
+    def __call__(self, callback: Any, *args: Any) -> Any:
+        self.wakes += getattr(callback, "__name__", "") == "_wake"
+        return self.call_soon_threadsafe(callback, *args)
+
+
 def test_a_commit_wakes_the_tails_of_its_session_and_no_one_else(tmp_path: Path) -> None:
     settings = Settings(database_url=f"sqlite:///{tmp_path / 'ledger.db'}", auto_migrate=True)
     ledger = open_ledger(settings)
 
     async def run() -> tuple[int, bool, bool, bool]:
-        loop = asyncio.get_running_loop()
-        wakes = 0  # the hub's wake-ups of the loop (a worker thread's end wakes it too)
-        call_soon_threadsafe = loop.call_soon_threadsafe
-
-        def counting(callback: Any, *args: Any) -> Any:
-            nonlocal wakes
-            wakes += callback == hub._wake
-            return call_soon_threadsafe(callback, *args)
-
-        loop.call_soon_threadsafe = counting  # type: ignore[method-assign]
+        counted = WakeCount(asyncio.get_running_loop())
         hub = LiveHub(ledger, settings.database_url, poll_seconds=60)
         hub.start()
         try:
             await asyncio.to_thread(ledger.put_messages, "quiet", MESSAGE)  # no tail yet
-            unwoken = wakes
+            unwoken = counted.wakes
             mine = hub.subscribe(session_id(settings.default_tenant, "quiet"))
             await asyncio.to_thread(ledger.put_messages, "other", MESSAGE)
             await asyncio.sleep(0.05)
@@ -66,16 +71,7 @@ def test_notifications_wake_the_loop_only_for_the_tails_that_wait(tmp_path: Path
     unheard = [uuid.uuid4() for _ in range(20)]
 
     async def run() -> tuple[int, bool]:
-        loop = asyncio.get_running_loop()
-        wakes = 0
-        call_soon_threadsafe = loop.call_soon_threadsafe
-
-        def counting(callback: Any, *args: Any) -> Any:
-            nonlocal wakes
-            wakes += callback == hub._wake
-            return call_soon_threadsafe(callback, *args)
-
-        loop.call_soon_threadsafe = counting  # type: ignore[method-assign]
+        counted = WakeCount(asyncio.get_running_loop())
         conn = psycopg.connect(url, autocommit=True)
         listening = f"SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN {CHANNEL}'"
         before = conn.execute(listening).fetchone()
@@ -93,7 +89,7 @@ def test_notifications_wake_the_loop_only_for_the_tails_that_wait(tmp_path: Path
                     "SELECT pg_notify(%s, %s)", (CHANNEL, f"{unheard[0].hex},{waited.hex}")
                 )
             await asyncio.wait_for(tail.wait(), 10)
-            return wakes, tail.is_set()
+            return counted.wakes, tail.is_set()
         finally:
             await hub.stop()
 
