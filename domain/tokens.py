@@ -70,11 +70,11 @@ class NamedTokenizer:
         alone = len(self.encode(text))
         if self.pretokenized:
             found = _CHUNK_BREAK.search(text)
-            if found is None:  # one run (no spaces: a long word, most CJK text)
-                return TokenCount(alone, len(self.encode(" " + text)))
-            head = text[: found.start()]
+            head = text[: found.start()] if found else text
             if len(head) <= _CACHED_HEAD_CHARS:  # first words repeat: count each once
                 return TokenCount(alone, alone + _space_cost(self.encode, head))
+            if found is None:  # one long run (a long word, most CJK text): the head is all
+                return TokenCount(alone, len(self.encode(" " + text)))
             return TokenCount(alone, alone + len(self.encode(" " + head)) - len(self.encode(head)))
         return TokenCount(alone, len(self.encode(" " + text)))
 
