@@ -115,7 +115,7 @@ class ContextReads(ViewStore):
         else:
             select = (f"{columns}, NULL AS seen", ())
         return self._rows(read, select, 4, sid, ACTIVE, version, where, params,
-                          newest_first=True, limit=limit)  # fmt: skip
+                          newest_first=True, batch=limit)  # fmt: skip
 
     def _tail(
         self,

@@ -95,6 +95,7 @@ class ViewStore(ABC):
         newest_first: bool = False,
         limit: int | None = None,
         offset: int = 0,
+        batch: int | None = None,
     ) -> list[tuple[Any, ...]]:
         """Rows of `status` live now (version None) or at `version` that meet `where` (an
         `AND ...` with `params`), in message id order, as tuples of `select` (its columns,
@@ -104,29 +105,32 @@ class ViewStore(ABC):
         after it: each table is read in its key order and the two are merged here (a
         UNION ALL of them was sorted whole by PostgreSQL). The live rows are read first,
         so a row that a write moves to the ended rows meanwhile is read twice, not missed;
-        it is kept once."""
+        it is kept once.
+
+        `batch`: a limit the ledger picks (the tail's batch sizes, a few values), written
+        into the statement. PostgreSQL keeps a prepared statement's generic plan only if
+        it costs no more than the custom ones; with a `LIMIT ?` (or an `OFFSET ?`) it
+        cannot price, it planned every window read anew once statistics saw long
+        sessions. A caller's `limit` and `offset` stay parameters."""
         columns, column_params = select
         order = "DESC" if newest_first else "ASC"
         if version is None:
-            # No `OFFSET ?` unless one is asked for: with it PostgreSQL's generic plan of
-            # the prepared statement costs more than a custom one, so the tail read (every
-            # window) was planned anew on each execution.
-            skip, skip_params = (" OFFSET ?", (offset,)) if offset else ("", ())
+            page, page_params = self._page(limit, offset, batch)
             return self._tuples(
                 read,
                 f"SELECT {columns} FROM ledger_messages WHERE {LIVE}{where} "
-                f"ORDER BY message_id {order} LIMIT ?{skip}",
-                (*column_params, sid, status, *params, self._limit(limit), *skip_params),
+                f"ORDER BY message_id {order}{page}",
+                (*column_params, sid, status, *params, *page_params),
             )
-        wanted = self._limit(None if limit is None else offset + limit)
+        page, page_params = self._page(None if limit is None else offset + limit, 0, batch)
         arms = (("ledger_messages", LIVE_AT, (version,)),
                 ("ledger_ended_messages", ENDED_AT, (version, version)))  # fmt: skip
         found = [
             self._tuples(
                 read,
                 f"SELECT {columns} FROM {table} WHERE {at}{where} "
-                f"ORDER BY message_id {order} LIMIT ?",
-                (*column_params, sid, status, *at_params, *params, wanted),
+                f"ORDER BY message_id {order}{page}",
+                (*column_params, sid, status, *at_params, *params, *page_params),
             )
             for table, at, at_params in arms
         ]
@@ -145,6 +149,16 @@ class ViewStore(ABC):
 
     def _limit(self, limit: int | None) -> Any:
         return self.no_limit if limit is None else limit
+
+    def _page(
+        self, limit: int | None, offset: int, batch: int | None
+    ) -> tuple[str, tuple[Any, ...]]:
+        """The LIMIT and OFFSET of a read (see `_rows`), and their parameters."""
+        if batch is not None:
+            return f" LIMIT {int(batch)}", ()
+        if offset:  # (SQLite takes an OFFSET only after a LIMIT)
+            return " LIMIT ? OFFSET ?", (self._limit(limit), offset)
+        return ("", ()) if limit is None else (" LIMIT ?", (limit,))
 
     def _tuples(self, read: Reader, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         rows = read.tuples(sql, params)
