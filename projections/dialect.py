@@ -19,7 +19,7 @@ from .sql import ENDED_AT, LIVE, LIVE_AT, Reader
 class ViewStore(ABC):
     """A store of the views in one SQL dialect; subclasses supply the dialect."""
 
-    no_limit: Any = -1
+    no_limit: Any = -1  # a LIMIT that takes all rows (needed before an OFFSET)
     # Where rows that ended at a version are looked up (session_id, valid_to = ?).
     ended_rows = "ledger_ended_messages"
     rows_read = 0  # view rows this store fetched: the cost model the tests check
@@ -147,9 +147,6 @@ class ViewStore(ABC):
         """`rows` with their body (column `at`) opened where sealed, after the read."""
         return rows if self.data_keys is None else open_bodies(self.data_keys, session_id, rows, at)
 
-    def _limit(self, limit: int | None) -> Any:
-        return self.no_limit if limit is None else limit
-
     def _page(
         self, limit: int | None, offset: int, batch: int | None
     ) -> tuple[str, tuple[Any, ...]]:
@@ -157,7 +154,7 @@ class ViewStore(ABC):
         if batch is not None:
             return f" LIMIT {int(batch)}", ()
         if offset:  # (SQLite takes an OFFSET only after a LIMIT)
-            return " LIMIT ? OFFSET ?", (self._limit(limit), offset)
+            return " LIMIT ? OFFSET ?", (self.no_limit if limit is None else limit, offset)
         return ("", ()) if limit is None else (" LIMIT ?", (limit,))
 
     def _tuples(self, read: Reader, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
