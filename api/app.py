@@ -21,6 +21,7 @@ from session_ledger.domain.ledger import Ledger
 from . import errors
 from .admission import enforce_limits
 from .auth import bearer
+from .inputs import document_inputs
 from .keystore import KeyStore, open_key_store
 from .live_hub import LiveHub
 from .logs import RequestIds
@@ -177,9 +178,10 @@ def open_limiter(settings: Settings) -> Limiter:
 def _openapi_without_null_parameters(
     app: FastAPI, limited: list[APIRouter]
 ) -> Callable[[], dict[str, Any]]:
-    """The OpenAPI document, where an optional query or header parameter is just optional,
-    and every operation of the `limited` routers (behind `enforce_limits`) names the
-    bearer key it needs.
+    """The OpenAPI document, with the fields of the routes' `RouteInputs` models as
+    parameters, where an optional query or header parameter is just optional, and every
+    operation of the `limited` routers (behind `enforce_limits`) names the bearer key it
+    needs.
 
     FastAPI describes `str | None` parameters as "string or null", but a header or query
     value cannot be null: it is absent. Generators (schemathesis) would send "null".
@@ -192,6 +194,7 @@ def _openapi_without_null_parameters(
         if app.openapi_schema is None:
             document = get_openapi(title=app.title, version=app.version,
                                    description=app.description, routes=app.routes)  # fmt: skip
+            document_inputs(document, limited)
             for path in document.get("paths", {}).values():
                 for operation in path.values():
                     for parameter in operation.get("parameters", []):

@@ -18,15 +18,16 @@ from datetime import UTC, datetime
 from typing import Annotated, Any, NamedTuple, TypeVar
 from urllib.parse import unquote_to_bytes
 
-from fastapi import Depends, Header, Path, Query, Request
+from fastapi import Depends, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
-from pydantic import AfterValidator
+from pydantic import AfterValidator, Field
 
 from session_ledger.domain.errors import InvalidInput, InvalidSessionKey
 from session_ledger.domain.ledger import Ledger
 
 from .auth import EXPORT, MANAGE_KEYS, READ, WRITE, Principal, key_store, require
 from .errors import PreconditionFailed
+from .inputs import RouteInputs
 from .keystore import KeyStore
 
 R = TypeVar("R")
@@ -154,57 +155,55 @@ class WriteOptions:
         }
 
 
-async def write_options(
-    if_match: Annotated[
-        str | None,
-        Header(
-            description='Write only if the session is at this version: its ETag, e.g. "3"; '
-            "`*`: only if the session exists. Stale: 412, nothing written.",
-            pattern=r'^\s*("\d{1,18}"|\d{1,18}|\*)\s*$',
-        ),
-    ] = None,
-    if_none_match: Annotated[
-        str | None,
-        Header(
-            description="`*`: write only if the session does not exist yet (else 412).",
-            pattern=r"^\s*\*\s*$",
-        ),
-    ] = None,
-    idempotency_key: Annotated[
-        str | None,
-        Header(
-            description="1 to 256 visible ASCII characters, e.g. a UUID. A retried write "
-            "with the same key and body is applied once and answered with the first result "
-            "(Idempotent-Replayed: true).",
-            max_length=256,
-            pattern=r"^[\x21-\x7e]+$",
-        ),
-    ] = None,
-    reason: Annotated[
-        str | None,
-        Query(description="Why the change was made; kept in the audit trail.", max_length=4096),
-    ] = None,
-) -> WriteOptions:
-    """Parse the conditional-write headers; malformed ones are refused (422)."""
-    expected: int | None = None
-    must_exist = False
-    if if_match is not None:
-        if if_match.strip() == "*":
-            must_exist = True
-        else:
-            found = ETAG.match(if_match)
-            if found is None:
-                raise InvalidInput(
-                    f'If-Match must be a session ETag such as "3", or *; got {if_match!r}'
-                )
-            expected = int(found.group(1) or found.group(2))
-    if if_none_match is not None:
-        if if_none_match.strip() != "*":
-            raise InvalidInput("If-None-Match supports only * (create the session)")
-        if must_exist or expected not in (None, 0):
-            raise PreconditionFailed("If-Match and If-None-Match: * cannot both hold")
-        expected = 0
-    return WriteOptions(expected, must_exist, idempotency_key, reason)
+class WriteInputs(RouteInputs):
+    """The conditional-write headers and the audit reason of a write."""
+
+    HEADERS = frozenset({"if_match", "if_none_match", "idempotency_key"})
+    if_match: str | None = Field(
+        None,
+        description='Write only if the session is at this version: its ETag, e.g. "3"; '
+        "`*`: only if the session exists. Stale: 412, nothing written.",
+        pattern=r'^\s*("\d{1,18}"|\d{1,18}|\*)\s*$',
+    )
+    if_none_match: str | None = Field(
+        None,
+        description="`*`: write only if the session does not exist yet (else 412).",
+        pattern=r"^\s*\*\s*$",
+    )
+    idempotency_key: str | None = Field(
+        None,
+        description="1 to 256 visible ASCII characters, e.g. a UUID. A retried write "
+        "with the same key and body is applied once and answered with the first result "
+        "(Idempotent-Replayed: true).",
+        max_length=256,
+        pattern=r"^[\x21-\x7e]+$",
+    )
+    reason: str | None = Field(
+        None, description="Why the change was made; kept in the audit trail.", max_length=4096
+    )
+
+    @classmethod
+    async def options(cls, request: Request) -> WriteOptions:
+        """The write's options; malformed or contradictory preconditions are refused."""
+        inputs = await cls.parse(request)
+        expected: int | None = None
+        must_exist = False
+        if inputs.if_match is not None:
+            if inputs.if_match.strip() == "*":
+                must_exist = True
+            else:
+                found = ETAG.match(inputs.if_match)
+                if found is None:
+                    raise InvalidInput('If-Match must be a session ETag such as "3", or *; '
+                                       f"got {inputs.if_match!r}")  # fmt: skip
+                expected = int(found.group(1) or found.group(2))
+        if inputs.if_none_match is not None:
+            if inputs.if_none_match.strip() != "*":
+                raise InvalidInput("If-None-Match supports only * (create the session)")
+            if must_exist or expected not in (None, 0):
+                raise PreconditionFailed("If-Match and If-None-Match: * cannot both hold")
+            expected = 0
+        return WriteOptions(expected, must_exist, inputs.idempotency_key, inputs.reason)
 
 
 @dataclass(frozen=True)
@@ -217,37 +216,42 @@ class ReadOptions:
     held: frozenset[int]
 
 
-async def read_options(
-    min_version: Annotated[
-        int | None,
-        Query(
-            ge=0,
-            le=BIG,
-            description="Read this version of the session or a later one: the ETag of a "
-            "write you made. With read replicas, a replica that has not replayed it yet is "
-            "waited for, or the primary answers.",
-        ),
-    ] = None,
-    if_none_match: Annotated[
-        str | None,
-        Header(
-            description='The session ETags you hold, e.g. "3": 304 Not Modified when the '
-            "session is still at one of them; never an older version than the newest.",
-            max_length=1024,
-        ),
-    ] = None,
-) -> ReadOptions:
-    """Parse the read-your-writes query and header; malformed ones are refused (422)."""
-    held: set[int] = set()
-    for tag in [] if if_none_match is None else if_none_match.split(","):
-        found = ETAG.match(tag.strip().removeprefix("W/"))
-        if found is None:
-            raise InvalidInput(
-                f'If-None-Match must list session ETags such as "3"; got {if_none_match!r}'
-            )
-        held.add(int(found.group(1) or found.group(2)))
-    least = max(held | {min_version or 0}) if held else min_version
-    return ReadOptions(least, frozenset(held))
+class ReadInputs(RouteInputs):
+    """The read-your-writes query and header of a read (a route's own model adds its
+    inputs to these)."""
+
+    HEADERS = frozenset({"if_none_match"})
+    min_version: int | None = Field(
+        None,
+        ge=0,
+        le=BIG,
+        description="Read this version of the session or a later one: the ETag of a "
+        "write you made. With read replicas, a replica that has not replayed it yet is "
+        "waited for, or the primary answers.",
+    )
+    if_none_match: str | None = Field(
+        None,
+        description='The session ETags you hold, e.g. "3": 304 Not Modified when the '
+        "session is still at one of them; never an older version than the newest.",
+        max_length=1024,
+    )
+
+    def read_options(self) -> ReadOptions:
+        """What the read must see; a malformed If-None-Match is refused."""
+        held: set[int] = set()
+        for tag in [] if self.if_none_match is None else self.if_none_match.split(","):
+            found = ETAG.match(tag.strip().removeprefix("W/"))
+            if found is None:
+                raise InvalidInput(
+                    f'If-None-Match must list session ETags such as "3"; got {self.if_none_match!r}'
+                )
+            held.add(int(found.group(1) or found.group(2)))
+        least = max(held | {self.min_version or 0}) if held else self.min_version
+        return ReadOptions(least, frozenset(held))
+
+    @classmethod
+    async def options(cls, request: Request) -> ReadOptions:
+        return (await cls.parse(request)).read_options()
 
 
 LedgerDep = Annotated[Ledger, Depends(get_ledger)]
@@ -258,8 +262,8 @@ ExporterDep = Annotated[Principal, Depends(require(EXPORT))]
 ReadCall = Annotated[SessionCall, Depends(on_session(READ))]
 WriteCall = Annotated[SessionCall, Depends(on_session(WRITE))]
 AdminCall = Annotated[SessionCall, Depends(on_session(MANAGE_KEYS))]
-WriteOptionsDep = Annotated[WriteOptions, Depends(write_options)]
-ReadOptionsDep = Annotated[ReadOptions, Depends(read_options)]
+WriteOptionsDep = Annotated[WriteOptions, Depends(WriteInputs.options)]
+ReadOptionsDep = Annotated[ReadOptions, Depends(ReadInputs.options)]
 
 AsOfVersion = Annotated[
     int | None,

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from fastapi import APIRouter, Depends, Path, Request, Response
+from pydantic import Field
 
 from session_ledger.domain.errors import SessionNotFound
 
@@ -23,7 +24,7 @@ from ..deps import (
     AsOf,
     AsOfVersion,
     LedgerDep,
-    ReadOptionsDep,
+    ReadInputs,
     SessionCall,
     WriteCall,
     WriteOptions,
@@ -49,24 +50,39 @@ def _precondition(ledger: LedgerDep, key: str, tenant: str, options: WriteOption
             raise PreconditionFailed(f"If-Match: * but session {key!r} does not exist") from None
 
 
+class ContextInputs(ReadInputs):
+    token_limit: int | None = Field(
+        None, ge=1, le=BIG, description="Default: the server's LEDGER_TOKEN_LIMIT."
+    )
+    initial_token_count: int = Field(0, ge=0, le=BIG)
+    as_of_version: AsOfVersion = None
+    as_of: AsOf = None
+
+
+class HistoryInputs(ReadInputs):
+    status: Literal["active", "archived"] = "active"
+    offset: int = Field(0, ge=0, le=BIG)
+    limit: int | None = Field(None, ge=0, le=BIG)
+    as_of_version: AsOfVersion = None
+    as_of: AsOf = None
+
+
 # The context read first: routes match in order, and it is the hot one.
 @router.get("/{key}/context", response_model=MessageList)
 async def get_context(
     request: Request, call: Annotated[SessionCall, Depends(on_session(READ, "window"))],
-    read_options: ReadOptionsDep,
-    token_limit: Annotated[int | None, Query(ge=1, le=BIG, description="Default: "
-                                             "the server's LEDGER_TOKEN_LIMIT.")] = None,
-    initial_token_count: Annotated[int, Query(ge=0, le=BIG)] = 0,
-    as_of_version: AsOfVersion = None, as_of: AsOf = None,
+    inputs: Annotated[ContextInputs, Depends(ContextInputs.parse)],
 ) -> Response:  # fmt: skip
     """The context window: the newest messages within `token_limit` (ChatMemoryBuffer.get);
     with `as_of_version` or `as_of`, the window the agent was given then."""
     key, who, ledger = call
+    options = inputs.read_options()
     read = await short_read(request, lambda: ledger.window(
-        key, tenant=who.tenant, token_limit=token_limit, initial_token_count=initial_token_count,
-        as_of_version=as_of_version, as_of=as_of, min_version=read_options.min_version,
+        key, tenant=who.tenant, token_limit=inputs.token_limit,
+        initial_token_count=inputs.initial_token_count, as_of_version=inputs.as_of_version,
+        as_of=inputs.as_of, min_version=options.min_version,
     ))  # fmt: skip
-    return message_list(read, who.tenant, key, read_options.held)
+    return message_list(read, who.tenant, key, options.held)
 
 
 @router.post("/{key}/messages", response_model=WriteResult)
@@ -139,16 +155,13 @@ def archive_oldest(
 @router.get("/{key}/messages", response_model=MessageList)
 def get_history(
     call: Annotated[SessionCall, Depends(on_session(READ, "transcript"))],
-    read_options: ReadOptionsDep,
-    status: Literal["active", "archived"] = "active",
-    offset: Annotated[int, Query(ge=0, le=BIG)] = 0,
-    limit: Annotated[int | None, Query(ge=0, le=BIG)] = None,
-    as_of_version: AsOfVersion = None, as_of: AsOf = None,
+    inputs: Annotated[HistoryInputs, Depends(HistoryInputs.parse)],
 ) -> Response:  # fmt: skip
     """The session's whole history, oldest first, or a page of it (get_all); with
     `as_of_version` or `as_of`, the history as it stood then (replay)."""
     key, who, ledger = call
-    read = ledger.history(key, tenant=who.tenant, status=status, offset=offset, limit=limit,
-                          as_of_version=as_of_version, as_of=as_of,
-                          min_version=read_options.min_version)  # fmt: skip
-    return message_list(read, who.tenant, key, read_options.held)
+    options = inputs.read_options()
+    read = ledger.history(key, tenant=who.tenant, status=inputs.status, offset=inputs.offset,
+                          limit=inputs.limit, as_of_version=inputs.as_of_version,
+                          as_of=inputs.as_of, min_version=options.min_version)  # fmt: skip
+    return message_list(read, who.tenant, key, options.held)
