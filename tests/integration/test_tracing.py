@@ -99,3 +99,41 @@ def test_tracing_is_off_unless_an_exporter_is_configured() -> None:
     provider = open_tracer_provider(Settings(database_url="memory://", otel_exporter="otlp"))
     assert isinstance(provider, TracerProvider)  # made without reaching any collector
     provider.shutdown()
+
+
+HOST_WITH_GLOBAL_TRACING = """
+from fastapi.testclient import TestClient
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from session_ledger.api.app import create_app
+from session_ledger.api.keystore import MemoryKeyStore
+from session_ledger.api.bootstrap import open_ledger
+from session_ledger.api.settings import Settings
+
+exporter = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+trace.set_tracer_provider(provider)  # the host's, process-wide
+settings = Settings(database_url="memory://", tokenizer="whitespace")
+keys = MemoryKeyStore()
+_, secret = keys.create("acme", "admin")
+app = create_app(settings, ledger=open_ledger(settings), key_store=keys)
+api = TestClient(app, headers={"Authorization": f"Bearer {secret}"})
+assert api.post("/v1/sessions/c/messages", json={"messages": [{"role": "user",
+                "content": "hi"}]}).status_code == 200
+assert api.get("/v1/sessions/c/context").status_code == 200
+print(len(exporter.get_finished_spans()))
+"""
+
+
+def test_the_app_makes_no_span_on_the_hosts_process_wide_provider() -> None:
+    # (In a child process: a process-wide provider can be set only once.)
+    import subprocess
+    import sys
+
+    found = subprocess.run([sys.executable, "-c", HOST_WITH_GLOBAL_TRACING],
+                           capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert found.returncode == 0, found.stderr
+    assert found.stdout.strip() == "0"
