@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any, NamedTuple, TypeVar
 from urllib.parse import unquote_to_bytes
 
-from fastapi import Depends, Path, Query, Request
+from fastapi import Depends, Path, Request
 from fastapi.concurrency import run_in_threadpool
 from pydantic import AfterValidator, Field
 
@@ -47,13 +47,18 @@ def moment_in_range(value: datetime | None) -> datetime | None:
         raise ValueError("the time in UTC must lie within years 1 to 9999") from None
 
 
-# Every time a route takes goes through this check (`AsOf`, or `InRange` beside a Query of
+# Every time a route takes goes through this check (`AsOf`, or `InRange` beside a Field of
 # its own), so none reaches a store out of range.
 InRange = AfterValidator(moment_in_range)
+# Fields of the routes' `RouteInputs` models (inputs.py), each with the default None.
 AsOf = Annotated[
     datetime | None,
     InRange,
-    Query(description="Read the session as it was at this time (ISO 8601; no zone: UTC)."),
+    Field(description="Read the session as it was at this time (ISO 8601; no zone: UTC)."),
+]
+AsOfVersion = Annotated[
+    int | None,
+    Field(ge=1, le=BIG, description="Read the session as it was at this version (replay)."),
 ]
 
 
@@ -264,8 +269,3 @@ WriteCall = Annotated[SessionCall, Depends(on_session(WRITE))]
 AdminCall = Annotated[SessionCall, Depends(on_session(MANAGE_KEYS))]
 WriteOptionsDep = Annotated[WriteOptions, Depends(WriteInputs.options)]
 ReadOptionsDep = Annotated[ReadOptions, Depends(ReadInputs.options)]
-
-AsOfVersion = Annotated[
-    int | None,
-    Query(ge=1, le=BIG, description="Read the session as it was at this version (replay)."),
-]

@@ -7,15 +7,19 @@ one process with its seven. A route's `RouteInputs` model takes them all at once
 FastAPI hands over as it is), and a value the model refuses is the same 422 as before,
 with the same `loc` (`["query", name]` or `["header", name]`). FastAPI does not see the
 fields as parameters, so `document_inputs` adds them to the OpenAPI document of every
-route that depends on the model.
+route that depends on the model. Every route takes its query and headers so; none
+declares a FastAPI `Query` or `Header` parameter.
 
 A field is read from the query string, or from the header of its name (`_` as `-`) when
-it is listed in `HEADERS`; a query key that is not a field is ignored, as FastAPI does,
+it is listed in `HEADERS`; a field with an alias (`Field(alias="from")`: a name Python
+cannot take) is read, refused and documented under its alias instead, as the query key
+or as the header's name. A query key that is not a field is ignored, as FastAPI does,
 and of a repeated key the last value counts, as FastAPI's.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from typing import Any, ClassVar, Self
 
@@ -36,11 +40,11 @@ class RouteInputs(BaseModel):
     async def parse(cls, request: Request) -> Self:
         """The route's inputs from `request` (a dependency: `Depends(Model.parse)`)."""
         values: dict[str, Any] = dict(request.query_params)
-        for name in cls.HEADERS:
-            values.pop(name, None)  # a header's field is never taken from the query
-            value = request.headers.get(_header(name))
+        for key, header in _headers(cls).items():
+            values.pop(key, None)  # a header's field is never taken from the query
+            value = request.headers.get(header)
             if value is not None:
-                values[name] = value
+                values[key] = value
         try:
             return cls.model_validate(values)
         except ValidationError as error:
@@ -50,20 +54,22 @@ class RouteInputs(BaseModel):
 
     @classmethod
     def _where(cls, loc: tuple[Any, ...]) -> tuple[Any, ...]:
-        name = loc[0] if loc else ""
-        return ("header", _header(name), *loc[1:]) if name in cls.HEADERS else ("query", *loc)
+        header = _headers(cls).get(loc[0]) if loc else None
+        return ("query", *loc) if header is None else ("header", header, *loc[1:])
 
     @classmethod
     def openapi_parameters(cls) -> list[dict[str, Any]]:
         """The fields as OpenAPI parameters, each with its JSON schema."""
-        properties = cls.model_json_schema()["properties"]
+        properties = cls.model_json_schema()["properties"]  # by the keys validated
+        headers = _headers(cls)
         parameters = []
         for name, field in cls.model_fields.items():
-            schema = dict(properties[name])
+            key = field.alias or name
+            schema = dict(properties[key])
             description = schema.pop("description", None)
             parameter = {
-                "name": _header(name) if name in cls.HEADERS else name,
-                "in": "header" if name in cls.HEADERS else "query",
+                "name": headers.get(key, key),
+                "in": "header" if key in headers else "query",
                 "required": field.is_required(),
                 "schema": schema,
             }
@@ -73,8 +79,13 @@ class RouteInputs(BaseModel):
         return parameters
 
 
-def _header(name: str) -> str:
-    return name.replace("_", "-")
+@functools.cache
+def _headers(model: type[RouteInputs]) -> dict[str, str]:
+    """The header fields of `model`, by the key each is validated under (its alias, else
+    its name): the header each is read from (its alias, else its name with `_` as `-`)."""
+    fields = model.model_fields
+    return {(fields[name].alias or name): (fields[name].alias or name.replace("_", "-"))
+            for name in model.HEADERS}  # fmt: skip
 
 
 def route_inputs(route: APIRoute) -> list[type[RouteInputs]]:

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
-from pydantic import BaseModel
+from fastapi import APIRouter, Depends
+from pydantic import BaseModel, Field
 
 from session_ledger.projections.access_log import access_entries, verify_access_log
 from session_ledger.projections.views import SQLViews
 
 from ..deps import BIG, ExporterDep, LedgerDep
 from ..errors import ERROR_RESPONSES
+from ..inputs import RouteInputs
 
 router = APIRouter(prefix="/v1/access-log", tags=["access log"], responses=ERROR_RESPONSES)
 
@@ -35,21 +36,26 @@ class AccessLogPage(BaseModel):
     problems: list[str] | None = None
 
 
+class AccessLogInputs(RouteInputs):
+    after: int = Field(0, ge=0, le=BIG, description="Entries after this number.")
+    limit: int = Field(100, ge=1, le=1000)
+    verify: bool = Field(False, description="Also recompute the whole chain.")
+
+
 @router.get("", response_model=AccessLogPage)
 def access_log(
     ledger: LedgerDep, who: ExporterDep,
-    after: Annotated[int, Query(ge=0, le=BIG, description="Entries after this number.")] = 0,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    verify: Annotated[bool, Query(description="Also recompute the whole chain.")] = False,
+    inputs: Annotated[AccessLogInputs, Depends(AccessLogInputs.parse)],
 ) -> AccessLogPage:  # fmt: skip
     """The caller's tenant's access log, oldest first, a page at a time; with `verify`,
     the problems found recomputing its hash chain (an empty list: intact)."""
     views = ledger.views
     assert isinstance(views, SQLViews)
+    after, limit = inputs.after, inputs.limit
     entries = access_entries(views, who.tenant, after, limit)
     return AccessLogPage(
         entries=[AccessLogEntry(**{k: v for k, v in vars(e).items() if k != "tenant"})
                  for e in entries],
         next_after=entries[-1].seq if len(entries) == limit else None,
-        problems=list(verify_access_log(views, who.tenant)) if verify else None,
+        problems=list(verify_access_log(views, who.tenant)) if inputs.verify else None,
     )  # fmt: skip

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Query, Response
+from fastapi import APIRouter, Body, Depends, Response
+from pydantic import Field
 
 from session_ledger.domain.errors import InvalidInput
 
 from ..deps import AdminCall
 from ..errors import ERROR_RESPONSES
+from ..inputs import RouteInputs
 from ..responses import etag
 from ..schemas import EraseIn, HoldIn, WriteResult
 
@@ -30,19 +32,22 @@ def erase_session(call: AdminCall, body: EraseIn, response: Response) -> WriteRe
     return WriteResult(version=result.version, message_count=0, replayed=result.replayed)
 
 
-EraseText = Annotated[str | None, Query(min_length=1, max_length=4096)]
+class EraseInputs(RouteInputs):
+    erase: bool = Field(False, description="Must be true: a session is erased, never "
+                        "deleted (its events and hash chain stay).")  # fmt: skip
+    reason: str | None = Field(None, min_length=1, max_length=4096)
+    basis: str | None = Field(None, min_length=1, max_length=4096)
 
 
 @router.delete("/{key}", response_model=WriteResult)
 def delete_session(
     call: AdminCall, response: Response,
-    erase: Annotated[bool, Query(description="Must be true: a session is erased, never "
-                                 "deleted (its events and hash chain stay).")] = False,
-    reason: EraseText = None, basis: EraseText = None,
+    inputs: Annotated[EraseInputs, Depends(EraseInputs.parse)],
     body: Annotated[EraseIn | None, Body()] = None,
 ) -> WriteResult:  # fmt: skip
     """`?erase=true`: the same as `POST .../erase`, with `reason` and `basis` in the query
     or in the body. Without it nothing is deleted (422): events are never deleted."""
+    erase, reason, basis = inputs.erase, inputs.reason, inputs.basis
     if not erase:
         raise InvalidInput("a session's events are never deleted: DELETE "
                            "/v1/sessions/{key}?erase=true erases its content (admin), "

@@ -7,14 +7,15 @@ import json
 from difflib import SequenceMatcher
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends
+from pydantic import Field
 
 from ..deps import BIG, ReadCall
 from ..errors import ERROR_RESPONSES
+from ..inputs import RouteInputs
 from ..schemas import HistoryChange, HistoryDiff
 
 router = APIRouter(prefix="/v1/sessions", tags=["replay"], responses=ERROR_RESPONSES)
-Version = Annotated[int, Query(ge=1, le=BIG)]
 Kind = Literal["added", "removed", "replaced"]
 KINDS: dict[str, Kind] = {"insert": "added", "delete": "removed", "replace": "replaced"}
 
@@ -45,14 +46,19 @@ def _messages(texts: list[str]) -> list[Any]:
     return [json.loads(text) for text in texts]
 
 
+class DiffInputs(RouteInputs):
+    from_version: int = Field(ge=1, le=BIG)
+    to_version: int = Field(ge=1, le=BIG)
+
+
 @router.get("/{key}/diff", response_model=HistoryDiff)
 def diff_versions(
-    call: ReadCall,
-    from_version: Version, to_version: Version,
+    call: ReadCall, inputs: Annotated[DiffInputs, Depends(DiffInputs.parse)],
 ) -> HistoryDiff:  # fmt: skip
     """What changed in the session's active history from one version to another: runs of
     messages added, removed and replaced, with their positions."""
     key, who, ledger = call
+    from_version, to_version = inputs.from_version, inputs.to_version
     old = ledger.history(key, tenant=who.tenant, as_of_version=from_version).json()
     new = ledger.history(key, tenant=who.tenant, as_of_version=to_version).json()
     return HistoryDiff(

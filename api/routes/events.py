@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Response
+from fastapi import APIRouter, Depends, Response
+from pydantic import Field
 
 from ..access_log import AccessLoggedRoute
 from ..auth import READ
 from ..deps import BIG, SessionCall, on_session
 from ..errors import ERROR_RESPONSES
+from ..inputs import RouteInputs
 from ..responses import etag
 from ..schemas import AuditEvent, AuditTrail
 
@@ -19,16 +21,21 @@ router = APIRouter(
 )  # fmt: skip
 
 
+class AuditInputs(RouteInputs):
+    after: int = Field(0, ge=0, le=BIG, description="Events after this version.")
+    limit: int = Field(100, ge=1, le=1000)
+
+
 @router.get("/{key}/events", response_model=AuditTrail)
 def get_audit_trail(
     call: Annotated[SessionCall, Depends(on_session(READ, "audit"))], response: Response,
-    after: Annotated[int, Query(ge=0, le=BIG, description="Events after this version.")] = 0,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    inputs: Annotated[AuditInputs, Depends(AuditInputs.parse)],
 ) -> AuditTrail:  # fmt: skip
     """The session's audit trail: its events, oldest first, with actor, reason and changes."""
     key, who, ledger = call
     etag(response, ledger.head(key, tenant=who.tenant).version)
-    entries = ledger.audit(key, tenant=who.tenant, after_version=after, limit=limit)
+    limit = inputs.limit
+    entries = ledger.audit(key, tenant=who.tenant, after_version=inputs.after, limit=limit)
     events = [AuditEvent(**vars(e)) for e in entries]
     return AuditTrail(
         events=events, next_after=events[-1].version if len(events) == limit else None

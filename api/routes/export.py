@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
+from pydantic import Field
 
 from session_ledger.projections.export import export_csv, export_jsonl, plan_export, plan_proof
 from session_ledger.projections.tar_stream import chunks  # one hand-off per chunk, not per line
@@ -20,6 +21,7 @@ from ..access_log import AccessLoggedRoute
 from ..auth import EXPORT
 from ..deps import AsOfVersion, SessionCall, on_session
 from ..errors import ERROR_RESPONSES
+from ..inputs import RouteInputs
 
 router = APIRouter(
     prefix="/v1/sessions", tags=["export"], responses=ERROR_RESPONSES,
@@ -38,23 +40,30 @@ EXPORT_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
+class ExportInputs(RouteInputs):
+    format: Literal["jsonl", "csv"] = Field(
+        "jsonl",
+        description="jsonl: every event with its stored record and hash chain, verifiable "
+        "offline (`session-ledger verify-export`); csv: the history, one row per message.",
+    )
+    as_of_version: AsOfVersion = None
+    access_log: bool = Field(
+        False,
+        description="jsonl: also the access log's entries about this session (who read or "
+        "exported it), each with its hash and its predecessor's.",
+    )
+
+
 @router.get(
     "/{key}/export", response_class=StreamingResponse, responses=EXPORT_RESPONSES
 )  # fmt: skip
 def export_session(
     request: Request, call: Annotated[SessionCall, Depends(on_session(EXPORT, "export"))],
-    format: Annotated[Literal["jsonl", "csv"], Query(
-        description="jsonl: every event with its stored record and hash chain, verifiable "
-        "offline (`session-ledger verify-export`); csv: the history, one row per message."
-    )] = "jsonl",
-    as_of_version: AsOfVersion = None,
-    access_log: Annotated[bool, Query(
-        description="jsonl: also the access log's entries about this session (who read or "
-        "exported it), each with its hash and its predecessor's."
-    )] = False,
+    inputs: Annotated[ExportInputs, Depends(ExportInputs.parse)],
 ) -> StreamingResponse:  # fmt: skip
     """Export the session's transcript for compliance, streamed (auditor and admin keys)."""
     key, who, ledger = call
+    format, as_of_version, access_log = inputs.format, inputs.as_of_version, inputs.access_log
     plan = plan_export(ledger, key, tenant=who.tenant, as_of_version=as_of_version,
                        access_log=access_log and format == "jsonl")  # fmt: skip
     if format == "jsonl":

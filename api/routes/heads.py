@@ -5,24 +5,31 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends
+from pydantic import Field
 
 from ..deps import TEXT_PATTERN, LedgerDep, ReaderDep
 from ..errors import ERROR_RESPONSES
+from ..inputs import RouteInputs
 from ..schemas import SessionSummaries, SessionSummary
 
 router = APIRouter(prefix="/v1/session-heads", tags=["sessions"], responses=ERROR_RESPONSES)
 
 
+class HeadsInputs(RouteInputs):
+    prefix: str = Field("", max_length=512, pattern=TEXT_PATTERN)
+    cursor: str | None = Field(None, max_length=512, pattern=TEXT_PATTERN,
+                               description="`next_cursor` of the previous page.")  # fmt: skip
+    limit: int = Field(25, ge=1, le=100)
+
+
 @router.get("", response_model=SessionSummaries)
 def list_session_heads(
     ledger: LedgerDep, who: ReaderDep,
-    prefix: Annotated[str, Query(max_length=512, pattern=TEXT_PATTERN)] = "",
-    cursor: Annotated[str | None, Query(max_length=512, pattern=TEXT_PATTERN,
-                                        description="`next_cursor` of the previous page.")] = None,
-    limit: Annotated[int, Query(ge=1, le=100)] = 25,
+    inputs: Annotated[HeadsInputs, Depends(HeadsInputs.parse)],
 ) -> SessionSummaries:  # fmt: skip
     """The caller's tenant's sessions, sorted by key, one page at a time, with their heads."""
+    prefix, cursor, limit = inputs.prefix, inputs.cursor, inputs.limit
     found = ledger.keys(tenant=who.tenant, prefix=prefix, after=cursor, limit=limit + 1)
     page = found[:limit]
     return SessionSummaries(

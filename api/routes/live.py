@@ -24,8 +24,9 @@ import time
 from collections.abc import AsyncIterator
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
+from pydantic import Field
 
 from session_ledger.domain.errors import InvalidInput, StoreNotReady
 from session_ledger.domain.feed import FeedPage
@@ -35,12 +36,29 @@ from session_ledger.domain.session import session_id
 from ..access_log import AccessLoggedRoute, logged_query
 from ..deps import BIG, TEXT_PATTERN, ExporterDep, LedgerDep, ReadCall
 from ..errors import ERROR_RESPONSES
+from ..inputs import RouteInputs
 from ..live_hub import LiveHub
 from ..schemas import AuditEvent, FeedEvent
 from ..settings import Settings
 
 router = APIRouter(prefix="/v1", tags=["sessions"], responses=ERROR_RESPONSES)
 SSE = "text/event-stream"
+
+
+class SessionTailInputs(RouteInputs):
+    HEADERS = frozenset({"last_event_id"})
+    after: int | None = Field(None, ge=0, le=BIG, description="Events after this version "
+                              "(Last-Event-ID wins when both are sent).")  # fmt: skip
+    last_event_id: str | None = Field(None, max_length=32)
+
+
+class TenantTailInputs(RouteInputs):
+    HEADERS = frozenset({"last_event_id"})
+    prefix: str = Field("", max_length=1024, pattern=TEXT_PATTERN,
+                        description="Only sessions whose key starts so.")  # fmt: skip
+    after: str | None = Field(None, max_length=64, description="Events after this feed "
+                              "position (an id:); Last-Event-ID wins.")  # fmt: skip
+    last_event_id: str | None = Field(None, max_length=64)
 
 
 @router.get(
@@ -50,13 +68,11 @@ SSE = "text/event-stream"
 )
 async def tail_session(
     call: ReadCall, request: Request,
-    after: Annotated[int | None, Query(ge=0, le=BIG, description="Events after this "
-                                       "version (Last-Event-ID wins when both are sent).")] = None,
-    last_event_id: Annotated[str | None, Header(max_length=32)] = None,
+    inputs: Annotated[SessionTailInputs, Depends(SessionTailInputs.parse)],
 ) -> StreamingResponse:  # fmt: skip
     """The session's events as they commit (Server-Sent Events), resumable."""
     key, who, ledger = call
-    start = _resume_at(last_event_id, after)
+    start = _resume_at(inputs.last_event_id, inputs.after)
     await asyncio.to_thread(ledger.head, key, tenant=who.tenant)  # 404 before the stream
     settings: Settings = request.app.state.settings
     hub = _hub(request)
@@ -67,16 +83,13 @@ async def tail_session(
 
 async def tail_tenant(
     ledger: LedgerDep, who: ExporterDep, request: Request,
-    prefix: Annotated[str, Query(max_length=1024, pattern=TEXT_PATTERN,
-                                 description="Only sessions whose key starts so.")] = "",
-    after: Annotated[str | None, Query(max_length=64, description="Events after this feed "
-                                       "position (an id:); Last-Event-ID wins.")] = None,
-    last_event_id: Annotated[str | None, Header(max_length=64)] = None,
+    inputs: Annotated[TenantTailInputs, Depends(TenantTailInputs.parse)],
 ) -> StreamingResponse:  # fmt: skip
     """Every event of the caller's tenant as it commits (Server-Sent Events), resumable."""
     settings: Settings = request.app.state.settings
     hub = _hub(request)
-    start = last_event_id.strip() if last_event_id is not None else after
+    prefix, last_event_id = inputs.prefix, inputs.last_event_id
+    start = last_event_id.strip() if last_event_id is not None else inputs.after
     if start is None:
         start = await asyncio.to_thread(ledger.feed_position)
     # The first read before the answer starts: a position not of this store is a 4xx.

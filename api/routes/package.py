@@ -11,8 +11,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
+from pydantic import Field
 
 from session_ledger.domain.errors import InvalidInput
 from session_ledger.domain.ledger import Ledger
@@ -22,6 +23,7 @@ from session_ledger.projections.rsmf import write_rsmf
 from ..access_log import RECORDS_HEADER, AccessLoggedRoute, logged_query
 from ..deps import TEXT_PATTERN, ExporterDep, InRange, LedgerDep
 from ..errors import ERROR_RESPONSES
+from ..inputs import RouteInputs
 
 router = APIRouter(
     prefix="/v1/package", tags=["export"], responses=ERROR_RESPONSES,
@@ -40,41 +42,50 @@ PACKAGE_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
+class PackageInputs(RouteInputs):
+    prefix: str = Field("", max_length=1024, pattern=TEXT_PATTERN,
+                        description="Sessions whose key starts so.")  # fmt: skip
+    start: Annotated[datetime | None, InRange] = Field(
+        None, alias="from", description="Sessions changed at or after."
+    )
+    end: Annotated[datetime | None, InRange] = Field(
+        None, alias="to", description="Sessions changed before."
+    )
+    actor: str | None = Field(None, max_length=256, pattern=TEXT_PATTERN,
+                              description="Sessions this actor changed (in the range "
+                              "given).")  # fmt: skip
+    access_log: bool = Field(False, description="Each session's export also carries the "
+                             "access log's entries about it.")  # fmt: skip
+    format: Literal["tar", "rsmf"] = Field(
+        "tar",
+        description="tar: the verifiable package; rsmf: the sessions as one RSMF 2.0 file "
+        "(conversations of messages, for review tools; no proofs).",
+    )
+
+
 @router.get(
     "", response_class=StreamingResponse, responses=PACKAGE_RESPONSES,
     dependencies=[Depends(logged_query("export"))],
 )  # fmt: skip
 def export_package(
     request: Request, ledger: LedgerDep, who: ExporterDep,
-    prefix: Annotated[str, Query(max_length=1024, pattern=TEXT_PATTERN,
-                                 description="Sessions whose key starts so.")] = "",
-    start: Annotated[datetime | None, InRange,
-                     Query(alias="from", description="Sessions changed at or after.")] = None,
-    end: Annotated[datetime | None, InRange,
-                   Query(alias="to", description="Sessions changed before.")] = None,
-    actor: Annotated[str | None, Query(max_length=256, pattern=TEXT_PATTERN,
-                                       description="Sessions this actor changed (in the "
-                                       "range given).")] = None,
-    access_log: Annotated[bool, Query(description="Each session's export also carries the "
-                                      "access log's entries about it.")] = False,
-    format: Annotated[Literal["tar", "rsmf"], Query(
-        description="tar: the verifiable package; rsmf: the sessions as one RSMF 2.0 file "
-        "(conversations of messages, for review tools; no proofs)."
-    )] = "tar",
+    inputs: Annotated[PackageInputs, Depends(PackageInputs.parse)],
 ) -> StreamingResponse:  # fmt: skip
     """Export every session of the caller's tenant the query selects, as one verifiable
     package, streamed (auditor and admin keys)."""
-    start, end = (m and (m if m.tzinfo else m.replace(tzinfo=UTC)) for m in (start, end))
+    prefix, actor = inputs.prefix, inputs.actor
+    start, end = (m and (m if m.tzinfo else m.replace(tzinfo=UTC))
+                  for m in (inputs.start, inputs.end))  # fmt: skip
     if start is not None and end is not None and start >= end:
         raise InvalidInput("`from` must be before `to`")
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    if format == "rsmf":
+    if inputs.format == "rsmf":
         return _rsmf(ledger, who.tenant, who.actor, stamp, prefix=prefix, start=start,
                      end=end, actor=actor)  # fmt: skip
     chunks = stream_package(
         ledger, who.tenant, exported_by=who.actor, prefix=prefix, start=start, end=end,
         actor=actor, checkpoint_dir=request.app.state.settings.checkpoint_dir,
-        access_log=access_log,
+        access_log=inputs.access_log,
     )  # fmt: skip
     return StreamingResponse(
         chunks, media_type="application/x-tar",

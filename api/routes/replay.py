@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Depends, Response
+from pydantic import Field
 
 from session_ledger.domain.ledger import Ledger
 
 from ..deps import BIG, AsOf, AsOfVersion, ReadCall
 from ..errors import ERROR_RESPONSES
+from ..inputs import RouteInputs
 from ..responses import etag
 from ..schemas import ContextWindow, Replay, SessionSummary
 
@@ -26,18 +28,26 @@ def window_tokens(ledger: Ledger, contents: list[str | None], initial_token_coun
     return initial_token_count + counts[0].alone + sum(c.joined for c in counts[1:])
 
 
+class ReplayInputs(RouteInputs):
+    token_limit: int | None = Field(
+        None, ge=1, le=BIG, description="Default: the server's LEDGER_TOKEN_LIMIT."
+    )
+    initial_token_count: int = Field(0, ge=0, le=BIG)
+    as_of_version: AsOfVersion = None
+    as_of: AsOf = None
+
+
 @router.get("/{key}/replay", response_model=Replay)
 def replay_session(
     call: ReadCall, response: Response,
-    token_limit: Annotated[int | None, Query(ge=1, le=BIG, description="Default: "
-                                             "the server's LEDGER_TOKEN_LIMIT.")] = None,
-    initial_token_count: Annotated[int, Query(ge=0, le=BIG)] = 0,
-    as_of_version: AsOfVersion = None, as_of: AsOf = None,
+    inputs: Annotated[ReplayInputs, Depends(ReplayInputs.parse)],
 ) -> Replay:  # fmt: skip
     """The session at a version or a moment (default: now): its head then, and the context
     window `get` gave then, with its token count. Page its history with
     `GET .../messages?as_of_version=` and the version answered here."""
     key, who, ledger = call
+    token_limit, initial_token_count = inputs.token_limit, inputs.initial_token_count
+    as_of_version, as_of = inputs.as_of_version, inputs.as_of
     etag(response, ledger.head(key, tenant=who.tenant).version)
     head = ledger.head(key, tenant=who.tenant, as_of_version=as_of_version, as_of=as_of)
     limit = ledger.token_limit if token_limit is None else token_limit

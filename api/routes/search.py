@@ -7,8 +7,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query
-from pydantic import BaseModel
+from fastapi import APIRouter, Depends
+from pydantic import BaseModel, Field
 
 from session_ledger.projections.audit_search import search_events
 from session_ledger.projections.views import SQLViews
@@ -16,6 +16,7 @@ from session_ledger.projections.views import SQLViews
 from ..access_log import AccessLoggedRoute, logged_query
 from ..deps import TEXT_PATTERN, ExporterDep, InRange, LedgerDep
 from ..errors import ERROR_RESPONSES
+from ..inputs import RouteInputs
 
 router = APIRouter(
     prefix="/v1/events", tags=["audit search"], responses=ERROR_RESPONSES,
@@ -37,30 +38,36 @@ class EventSearchPage(BaseModel):
     next_cursor: str | None
 
 
+class SearchInputs(RouteInputs):
+    actor: str | None = Field(None, max_length=256, pattern=TEXT_PATTERN,
+                              description="The events of this actor (key:<id>).")  # fmt: skip
+    type: str | None = Field(None, max_length=128, pattern=TEXT_PATTERN,
+                             description="The events of this type, e.g. "
+                             "HistoryCleared.")  # fmt: skip
+    start: Annotated[datetime | None, InRange] = Field(
+        None, alias="from", description="At or after."
+    )
+    end: Annotated[datetime | None, InRange] = Field(
+        None, alias="to", description="Recorded before."
+    )
+    prefix: str = Field("", max_length=1024, pattern=TEXT_PATTERN,
+                        description="Session keys starting so.")  # fmt: skip
+    cursor: str | None = Field(None, max_length=1024, pattern=TEXT_PATTERN,
+                               description="next_cursor of the page before.")  # fmt: skip
+    limit: int = Field(100, ge=1, le=1000)
+
+
 @router.get("", response_model=EventSearchPage, dependencies=[Depends(logged_query("search"))])
 def search(
     ledger: LedgerDep, who: ExporterDep,
-    actor: Annotated[str | None, Query(max_length=256, pattern=TEXT_PATTERN,
-                                       description="The events of this actor (key:<id>).")] = None,
-    type: Annotated[str | None, Query(max_length=128, pattern=TEXT_PATTERN,
-                                      description="The events of this type, e.g. "
-                                      "HistoryCleared.")] = None,
-    start: Annotated[datetime | None, InRange,
-                     Query(alias="from", description="At or after.")] = None,
-    end: Annotated[datetime | None, InRange,
-                   Query(alias="to", description="Recorded before.")] = None,
-    prefix: Annotated[str, Query(max_length=1024, pattern=TEXT_PATTERN,
-                                 description="Session keys starting so.")] = "",
-    cursor: Annotated[str | None, Query(max_length=1024, pattern=TEXT_PATTERN,
-                                        description="next_cursor of the page before.")] = None,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    inputs: Annotated[SearchInputs, Depends(SearchInputs.parse)],
 ) -> EventSearchPage:  # fmt: skip
     """Events across the caller's tenant, oldest first: name an actor or a type (or both)."""
     views = ledger.views
     assert isinstance(views, SQLViews)
     found, next_cursor = search_events(
-        views, who.tenant, actor=actor, event_type=type, start=start, end=end, prefix=prefix,
-        cursor=cursor, limit=limit,
+        views, who.tenant, actor=inputs.actor, event_type=inputs.type, start=inputs.start,
+        end=inputs.end, prefix=inputs.prefix, cursor=inputs.cursor, limit=inputs.limit,
     )  # fmt: skip
     return EventSearchPage(
         events=[FoundEventOut(**vars(e)) for e in found], next_cursor=next_cursor

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Depends, Response
+from pydantic import Field
 
 from ..deps import TEXT_PATTERN, LedgerDep, ReadCall, ReaderDep, ReadOptionsDep
 from ..errors import ERROR_RESPONSES
+from ..inputs import RouteInputs
 from ..responses import etag, not_modified
 from ..schemas import SessionHead, SessionKeys
 
@@ -33,18 +35,23 @@ def get_session(
     )  # fmt: skip
 
 
+class SessionListInputs(RouteInputs):
+    prefix: str = Field("", max_length=512, pattern=TEXT_PATTERN)
+    cursor: str | None = Field(None, max_length=512, pattern=TEXT_PATTERN,
+                               description="`next_cursor` of the previous page.")  # fmt: skip
+    limit: int = Field(100, ge=1, le=1000)
+    exclude_cleared: bool = Field(False, description="Leave out sessions whose last change "
+                                  "was a reset or an erasure.")  # fmt: skip
+
+
 @router.get("", response_model=SessionKeys)
 def list_sessions(
     ledger: LedgerDep, who: ReaderDep,
-    prefix: Annotated[str, Query(max_length=512, pattern=TEXT_PATTERN)] = "",
-    cursor: Annotated[str | None, Query(max_length=512, pattern=TEXT_PATTERN,
-                                        description="`next_cursor` of the previous page.")] = None,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    exclude_cleared: Annotated[bool, Query(description="Leave out sessions whose last "
-                                           "change was a reset or an erasure.")] = False,
+    inputs: Annotated[SessionListInputs, Depends(SessionListInputs.parse)],
 ) -> SessionKeys:  # fmt: skip
     """The caller's tenant's session keys, sorted, one page at a time."""
-    found = ledger.keys(tenant=who.tenant, prefix=prefix, after=cursor, limit=limit + 1,
-                        exclude_cleared=exclude_cleared)  # fmt: skip
+    limit = inputs.limit
+    found = ledger.keys(tenant=who.tenant, prefix=inputs.prefix, after=inputs.cursor,
+                        limit=limit + 1, exclude_cleared=inputs.exclude_cleared)  # fmt: skip
     page = found[:limit]
     return SessionKeys(keys=page, next_cursor=page[-1] if len(found) > limit else None)
