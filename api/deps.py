@@ -259,6 +259,18 @@ class ReadInputs(RouteInputs):
         return (await cls.parse(request)).read_options()
 
 
+class WindowInputs(RouteInputs):
+    """The inputs of a context window: its size, and the version or moment it is of (the
+    replay takes these; the context read adds `ReadInputs`)."""
+
+    token_limit: int | None = Field(
+        None, ge=1, le=BIG, description="Default: the server's LEDGER_TOKEN_LIMIT."
+    )
+    initial_token_count: int = Field(0, ge=0, le=BIG)
+    as_of_version: AsOfVersion = None
+    as_of: AsOf = None
+
+
 LedgerDep = Annotated[Ledger, Depends(get_ledger)]
 KeyStoreDep = Annotated[KeyStore, Depends(key_store)]
 ReaderDep = Annotated[Principal, Depends(require(READ))]

@@ -26,6 +26,7 @@ from ..deps import (
     LedgerDep,
     ReadInputs,
     SessionCall,
+    WindowInputs,
     WriteCall,
     WriteOptions,
     WriteOptionsDep,
@@ -50,13 +51,8 @@ def _precondition(ledger: LedgerDep, key: str, tenant: str, options: WriteOption
             raise PreconditionFailed(f"If-Match: * but session {key!r} does not exist") from None
 
 
-class ContextInputs(ReadInputs):
-    token_limit: int | None = Field(
-        None, ge=1, le=BIG, description="Default: the server's LEDGER_TOKEN_LIMIT."
-    )
-    initial_token_count: int = Field(0, ge=0, le=BIG)
-    as_of_version: AsOfVersion = None
-    as_of: AsOf = None
+class ContextInputs(WindowInputs, ReadInputs):
+    """The window's inputs and what the read must see."""
 
 
 class HistoryInputs(ReadInputs):

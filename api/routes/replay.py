@@ -6,13 +6,11 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Response
-from pydantic import Field
 
 from session_ledger.domain.ledger import Ledger
 
-from ..deps import BIG, AsOf, AsOfVersion, ReadCall
+from ..deps import ReadCall, WindowInputs
 from ..errors import ERROR_RESPONSES
-from ..inputs import RouteInputs
 from ..responses import etag
 from ..schemas import ContextWindow, Replay, SessionSummary
 
@@ -28,19 +26,10 @@ def window_tokens(ledger: Ledger, contents: list[str | None], initial_token_coun
     return initial_token_count + counts[0].alone + sum(c.joined for c in counts[1:])
 
 
-class ReplayInputs(RouteInputs):
-    token_limit: int | None = Field(
-        None, ge=1, le=BIG, description="Default: the server's LEDGER_TOKEN_LIMIT."
-    )
-    initial_token_count: int = Field(0, ge=0, le=BIG)
-    as_of_version: AsOfVersion = None
-    as_of: AsOf = None
-
-
 @router.get("/{key}/replay", response_model=Replay)
 def replay_session(
     call: ReadCall, response: Response,
-    inputs: Annotated[ReplayInputs, Depends(ReplayInputs.parse)],
+    inputs: Annotated[WindowInputs, Depends(WindowInputs.parse)],
 ) -> Replay:  # fmt: skip
     """The session at a version or a moment (default: now): its head then, and the context
     window `get` gave then, with its token count. Page its history with
