@@ -187,28 +187,31 @@ class WriteInputs(RouteInputs):
         None, description="Why the change was made; kept in the audit trail.", max_length=4096
     )
 
-    @classmethod
-    async def options(cls, request: Request) -> WriteOptions:
+    def write_options(self) -> WriteOptions:
         """The write's options; malformed or contradictory preconditions are refused."""
-        inputs = await cls.parse(request)
         expected: int | None = None
         must_exist = False
-        if inputs.if_match is not None:
-            if inputs.if_match.strip() == "*":
+        if self.if_match is not None:
+            if self.if_match.strip() == "*":
                 must_exist = True
             else:
-                found = ETAG.match(inputs.if_match)
+                found = ETAG.match(self.if_match)
                 if found is None:
                     raise InvalidInput('If-Match must be a session ETag such as "3", or *; '
-                                       f"got {inputs.if_match!r}")  # fmt: skip
+                                       f"got {self.if_match!r}")  # fmt: skip
                 expected = int(found.group(1) or found.group(2))
-        if inputs.if_none_match is not None:
-            if inputs.if_none_match.strip() != "*":
+        if self.if_none_match is not None:
+            if self.if_none_match.strip() != "*":
                 raise InvalidInput("If-None-Match supports only * (create the session)")
             if must_exist or expected not in (None, 0):
                 raise PreconditionFailed("If-Match and If-None-Match: * cannot both hold")
             expected = 0
-        return WriteOptions(expected, must_exist, inputs.idempotency_key, inputs.reason)
+        return WriteOptions(expected, must_exist, self.idempotency_key, self.reason)
+
+    @classmethod
+    async def options(cls, request: Request) -> WriteOptions:
+        """The dependency of a write route: its inputs, parsed, as `WriteOptions`."""
+        return (await cls.parse(request)).write_options()
 
 
 @dataclass(frozen=True)
@@ -256,10 +259,18 @@ class ReadInputs(RouteInputs):
 
     @classmethod
     async def options(cls, request: Request) -> ReadOptions:
+        """The dependency of a read route: its inputs, parsed, as `ReadOptions`."""
         return (await cls.parse(request)).read_options()
 
 
-class WindowInputs(RouteInputs):
+class PastInputs(RouteInputs):
+    """The version or moment a read of the session is of (default: now)."""
+
+    as_of_version: AsOfVersion = None
+    as_of: AsOf = None
+
+
+class WindowInputs(PastInputs):
     """The inputs of a context window: its size, and the version or moment it is of (the
     replay takes these; the context read adds `ReadInputs`)."""
 
@@ -267,8 +278,6 @@ class WindowInputs(RouteInputs):
         None, ge=1, le=BIG, description="Default: the server's LEDGER_TOKEN_LIMIT."
     )
     initial_token_count: int = Field(0, ge=0, le=BIG)
-    as_of_version: AsOfVersion = None
-    as_of: AsOf = None
 
 
 LedgerDep = Annotated[Ledger, Depends(get_ledger)]

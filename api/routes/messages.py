@@ -21,9 +21,8 @@ from ..admission import new_session_counted
 from ..auth import READ
 from ..deps import (
     BIG,
-    AsOf,
-    AsOfVersion,
     LedgerDep,
+    PastInputs,
     ReadInputs,
     SessionCall,
     WindowInputs,
@@ -55,12 +54,12 @@ class ContextInputs(WindowInputs, ReadInputs):
     """The window's inputs and what the read must see."""
 
 
-class HistoryInputs(ReadInputs):
+class HistoryInputs(PastInputs, ReadInputs):
+    """Which messages of the history, and what the read must see."""
+
     status: Literal["active", "archived"] = "active"
     offset: int = Field(0, ge=0, le=BIG)
     limit: int | None = Field(None, ge=0, le=BIG)
-    as_of_version: AsOfVersion = None
-    as_of: AsOf = None
 
 
 # The context read first: routes match in order, and it is the hot one.
