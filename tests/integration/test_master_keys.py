@@ -12,6 +12,7 @@ import pytest
 
 from session_ledger.api.bootstrap import open_ledger
 from session_ledger.domain.errors import StoreNotReady
+from session_ledger.domain.session import session_id
 from session_ledger.projections.sealing import MasterKeys
 from tests.conftest import make_ledger, make_settings
 
@@ -64,6 +65,6 @@ def test_a_master_key_file_is_read(tmp_path: Path) -> None:
     ledger = make_ledger(make_settings("sqlite", tmp_path, master_key_file=str(file)))
     try:
         ledger.put("s", {"role": "user", "content": "sealed"})
-        assert ledger.views.sealed(ledger._session_id("s", None))
+        assert ledger.views.sealed(session_id(ledger.default_tenant, "s"))
     finally:
         ledger.close()
