@@ -42,14 +42,15 @@ class ContextReads(ViewStore):
         # The live rows, in the key order of their own table (a plan no statistics can
         # spoil). Each statement also reads the session's version; versions only grow, so
         # equal versions at the first and the last statement mean no write came between,
-        # without holding a transaction open. Otherwise read again.
+        # without holding a transaction open. Otherwise (or where a statement saw a
+        # version it cannot name: None) read again.
         for _ in range(READ_ATTEMPTS):
             with self._reading() as read:
                 window, seen = self._window(
                     read, sid, None, token_limit, initial_token_count, tokenizer, session_id
                 )
-            if len(seen) == 1:
-                return StoredMessages(seen.pop() or 0, self._opened(session_id, window))
+            if len(seen) == 1 and None not in seen:
+                return StoredMessages(seen.pop(), self._opened(session_id, window))
         with self.snapshot() as read:
             window, seen = self._window(read, sid, None, token_limit, initial_token_count,
                                         tokenizer, session_id)  # fmt: skip
@@ -78,8 +79,8 @@ class ContextReads(ViewStore):
         first = self._tail_rows(read, sid, version, bound, bound_params, TAIL_BATCH)
         if first:
             versions = {first[0][5]}
-        elif version is None:  # no active message: the version is the head's, if any
-            versions = {r[0] for r in self._tuples(read, HEAD_VERSION_SELECT, (sid,))} or {0}
+        elif version is None:  # no active message: the head's version, if it holds none
+            versions = {self._version_of_none(read, sid, ACTIVE, 0)}
         else:
             versions = set()
         read_rows: list[tuple[Any, ...]] = []

@@ -11,9 +11,11 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
+from session_ledger.domain.ports import ACTIVE
+
 from .changes import MessageRow
 from .sealing import DataKeys, open_bodies
-from .sql import ENDED_AT, LIVE, LIVE_AT, Reader
+from .sql import ENDED_AT, HEAD_COUNTS_SELECT, LIVE, LIVE_AT, Reader
 
 
 class ViewStore(ABC):
@@ -156,6 +158,17 @@ class ViewStore(ABC):
         if offset:  # (SQLite takes an OFFSET only after a LIMIT)
             return " LIMIT ? OFFSET ?", (self.no_limit if limit is None else limit, offset)
         return ("", ()) if limit is None else (" LIMIT ?", (limit,))
+
+    def _version_of_none(self, read: Reader, sid: Any, status: str, offset: int) -> int | None:
+        """After a rows statement found no `status` message from position `offset` on: the
+        session's version (0: no session), read with its counts in one statement, when that
+        version holds none there either; None when it does: a write came between the two
+        statements, and the empty rows are of an older version."""
+        head = self._tuples(read, HEAD_COUNTS_SELECT, (sid,))
+        if not head:
+            return 0
+        version, active, archived = head[0]
+        return version if (active if status == ACTIVE else archived) <= offset else None
 
     def _tuples(self, read: Reader, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         rows = read.tuples(sql, params)

@@ -41,6 +41,11 @@ HEAD_VERSION_SELECT = (
     "SELECT h.version FROM ledger_timeline h WHERE h.session_id = ? ORDER BY h.version DESC LIMIT 1"
 )
 HEAD_VERSION = f"({HEAD_VERSION_SELECT})"
+# The head's version with its counts of active and archived messages, in one statement.
+HEAD_COUNTS_SELECT = (
+    "SELECT h.version, h.message_count, h.archived_count FROM ledger_timeline h"
+    " WHERE h.session_id = ? ORDER BY h.version DESC LIMIT 1"
+)
 # An event's token total: the one before it, plus what it added (then, where the event
 # ends rows, minus theirs: `ENDED_TOKENS`).
 PREVIOUS_TOKENS = (

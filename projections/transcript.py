@@ -3,6 +3,7 @@ since `valid_from`, ended at `valid_to`), a message by position, what a version 
 
 from __future__ import annotations
 
+import sys
 import uuid
 
 from session_ledger.domain.messages import ChatMessage
@@ -10,7 +11,7 @@ from session_ledger.domain.ports import ACTIVE
 
 from .bodies import StoredMessages, decode_body
 from .dialect import ViewStore
-from .sql import HEAD_VERSION, HEAD_VERSION_SELECT, LIVE
+from .sql import HEAD_VERSION, LIVE
 
 
 class TranscriptReads(ViewStore):
@@ -25,18 +26,25 @@ class TranscriptReads(ViewStore):
         version: int | None = None,
     ) -> StoredMessages:
         sid = self._sid(session_id)
-        with self._reading() as read:
-            if version is not None:  # (the id orders the merge of a past version's tables)
+        if version is not None:  # (the id orders the merge of a past version's tables)
+            with self._reading() as read:
                 rows = self._rows(read, ("role, message, message_id", ()), 2, sid, status,
                                   version, limit=limit, offset=offset)  # fmt: skip
-                return StoredMessages(version, self._opened(session_id, rows))
-            # One statement: the rows and the version they are of (one snapshot).
-            rows = self._rows(read, (f"role, message, {HEAD_VERSION} AS seen", (sid,)), 2, sid,
-                              status, None, limit=limit, offset=offset)  # fmt: skip
-            if rows:
-                return StoredMessages(rows[0][2], self._opened(session_id, rows))
-            head = self._tuples(read, HEAD_VERSION_SELECT, (sid,))
-        return StoredMessages(head[0][0] if head else 0, rows)
+            return StoredMessages(version, self._opened(session_id, rows))
+        # One statement: the rows and the version they are of. No rows name no version: a
+        # second statement reads it, and if a write came between the two, both are read
+        # again in one snapshot.
+        past_the_end = offset if limit != 0 else sys.maxsize  # (no row is in a page of 0)
+        for reading in (self._reading, self.snapshot):
+            with reading() as read:
+                rows = self._rows(read, (f"role, message, {HEAD_VERSION} AS seen", (sid,)), 2,
+                                  sid, status, None, limit=limit, offset=offset)  # fmt: skip
+                if rows:
+                    return StoredMessages(rows[0][2], self._opened(session_id, rows))
+                seen = self._version_of_none(read, sid, status, past_the_end)
+            if seen is not None:  # (in one snapshot it always is)
+                break
+        return StoredMessages(seen or 0, rows)
 
     def ended_at(self, session_id: uuid.UUID, version: int) -> list[tuple[str, ChatMessage]]:
         """The messages (with their status) that left the history at `version`."""
