@@ -166,3 +166,42 @@ def test_a_read_answers_with_the_version_its_messages_are_of(
             past = http.get(f"{path}{suffix}?as_of_version=3")
             assert past.headers["ETag"] == '"3"'
             assert past.json()["messages"][-1]["blocks"][0]["text"] == "1"
+
+
+def test_an_answer_with_no_message_is_of_a_version_with_none(
+    deployment: Deployment, session_key: str
+) -> None:
+    """Under a writer that empties the session and writes to it again, an answer with no
+    message carries the version of an emptied state, and one with a message the version
+    that wrote it: a read that finds no row never takes a version written after it."""
+    import threading
+
+    path = f"/v1/sessions/{api_path(session_key)}"
+    with deployment.client("a_agent") as api:
+        api.put(session_key, {"role": "user", "content": "0"})  # version 2 holds "0"
+    stop = threading.Event()
+
+    def write() -> None:
+        with deployment.client("a_agent") as writer:
+            n = 1
+            while not stop.is_set():
+                writer.reset(session_key)  # version 2n + 1: no message
+                writer.put(session_key, {"role": "user", "content": str(n)})  # 2n + 2: "n"
+                n += 1
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    try:
+        with deployment.raw("a_agent") as http:
+            for _ in range(150):
+                for suffix in ("/context?token_limit=1000", "/messages"):
+                    answer = http.get(path + suffix)
+                    version = int(answer.headers["ETag"].strip('"'))
+                    messages = answer.json()["messages"]
+                    if messages:
+                        assert version == 2 * int(messages[-1]["blocks"][0]["text"]) + 2
+                    else:
+                        assert version % 2 == 1, (suffix, version)
+    finally:
+        stop.set()
+        thread.join()
