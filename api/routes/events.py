@@ -33,9 +33,10 @@ def get_audit_trail(
 ) -> AuditTrail:  # fmt: skip
     """The session's audit trail: its events, oldest first, with actor, reason and changes."""
     key, who, ledger = call
-    etag(response, ledger.head(key, tenant=who.tenant).version)
     limit = inputs.limit
     entries = ledger.audit(key, tenant=who.tenant, after_version=inputs.after, limit=limit)
+    # The version after the events are read: no event of the page is newer than the ETag.
+    etag(response, ledger.head(key, tenant=who.tenant).version)
     events = [AuditEvent(**vars(e)) for e in entries]
     return AuditTrail(
         events=events, next_after=events[-1].version if len(events) == limit else None
