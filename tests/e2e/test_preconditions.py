@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -129,38 +131,49 @@ def test_an_idempotency_key_reused_for_another_write_is_422(
         assert api.head(session_key).message_count == 1
 
 
-def test_a_read_answers_with_the_version_its_messages_are_of(
-    deployment: Deployment, session_key: str
-) -> None:
-    """Under concurrent writes, a `/context` or `/messages` answer's ETag is the version of
-    the messages in its body (one read gives both), and a past read's ETag is the version
-    read, not the current one."""
-    import threading
-
-    path = f"/v1/sessions/{api_path(session_key)}"
+@contextmanager
+def writing(
+    deployment: Deployment, session_key: str, step: Callable[[LedgerClient, int], None]
+) -> Iterator[None]:
+    """A writer in a thread of its own: `step(client, n)` for n = 1, 2, ... until the
+    block ends. The session first gets version 2, holding the message "0"."""
     with deployment.client("a_agent") as api:
-        api.put(session_key, {"role": "user", "content": "0"})  # version 2 holds "0"
+        api.put(session_key, {"role": "user", "content": "0"})
     stop = threading.Event()
 
     def write() -> None:
         with deployment.client("a_agent") as writer:
             n = 1
             while not stop.is_set():
-                writer.put(session_key, {"role": "user", "content": str(n)})  # v n+2: "n"
+                step(writer, n)
                 n += 1
 
     thread = threading.Thread(target=write)
     thread.start()
     try:
-        with deployment.raw("a_agent") as http:
-            for _ in range(150):
-                for suffix in ("/context?token_limit=1", "/messages"):
-                    answer = http.get(path + suffix)
-                    newest = answer.json()["messages"][-1]["blocks"][0]["text"]
-                    assert answer.headers["ETag"] == f'"{int(newest) + 2}"', suffix
+        yield
     finally:
         stop.set()
         thread.join()
+
+
+def test_a_read_answers_with_the_version_its_messages_are_of(
+    deployment: Deployment, session_key: str
+) -> None:
+    """Under concurrent writes, a `/context` or `/messages` answer's ETag is the version of
+    the messages in its body (one read gives both), and a past read's ETag is the version
+    read, not the current one."""
+    path = f"/v1/sessions/{api_path(session_key)}"
+
+    def put(writer: LedgerClient, n: int) -> None:
+        writer.put(session_key, {"role": "user", "content": str(n)})  # version n + 2: "n"
+
+    with writing(deployment, session_key, put), deployment.raw("a_agent") as http:
+        for _ in range(150):
+            for suffix in ("/context?token_limit=1", "/messages"):
+                answer = http.get(path + suffix)
+                newest = answer.json()["messages"][-1]["blocks"][0]["text"]
+                assert answer.headers["ETag"] == f'"{int(newest) + 2}"', suffix
     with deployment.raw("a_agent") as http:
         for suffix in ("/context", "/messages"):
             past = http.get(f"{path}{suffix}?as_of_version=3")
@@ -174,34 +187,19 @@ def test_an_answer_with_no_message_is_of_a_version_with_none(
     """Under a writer that empties the session and writes to it again, an answer with no
     message carries the version of an emptied state, and one with a message the version
     that wrote it: a read that finds no row never takes a version written after it."""
-    import threading
-
     path = f"/v1/sessions/{api_path(session_key)}"
-    with deployment.client("a_agent") as api:
-        api.put(session_key, {"role": "user", "content": "0"})  # version 2 holds "0"
-    stop = threading.Event()
 
-    def write() -> None:
-        with deployment.client("a_agent") as writer:
-            n = 1
-            while not stop.is_set():
-                writer.reset(session_key)  # version 2n + 1: no message
-                writer.put(session_key, {"role": "user", "content": str(n)})  # 2n + 2: "n"
-                n += 1
+    def reset_then_put(writer: LedgerClient, n: int) -> None:
+        writer.reset(session_key)  # version 2n + 1: no message
+        writer.put(session_key, {"role": "user", "content": str(n)})  # 2n + 2: "n"
 
-    thread = threading.Thread(target=write)
-    thread.start()
-    try:
-        with deployment.raw("a_agent") as http:
-            for _ in range(150):
-                for suffix in ("/context?token_limit=1000", "/messages"):
-                    answer = http.get(path + suffix)
-                    version = int(answer.headers["ETag"].strip('"'))
-                    messages = answer.json()["messages"]
-                    if messages:
-                        assert version == 2 * int(messages[-1]["blocks"][0]["text"]) + 2
-                    else:
-                        assert version % 2 == 1, (suffix, version)
-    finally:
-        stop.set()
-        thread.join()
+    with writing(deployment, session_key, reset_then_put), deployment.raw("a_agent") as http:
+        for _ in range(150):
+            for suffix in ("/context?token_limit=1000", "/messages"):
+                answer = http.get(path + suffix)
+                version = int(answer.headers["ETag"].strip('"'))
+                messages = answer.json()["messages"]
+                if messages:
+                    assert version == 2 * int(messages[-1]["blocks"][0]["text"]) + 2
+                else:
+                    assert version % 2 == 1, (suffix, version)
