@@ -80,7 +80,7 @@ class ContextReads(ViewStore):
         if first:
             versions = {first[0][5]}
         elif version is None:  # no active message: the head's version, if it holds none
-            versions = {self._version_of_none(read, sid, ACTIVE, 0)}
+            versions = {self._version_holding_none(read, sid, ACTIVE, 0)}
         else:
             versions = set()
         read_rows: list[tuple[Any, ...]] = []

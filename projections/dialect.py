@@ -159,7 +159,7 @@ class ViewStore(ABC):
             return " LIMIT ? OFFSET ?", (self.no_limit if limit is None else limit, offset)
         return ("", ()) if limit is None else (" LIMIT ?", (limit,))
 
-    def _version_of_none(self, read: Reader, sid: Any, status: str, offset: int) -> int | None:
+    def _version_holding_none(self, read: Reader, sid: Any, status: str, offset: int) -> int | None:
         """After a rows statement found no `status` message from position `offset` on: the
         session's version (0: no session), read with its counts in one statement, when that
         version holds none there either; None when it does: a write came between the two

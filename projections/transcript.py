@@ -41,7 +41,7 @@ class TranscriptReads(ViewStore):
                                   sid, status, None, limit=limit, offset=offset)  # fmt: skip
                 if rows:
                     return StoredMessages(rows[0][2], self._opened(session_id, rows))
-                seen = self._version_of_none(read, sid, status, past_the_end)
+                seen = self._version_holding_none(read, sid, status, past_the_end)
             if seen is not None:  # (in one snapshot it always is)
                 break
         return StoredMessages(seen or 0, rows)
