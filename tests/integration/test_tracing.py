@@ -1,10 +1,13 @@
 """OpenTelemetry tracing: a server span per request, named by its route, with a child span
 per store call; a caller's `traceparent` is continued. Spans go to an in-memory exporter
-(nothing is sent anywhere); with no exporter configured no span is made."""
+(nothing is sent anywhere); with no exporter configured no span is made. On every store:
+on PostgreSQL the context read runs in a worker thread (`deps.short_read`), and its span
+must still be the request's child."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
@@ -14,24 +17,24 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 from session_ledger.api.app import create_app
-from session_ledger.api.bootstrap import open_ledger
 from session_ledger.api.keystore import MemoryKeyStore
 from session_ledger.api.settings import Settings
 from session_ledger.api.tracing import TracingMiddleware, open_tracer_provider
+from tests.conftest import make_ledger, make_settings
 
 MESSAGE = {"messages": [{"role": "user", "content": "hello"}]}
 
 
 @pytest.fixture
-def traced() -> Iterator[tuple[TestClient, InMemorySpanExporter]]:
+def traced(store: str, tmp_path: Path) -> Iterator[tuple[TestClient, InMemorySpanExporter]]:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    settings = Settings(database_url="memory://", tokenizer="whitespace")
-    ledger = open_ledger(settings)
-    store = MemoryKeyStore()
-    _, secret = store.create("acme", "admin")
-    app = create_app(settings, ledger=ledger, key_store=store, tracer_provider=provider)
+    settings = make_settings(store, tmp_path)
+    ledger = make_ledger(settings)
+    keys = MemoryKeyStore()
+    _, secret = keys.create("acme", "admin")
+    app = create_app(settings, ledger=ledger, key_store=keys, tracer_provider=provider)
     try:
         yield TestClient(app, headers={"Authorization": f"Bearer {secret}"}), exporter
     finally:
