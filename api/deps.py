@@ -74,7 +74,7 @@ async def short_read(request: Request, read: Callable[[], R]) -> R:
     worker thread reads (SQLite lets go of the GIL) while the loop parses and sends on
     the other core. The hand-off is the standard library's (`asyncio.to_thread`, the
     loop's executor): anyio's, which FastAPI uses for a plain `def`, adds a cancel scope
-    and a capacity limiter that cost ~6% of a PostgreSQL read's throughput under load
+    and a capacity limiter that cost ~8% of a PostgreSQL read's throughput under load
     (measured with `bench.http_path`, concurrency 16)."""
     state = request.app.state
     if state.reads_in_process and state.metrics.in_flight <= 1:
