@@ -45,8 +45,8 @@ async def enforce_limits(request: Request) -> None:
 def new_session_counted(request: Request, tenant: str, key: str) -> Iterator[None]:
     """Around a write that may create session `key`: count it against its tenant's
     sessions quota first (429 when full), give it back if the write fails, and remember
-    that it exists if it succeeds. Runs in the write's worker thread, so a count that
-    asks the store costs no hand-off of its own."""
+    that it exists if it succeeds. Runs where the write runs (`deps.short_write`), so a
+    count that asks the store costs no hand-off of its own."""
     limiter: Limiter = request.app.state.limiter
     counted = False
     if limiter.counts_session(tenant, key):

@@ -4,17 +4,22 @@ reads (the history, the context window, now or at a past version).
 Every answer carries `ETag: "<version>"`: for a write, the version it made; for a read,
 the version its messages are of (one read gives both). A write sent with
 `If-Match: "<version>"` happens only if the session is still at that version (else 412,
-nothing written).
+nothing written). A write runs on the event loop when no other request is in flight
+on a SQLite store, else in a worker thread (`deps.short_write`).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from collections.abc import Callable
+from contextlib import nullcontext
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Path, Request, Response
 from pydantic import Field
 
 from session_ledger.domain.errors import SessionNotFound
+from session_ledger.domain.ledger import Ledger
+from session_ledger.domain.ports import WriteResult as Written
 
 from ..access_log import AccessLoggedRoute
 from ..admission import new_session_counted
@@ -31,6 +36,7 @@ from ..deps import (
     WriteOptionsDep,
     on_session,
     short_read,
+    short_write,
 )
 from ..errors import ERROR_RESPONSES, PreconditionFailed
 from ..responses import message_list, written
@@ -48,6 +54,23 @@ def _precondition(ledger: LedgerDep, key: str, tenant: str, options: WriteOption
             ledger.head(key, tenant=tenant, latest=True)
         except SessionNotFound:
             raise PreconditionFailed(f"If-Match: * but session {key!r} does not exist") from None
+
+
+async def _write(
+    request: Request, call: SessionCall, options: WriteOptions,
+    command: Callable[[Ledger, str, dict[str, Any]], Written], creates: bool = False,
+) -> Response:  # fmt: skip
+    """`command(ledger, key, kwargs)` after the write's precondition, on the event loop
+    when it is alone (`short_write`); `creates`: it may create the session, so it counts
+    against the tenant's sessions quota."""
+    key, who, ledger = call
+
+    def write() -> Written:
+        _precondition(ledger, key, who.tenant, options)
+        with new_session_counted(request, who.tenant, key) if creates else nullcontext():
+            return command(ledger, key, options.ledger_kwargs(who))
+
+    return written(await short_write(request, write))
 
 
 class ContextInputs(WindowInputs, ReadInputs):
@@ -81,70 +104,55 @@ async def get_context(
 
 
 @router.post("/{key}/messages", response_model=WriteResult)
-def append_messages(
+async def append_messages(
     request: Request, call: WriteCall, body: AppendIn, options: WriteOptionsDep,
 ) -> Response:  # fmt: skip
     """Append messages to the session (put / put_messages), all or none; creates it."""
-    key, who, ledger = call
-    _precondition(ledger, key, who.tenant, options)
-    with new_session_counted(request, who.tenant, key):
-        result = ledger.put_messages(key, body.messages, **options.ledger_kwargs(who))
-    return written(result)
+    return await _write(request, call, options, creates=True, command=lambda ledger, key, kw:
+                        ledger.put_messages(key, body.messages, **kw))  # fmt: skip
 
 
 @router.put("/{key}/messages", response_model=WriteResult)
-def replace_history(
+async def replace_history(
     request: Request, call: WriteCall, body: MessagesIn, options: WriteOptionsDep,
 ) -> Response:  # fmt: skip
     """Replace the session's whole history (set); the old one stays in the audit trail."""
-    key, who, ledger = call
-    _precondition(ledger, key, who.tenant, options)
-    with new_session_counted(request, who.tenant, key):
-        result = ledger.set(key, body.messages, **options.ledger_kwargs(who))
-    return written(result)
+    return await _write(request, call, options, creates=True, command=lambda ledger, key, kw:
+                        ledger.set(key, body.messages, **kw))  # fmt: skip
 
 
 @router.delete("/{key}/messages", response_model=WriteResult)
-def clear_history(
-    call: WriteCall, options: WriteOptionsDep,
-) -> Response:  # fmt: skip
+async def clear_history(request: Request, call: WriteCall, options: WriteOptionsDep) -> Response:
     """Clear the session's history (reset)."""
-    key, who, ledger = call
-    _precondition(ledger, key, who.tenant, options)
-    return written(ledger.reset(key, **options.ledger_kwargs(who)))
+    return await _write(request, call, options, lambda ledger, key, kw: ledger.reset(key, **kw))
 
 
 @router.delete("/{key}/messages/last", response_model=WriteResult)
-def delete_last_message(
-    call: WriteCall, options: WriteOptionsDep,
+async def delete_last_message(
+    request: Request, call: WriteCall, options: WriteOptionsDep,
 ) -> Response:  # fmt: skip
     """Remove the newest message; `removed` holds it."""
-    key, who, ledger = call
-    _precondition(ledger, key, who.tenant, options)
-    return written(ledger.delete_last_message(key, **options.ledger_kwargs(who)))
+    return await _write(request, call, options, lambda ledger, key, kw:
+                        ledger.delete_last_message(key, **kw))  # fmt: skip
 
 
 @router.delete("/{key}/messages/{index}", response_model=WriteResult)
-def delete_message(
-    call: WriteCall, index: Annotated[int, Path(ge=-BIG, le=BIG)], options: WriteOptionsDep,
+async def delete_message(
+    request: Request, call: WriteCall, index: Annotated[int, Path(ge=-BIG, le=BIG)],
+    options: WriteOptionsDep,
 ) -> Response:  # fmt: skip
     """Remove the message at `index` (negative counts from the end); `removed` holds it."""
-    key, who, ledger = call
-    _precondition(ledger, key, who.tenant, options)
-    kwargs = options.ledger_kwargs(who)
-    return written(ledger.delete_message(key, index, **kwargs))
+    return await _write(request, call, options, lambda ledger, key, kw:
+                        ledger.delete_message(key, index, **kw))  # fmt: skip
 
 
 @router.post("/{key}/archive", response_model=WriteResult)
-def archive_oldest(
-    call: WriteCall, body: ArchiveIn,
-    options: WriteOptionsDep,
+async def archive_oldest(
+    request: Request, call: WriteCall, body: ArchiveIn, options: WriteOptionsDep,
 ) -> Response:  # fmt: skip
     """Move the `count` oldest active messages to the archive (read them with status=archived)."""
-    key, who, ledger = call
-    _precondition(ledger, key, who.tenant, options)
-    kwargs = options.ledger_kwargs(who)
-    return written(ledger.archive_oldest(key, body.count, **kwargs))
+    return await _write(request, call, options, lambda ledger, key, kw:
+                        ledger.archive_oldest(key, body.count, **kw))  # fmt: skip
 
 
 @router.get("/{key}/messages", response_model=MessageList)

@@ -1,6 +1,7 @@
 """What one request costs the API around the ledger, counted: the caller is authenticated
-once however many dependencies ask for it, and a write makes one hand-off to a worker
-thread (FastAPI would validate a returned model again in a second one)."""
+once however many dependencies ask for it, and a write makes at most one hand-off to a
+worker thread (FastAPI would validate a returned model again in a second one): none on
+SQLite when no other request is in flight (`deps.short_write`)."""
 
 from __future__ import annotations
 
@@ -68,23 +69,30 @@ def test_a_request_checks_its_key_once(
     assert checks.calls == 1
 
 
-def test_a_write_makes_one_thread_hand_off(
-    api: tuple[TestClient, MemoryKeyStore], monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.mark.parametrize("others_in_flight", [0, 1])
+def test_a_write_alone_runs_on_the_event_loop_else_in_one_worker_thread(
+    api: tuple[TestClient, MemoryKeyStore], monkeypatch: pytest.MonkeyPatch,
+    others_in_flight: int,
+) -> None:  # fmt: skip
     import anyio.to_thread
 
-    client, _ = api
+    client, _ = api  # memory:// is a SQLite store: its calls do not wait on a server
     assert client.post("/v1/sessions/chat/messages", json=MESSAGE).status_code == 200
     handoffs = Counted()
     monkeypatch.setattr(
         anyio.to_thread, "run_sync", _async_counted(handoffs, anyio.to_thread.run_sync)
     )
-    answer = client.post("/v1/sessions/chat/messages", json=MESSAGE)
+    metrics = client.app.state.metrics  # type: ignore[attr-defined]
+    metrics.in_flight += others_in_flight  # as if another request were being answered
+    try:
+        answer = client.post("/v1/sessions/chat/messages", json=MESSAGE)
+    finally:
+        metrics.in_flight -= others_in_flight
     assert answer.status_code == 200
     body = answer.json()
     assert (body["message_count"], body["replayed"], body["removed"]) == (2, False, [])
     assert answer.headers["ETag"] == f'"{body["version"]}"'
-    assert handoffs.calls == 1
+    assert handoffs.calls == others_in_flight
 
 
 def _async_counted(counter: Counted, function: Any) -> Any:
