@@ -1,10 +1,13 @@
 """What one request costs the API around the ledger, counted: the caller is authenticated
 once however many dependencies ask for it, and a write makes at most one hand-off to a
 worker thread (FastAPI would validate a returned model again in a second one): none on
-SQLite when no other request is in flight (`deps.short_write`)."""
+SQLite when no other request is in flight (`deps.short_write`), and the writes of a burst
+each see the others in flight, so they can share a group commit."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -93,6 +96,48 @@ def test_a_write_alone_runs_on_the_event_loop_else_in_one_worker_thread(
     assert (body["message_count"], body["replayed"], body["removed"]) == (2, False, [])
     assert answer.headers["ETag"] == f'"{body["version"]}"'
     assert handoffs.calls == others_in_flight
+
+
+def test_writes_that_arrive_together_are_handed_off_to_share_a_commit(
+    api: tuple[TestClient, MemoryKeyStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each write of a burst must see the others in flight: run on the loop one after
+    another, they would each wait for a commit of their own."""
+    from session_ledger.api import deps
+
+    client, store = api
+    _, secret = store.create("acme", "agent")
+    handoffs = Counted()  # the writes' hand-offs only
+    monkeypatch.setattr(deps, "run_in_threadpool", _async_counted(handoffs, deps.run_in_threadpool))
+
+    async def post(i: int) -> int:  # as uvicorn calls the app: the body already read
+        body = json.dumps(MESSAGE).encode()
+        scope = {
+            "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+            "method": "POST", "scheme": "http", "path": f"/v1/sessions/burst-{i}/messages",
+            "raw_path": f"/v1/sessions/burst-{i}/messages".encode(), "query_string": b"",
+            "root_path": "", "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80),
+            "headers": [(b"host", b"ledger"), (b"authorization", f"Bearer {secret}".encode()),
+                        (b"content-type", b"application/json"),
+                        (b"content-length", str(len(body)).encode())],
+        }  # fmt: skip
+        sent: list[dict[str, Any]] = []
+
+        async def receive() -> dict[str, Any]:
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        await client.app(scope, receive, send)  # type: ignore[attr-defined]
+        return int(sent[0]["status"])
+
+    async def burst() -> list[int]:
+        first = await post(-1)  # alone: on the loop; and now the key is in the cache
+        return [first, *await asyncio.gather(*(post(i) for i in range(8)))]
+
+    assert client.portal.call(burst) == [200] * 9  # type: ignore[union-attr]
+    assert handoffs.calls == 8
 
 
 def _async_counted(counter: Counted, function: Any) -> Any:
