@@ -108,8 +108,8 @@ async def append_messages(
     request: Request, call: WriteCall, body: AppendIn, options: WriteOptionsDep,
 ) -> Response:  # fmt: skip
     """Append messages to the session (put / put_messages), all or none; creates it."""
-    return await _write(request, call, options, creates=True, command=lambda ledger, key, kw:
-                        ledger.put_messages(key, body.messages, **kw))  # fmt: skip
+    return await _write(request, call, options, lambda ledger, key, kw:
+                        ledger.put_messages(key, body.messages, **kw), creates=True)  # fmt: skip
 
 
 @router.put("/{key}/messages", response_model=WriteResult)
@@ -117,8 +117,8 @@ async def replace_history(
     request: Request, call: WriteCall, body: MessagesIn, options: WriteOptionsDep,
 ) -> Response:  # fmt: skip
     """Replace the session's whole history (set); the old one stays in the audit trail."""
-    return await _write(request, call, options, creates=True, command=lambda ledger, key, kw:
-                        ledger.set(key, body.messages, **kw))  # fmt: skip
+    return await _write(request, call, options, lambda ledger, key, kw:
+                        ledger.set(key, body.messages, **kw), creates=True)  # fmt: skip
 
 
 @router.delete("/{key}/messages", response_model=WriteResult)
