@@ -97,3 +97,52 @@ def test_notifications_wake_the_loop_only_for_the_tails_that_wait(tmp_path: Path
         assert asyncio.run(run()) == (1, True)
     finally:
         ledger.close()
+
+
+def _heard(conn: psycopg.Connection[Any], wanted: set[str]) -> list[str]:
+    """The payloads of this connection's notifications until every id wanted was heard."""
+    payloads: list[str] = []
+    heard: set[str] = set()
+    while not wanted <= heard:
+        notes = list(conn.notifies(timeout=10, stop_after=1))
+        assert notes, f"{len(wanted - heard)} committed ids never notified"
+        payloads += [note.payload for note in notes]
+        heard.update(h for note in notes for h in note.payload.split(","))
+    return payloads
+
+
+def test_commits_that_come_together_share_their_notify() -> None:
+    """PostgreSQL: a commit only adds its session id to the next NOTIFY, sent at once
+    after a quiet spell, else `notify_delay` after the last one: twenty commits two
+    milliseconds apart make two NOTIFYs (the first at once), not twenty. Five hundred
+    ids are split by the payload limit."""
+    url = postgres_server_url()
+    ledger = open_ledger(Settings(database_url=postgres_url(), auto_migrate=True))
+    spaced = [uuid.uuid4() for _ in range(20)]
+    many = [uuid.uuid4() for _ in range(500)]
+
+    async def run() -> tuple[list[str], list[str]]:
+        listener = psycopg.connect(url, autocommit=True)
+        listener.execute(f"LISTEN {CHANNEL}")
+        hub = LiveHub(ledger, url, poll_seconds=60, notify_delay=0.5)
+        hub.start()
+        try:
+            with listener:
+                for sid in spaced:  # the recorder's after_commit, as each write commits
+                    hub.committed(sid)
+                    await asyncio.sleep(0.002)
+                first = await asyncio.to_thread(_heard, listener, {s.hex for s in spaced})
+                for sid in many:
+                    hub.committed(sid)
+                second = await asyncio.to_thread(_heard, listener, {s.hex for s in many})
+            return first, second
+        finally:
+            await hub.stop()
+
+    try:
+        spaced_payloads, many_payloads = asyncio.run(run())
+    finally:
+        ledger.close()
+    assert len(spaced_payloads) <= 5, spaced_payloads
+    assert len(many_payloads) >= 3  # 500 ids of 33 bytes do not fit one payload
+    assert all(len(p) < 8000 for p in many_payloads)
