@@ -37,7 +37,7 @@ from session_ledger.projections.views import SQLViews
 log = logging.getLogger("session_ledger.api")
 CHANNEL = "ledger_events"
 NOTIFY_PAYLOAD_BYTES = 7900  # PostgreSQL refuses a payload of 8,000 bytes or more
-NOTIFY_DELAY = 0.005  # at most one NOTIFY per this many seconds (but see _notify_loop)
+NOTIFY_DELAY = 0.005  # the least seconds from one batch of NOTIFYs to the next
 
 
 class LiveHub:
@@ -98,7 +98,7 @@ class LiveHub:
     def committed(self, session_id: uuid.UUID) -> None:
         """The recorder's `after_commit` (any thread): wake this process's tails of the
         session, if any (waking the event loop from a writer's thread costs both threads),
-        and queue the NOTIFY for the others."""
+        and add the session to the next NOTIFY, for the other processes."""
         self._wake_soon([session_id])
         if self.postgres:
             with self._outbox_lock:
