@@ -37,6 +37,7 @@ from session_ledger.projections.views import SQLViews
 log = logging.getLogger("session_ledger.api")
 CHANNEL = "ledger_events"
 NOTIFY_PAYLOAD_BYTES = 7900  # PostgreSQL refuses a payload of 8,000 bytes or more
+IDS_PER_NOTIFY = NOTIFY_PAYLOAD_BYTES // 33  # a session id's 32 hex digits and a comma
 NOTIFY_DELAY = 0.005  # the least seconds from one batch of NOTIFYs to the next
 
 
@@ -136,18 +137,17 @@ class LiveHub:
         while not self._stop.is_set():
             try:
                 with psycopg.connect(self.url, autocommit=True) as conn:
-                    while self._news.wait() and not self._stop.wait(
-                        max(0.0, sent + self.notify_delay - time.monotonic())
-                    ):
+                    while True:
+                        self._news.wait()
+                        if self._stop.wait(max(0.0, sent + self.notify_delay - time.monotonic())):
+                            return
                         self._news.clear()
                         with self._outbox_lock:
                             ids, self._outbox = [sid.hex for sid in self._outbox], set()
-                        per = NOTIFY_PAYLOAD_BYTES // 33
-                        for start in range(0, len(ids), per):
-                            payload = ",".join(ids[start : start + per])
+                        for start in range(0, len(ids), IDS_PER_NOTIFY):
+                            payload = ",".join(ids[start : start + IDS_PER_NOTIFY])
                             conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
                         sent = time.monotonic()
-                    return
             except psycopg.Error as e:  # the watcher covers what this misses
                 log.warning("live tail NOTIFY failed: %s", e)
                 self._stop.wait(1)
