@@ -17,6 +17,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 
 from session_ledger.domain.ledger import Ledger
+from session_ledger.projections.async_bridge import bridged
 
 from . import errors
 from .admission import enforce_limits
@@ -86,7 +87,8 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        from .bootstrap import open_ledger, reads_in_process  # the root picks the store
+        # the root picks the store
+        from .bootstrap import open_ledger, reads_bridged, reads_in_process
 
         if ledger is None:
             # `serve` made the tables already unless LEDGER_MIGRATE_ON_START=false, which
@@ -94,6 +96,9 @@ def create_app(
             app.state.ledger = open_ledger(settings, auto_migrate=False)
             app.state.ledger.observer = observer
         app.state.reads_in_process = reads_in_process(app.state.ledger)
+        # Only a ledger this lifespan opens reads on its loop: its loop pool lives and is
+        # closed with it (a handed-in ledger may outlive the loop, or serve several).
+        app.state.reads_bridged = ledger is None and reads_bridged(app.state.ledger)
         if key_store is None:
             app.state.key_store = open_key_store(
                 settings.database_url,
@@ -125,7 +130,7 @@ def create_app(
             if key_store is None:
                 app.state.key_store.close()
             if ledger is None:
-                app.state.ledger.close()
+                await bridged(app.state.ledger.close)  # its loop pool closes in this loop
             if opened_provider:
                 tracer_provider.force_flush()  # the spans still batched (it ends at exit)
 
@@ -140,6 +145,7 @@ def create_app(
     # What the caller hands in is usable at once, also without running the lifespan.
     app.state.ledger, app.state.key_store = ledger, key_store
     app.state.reads_in_process = False
+    app.state.reads_bridged = False
     if ledger is not None:
         from .bootstrap import reads_in_process
 

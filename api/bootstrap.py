@@ -149,6 +149,17 @@ def reads_in_process(ledger: Ledger) -> bool:
     return isinstance(ledger.views, SQLiteLedgerRecorder)
 
 
+def reads_bridged(ledger: Ledger) -> bool:
+    """Whether the ledger's short reads run on the event loop with its waits awaited
+    (projections/async_bridge.py): PostgreSQL, read from its primary. Standby reads
+    (LEDGER_READ_DATABASE_URLS) stay in worker threads: their routing may pause for a
+    standby to catch up."""
+    from session_ledger.projections.postgres import PostgresLedgerRecorder
+
+    views = ledger.views
+    return isinstance(views, PostgresLedgerRecorder) and views.read_routing is None
+
+
 def migrate(settings: Settings) -> None:
     """Create every table of the store. Safe to run from many processes at once.
 

@@ -25,6 +25,7 @@ from pydantic import AfterValidator, Field
 
 from session_ledger.domain.errors import InvalidInput, InvalidSessionKey
 from session_ledger.domain.ledger import Ledger
+from session_ledger.projections.async_bridge import bridged
 
 from .auth import EXPORT, MANAGE_KEYS, READ, WRITE, Principal, key_store, require
 from .errors import PreconditionFailed
@@ -86,6 +87,8 @@ async def short_read(request: Request, read: Callable[[], R]) -> R:
     16)."""
     if _alone(request):
         return read()
+    if request.app.state.reads_bridged:
+        return await bridged(read)
     return await asyncio.to_thread(read)
 
 

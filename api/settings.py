@@ -88,7 +88,12 @@ class Settings(BaseSettings):
     snapshot_interval: int = Field(
         200, ge=2, description="A snapshot of a session's write state every N events."
     )
-    pool_size: int = Field(8, ge=1, description="PostgreSQL connections per process.")
+    pool_size: int = Field(
+        8,
+        ge=1,
+        description="PostgreSQL connections per process; a server has as many more for "
+        "context reads (on its event loop).",
+    )
     partitions: int | None = Field(
         None,
         ge=2,

@@ -35,9 +35,11 @@ from session_ledger.domain.errors import StoreUnavailable
 from session_ledger.domain.integrity import chain_hashes, record_bytes
 from session_ledger.domain.ports import ACTIVE
 
+from .async_bridge import in_bridge
 from .changes import InsertMessages, MessageRow, ViewChanges
 from .feed import PostgresFeedReads
 from .postgres_append import MAX_VALUES_ROWS, MESSAGES_INSERT, append_sql, events_insert, to_psycopg
+from .postgres_async import LoopPool
 from .postgres_partitions import partition_counts
 from .postgres_schema import migrate
 from .replicas import ReplicaSet, open_replicas
@@ -65,6 +67,7 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder, SQLViews, PostgresFeed
         self.rows_read = 0
         self.replicas: ReplicaSet | None = None  # told of each commit (read-your-writes)
         self._planned: weakref.WeakSet[Any] = weakref.WeakSet()  # connections set up
+        self.loop_pool = LoopPool(datastore.pool, PLANNER_SETTINGS)
 
     def create_table(self) -> None:
         """The events' table (the library's), then the views' migrations. Once
@@ -160,6 +163,10 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder, SQLViews, PostgresFeed
         No connection within the pool's wait means the server is out of reach: nothing
         was sent, so StoreUnavailable (which no retry catches) ends the call at once
         instead of waiting again per retry."""
+        if in_bridge():  # a read the event loop runs (postgres_async.py)
+            with self.loop_pool.connection() as conn:
+                yield conn
+            return
         try:
             with self.datastore.get_connection() as conn:
                 if conn not in self._planned:
@@ -289,6 +296,11 @@ class PostgresLedgerFactory(SealingFactory, PostgresFactory):
         return sealing or super().mapper(transcoder, mapper_class)
 
     replicas: ReplicaSet | None = None
+    loop_pools: list[LoopPool]
+
+    def __init__(self, env: Any) -> None:
+        super().__init__(env)
+        self.loop_pools = []
 
     def application_recorder(self) -> ApplicationRecorder:
         recorder = PostgresLedgerRecorder(self.datastore)
@@ -297,9 +309,12 @@ class PostgresLedgerFactory(SealingFactory, PostgresFactory):
             recorder.create_table()
         self.replicas = recorder.replicas = open_replicas(self.env, recorder)
         recorder.read_routing = self.replicas
+        self.loop_pools.append(recorder.loop_pool)
         return recorder
 
     def close(self) -> None:
         if self.replicas is not None:
             self.replicas.close()
+        for pool in self.loop_pools:
+            pool.close()
         super().close()

@@ -1,0 +1,56 @@
+"""Run the store's own (blocking-style) read code on the event loop, its waits on the
+server done by asyncio: the pattern of SQLAlchemy's asyncio extension.
+
+`await bridged(read)` runs `read` in a greenlet of its own on the loop's thread. Where the
+code would block on a socket, the PostgreSQL store (projections/postgres.py) calls
+`wait_for(awaitable)` instead: the greenlet switches back to `bridged`, which awaits the
+psycopg coroutine as any coroutine of the loop, and switches back with its result. So a
+read is one code path whether a thread or the loop runs it: no thread hand-off, and a
+server that stops answering holds only the request that waits on it, never the loop.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from greenlet import getcurrent, greenlet  # type: ignore[import-untyped]
+
+R = TypeVar("R")
+
+
+class _Bridged(greenlet):  # type: ignore[misc]
+    """A greenlet running one call for `bridged`; its parent awaits for it."""
+
+
+def in_bridge() -> bool:
+    """Whether this code runs under `bridged`: its waits must go through `wait_for`."""
+    return isinstance(getcurrent(), _Bridged)
+
+
+def wait_for(awaitable: Awaitable[R]) -> R:
+    """The result of `awaitable`, awaited by the event loop (only under `bridged`)."""
+    current = getcurrent()
+    if not isinstance(current, _Bridged):
+        raise RuntimeError("wait_for is called only under bridged()")
+    result: R = current.parent.switch(awaitable)
+    return result
+
+
+async def bridged(call: Callable[[], R]) -> R:
+    """`call()` run on the loop's thread, each `wait_for` in it awaited here. An exception
+    of an await (a cancellation too) is raised inside `call` where it waited, so its
+    `finally` blocks and context managers run (a pooled connection goes back)."""
+    child = _Bridged(call)
+    child.gr_context = contextvars.copy_context()
+    pending: Any = child.switch()
+    while not child.dead:
+        try:
+            value = await pending
+        except BaseException as exc:
+            pending = child.throw(exc)
+        else:
+            pending = child.switch(value)
+    result: R = pending
+    return result

@@ -1,0 +1,160 @@
+"""PostgreSQL reads on the event loop: psycopg's asyncio connections behind the blocking
+calls the store's read code makes, each awaited through `async_bridge.wait_for`.
+
+The read code takes `with conn.cursor() as curs: curs.execute(...)` from
+`PostgresLedgerRecorder._connection()`. Under `async_bridge.bridged` that connection is a
+`BridgedConnection` of the recorder's `LoopPool`: the same calls, each one a psycopg
+coroutine awaited by the loop. So one read code serves a worker thread and the loop.
+
+The `LoopPool` is psycopg's `AsyncConnectionPool`, made as the library's own pool is (the
+same connection arguments and wait; at most as many connections as that pool keeps open,
+LEDGER_POOL_SIZE), each connection in autocommit with the ledger's planner settings. It
+is made and opened on first use, in the loop that uses it, and closed by the ledger's
+`close()` run under `bridged` in that loop (`api/app.py`'s lifespan).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+from eventsourcing import persistence
+from psycopg import AsyncConnection, AsyncCursor
+from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
+
+from session_ledger.domain.errors import StoreUnavailable
+
+from .async_bridge import in_bridge, wait_for
+
+# psycopg's errors as the library's pool raises them for a blocking connection (its
+# PostgresDatastore.get_connection), most specific first: callers catch the same types.
+ERRORS: tuple[tuple[type[Exception], type[Exception]], ...] = (
+    (psycopg.InterfaceError, persistence.InterfaceError),
+    (psycopg.OperationalError, persistence.OperationalError),
+    (psycopg.DataError, persistence.DataError),
+    (psycopg.IntegrityError, persistence.IntegrityError),
+    (psycopg.InternalError, persistence.InternalError),
+    (psycopg.ProgrammingError, persistence.ProgrammingError),
+    (psycopg.NotSupportedError, persistence.NotSupportedError),
+    (psycopg.DatabaseError, persistence.DatabaseError),
+    (psycopg.Error, persistence.PersistenceError),
+)
+
+
+class BridgedCursor:
+    """A psycopg `AsyncCursor` used as a blocking cursor under `bridged`."""
+
+    __slots__ = ("_cursor",)
+
+    def __init__(self, cursor: AsyncCursor[Any]) -> None:
+        self._cursor = cursor
+
+    @property
+    def row_factory(self) -> Any:
+        return self._cursor.row_factory
+
+    @row_factory.setter
+    def row_factory(self, factory: Any) -> None:
+        self._cursor.row_factory = factory
+
+    def execute(self, sql: Any, params: Sequence[Any] | None = None, **kwargs: Any) -> None:
+        wait_for(self._cursor.execute(sql, params, **kwargs))
+
+    def fetchall(self) -> list[Any]:
+        return wait_for(self._cursor.fetchall())
+
+    def fetchone(self) -> Any:
+        return wait_for(self._cursor.fetchone())
+
+    def __enter__(self) -> BridgedCursor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        wait_for(self._cursor.close())
+
+
+class BridgedConnection:
+    """A psycopg `AsyncConnection` used as a blocking connection under `bridged`."""
+
+    __slots__ = ("_conn",)
+
+    def __init__(self, conn: AsyncConnection[Any]) -> None:
+        self._conn = conn
+
+    def cursor(self, **kwargs: Any) -> BridgedCursor:
+        return BridgedCursor(self._conn.cursor(**kwargs))
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        block = self._conn.transaction()
+        wait_for(block.__aenter__())
+        try:
+            yield
+        except BaseException as exc:
+            if not wait_for(block.__aexit__(type(exc), exc, exc.__traceback__)):
+                raise
+        else:
+            wait_for(block.__aexit__(None, None, None))
+
+
+class LoopPool:
+    """The event loop's connections to the database of `pool` (see the module's doc)."""
+
+    def __init__(self, pool: ConnectionPool[Any], setup: str) -> None:
+        self._like = pool
+        self._setup = setup
+        self._pool: AsyncConnectionPool[Any] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @contextmanager
+    def connection(self) -> Iterator[BridgedConnection]:
+        """A pooled connection for as long as the block runs (under `bridged`); psycopg's
+        errors raised as the library's, no connection within the wait as StoreUnavailable."""
+        try:
+            pool = self._opened()
+            conn = wait_for(pool.getconn())
+        except PoolTimeout as exc:
+            raise StoreUnavailable(f"no PostgreSQL connection: {exc}") from exc
+        try:
+            yield BridgedConnection(conn)
+        except psycopg.Error as exc:
+            raise next(ours for theirs, ours in ERRORS if isinstance(exc, theirs))(
+                str(exc)
+            ) from exc
+        finally:
+            wait_for(pool.putconn(conn))
+
+    @property
+    def pool(self) -> AsyncConnectionPool[Any] | None:
+        """psycopg's pool, once a read on the loop made it."""
+        return self._pool
+
+    def _opened(self) -> AsyncConnectionPool[Any]:
+        loop = asyncio.get_running_loop()
+        if self._pool is None or self._loop is not loop:
+            # A pool serves the loop that made it; another loop (a test client's next
+            # portal) gets its own. The one left behind closes as it is collected.
+            setup, kwargs = self._setup, self._like.kwargs
+            assert isinstance(kwargs, dict), "the library's pool connects with fixed arguments"
+
+            async def configure(conn: AsyncConnection[Any]) -> None:
+                await conn.set_autocommit(True)
+                await conn.execute(setup)
+
+            self._pool = AsyncConnectionPool(
+                self._like.conninfo, kwargs=dict(kwargs), min_size=1,
+                max_size=self._like.min_size, timeout=self._like.timeout,
+                configure=configure, open=False,
+            )  # fmt: skip
+            self._loop = loop
+            wait_for(self._pool.open())
+        return self._pool
+
+    def close(self) -> None:
+        """Close the pool (under `bridged`, in its loop); elsewhere only let it go."""
+        pool, self._pool, self._loop = self._pool, None, None
+        if pool is not None and in_bridge():
+            wait_for(pool.close())

@@ -1,0 +1,165 @@
+"""PostgreSQL context reads on the event loop (projections/async_bridge.py and
+postgres_async.py), against a real server: the same read code gives the same answer on
+the loop as in a thread, through the loop's own pool; the loop runs other tasks while a
+read waits on the server; a failed, cancelled or starved read says so with the error a
+thread's read raises, and gives its connection back."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from eventsourcing.persistence import ProgrammingError
+from fastapi.testclient import TestClient
+
+from session_ledger.api.app import create_app
+from session_ledger.api.keystore import MemoryKeyStore
+from session_ledger.domain.errors import StoreUnavailable
+from session_ledger.domain.ledger import Ledger
+from session_ledger.domain.messages import ChatMessage
+from session_ledger.projections.async_bridge import bridged
+from session_ledger.projections.postgres import PostgresLedgerRecorder
+from tests.conftest import make_ledger, make_settings
+
+MESSAGE = {"messages": [{"role": "user", "content": "hello"}]}
+
+
+@pytest.fixture
+def small_pool(tmp_path: Path) -> Iterator[Ledger]:
+    """A PostgreSQL ledger with one connection per pool and a one-second wait for one."""
+    ledger = make_ledger(make_settings("postgres", tmp_path, pool_size=1, store_wait_seconds=1))
+    yield ledger
+    ledger.close()
+
+
+def recorder(ledger: Ledger) -> PostgresLedgerRecorder:
+    views = ledger.views
+    assert isinstance(views, PostgresLedgerRecorder)
+    return views
+
+
+def run_on_loop(ledger: Ledger, sql: str) -> list[Any]:
+    """`sql` on a connection of the loop's pool (to be run under `bridged`)."""
+    with recorder(ledger).loop_pool.connection() as conn, conn.cursor() as cursor:
+        cursor.execute(sql)
+        return cursor.fetchall()
+
+
+def reads(ledger: Ledger) -> list[tuple[int, str]]:
+    """Windows of several sizes now and at version 90, and the history: (version, JSON)."""
+    answers = [ledger.window("chat", token_limit=limit) for limit in (5, 300, 900, 5000)]
+    answers.append(ledger.window("chat", token_limit=400, as_of_version=90))
+    answers.append(ledger.history("chat"))
+    return [(a.version, a.json()) for a in answers]
+
+
+def test_a_read_on_the_loop_is_the_read_in_a_thread(tmp_path: Path) -> None:
+    ledger = make_ledger(make_settings("postgres", tmp_path))
+    try:
+        for i in range(160):  # past the first batch of rows a window read takes (64)
+            role = "user" if i % 3 else "assistant"
+            ledger.put("chat", ChatMessage.text(role, f"turn {i} " + "word " * (i % 9)))
+        threads = recorder(ledger).datastore.pool
+        asked = threads.get_stats().get("requests_num", 0)
+
+        async def main() -> list[tuple[int, str]]:
+            return await bridged(lambda: reads(ledger))
+
+        on_loop = asyncio.run(main())
+        assert threads.get_stats().get("requests_num", 0) == asked  # not one of its
+        loop_pool = recorder(ledger).loop_pool.pool
+        assert loop_pool is not None and loop_pool.get_stats()["requests_num"] >= 6
+        assert on_loop == reads(ledger)  # the same reads in this thread
+        assert {v for v, _ in on_loop} == {ledger.head("chat").version, 90}
+    finally:
+        ledger.close()
+
+
+def test_the_loop_runs_other_tasks_while_a_read_waits_on_the_server(small_pool: Ledger) -> None:
+    ticks: list[int] = []
+
+    async def ticker(done: asyncio.Event) -> None:
+        while not done.is_set():
+            ticks.append(1)
+            await asyncio.sleep(0.01)
+
+    async def main() -> None:
+        done = asyncio.Event()
+        task = asyncio.create_task(ticker(done))
+        await bridged(lambda: run_on_loop(small_pool, "SELECT pg_sleep(0.3)"))
+        done.set()
+        await task
+
+    asyncio.run(main())
+    assert len(ticks) >= 5  # a blocking read would have let it tick once
+
+
+def test_a_failed_or_cancelled_read_gives_its_only_connection_back(small_pool: Ledger) -> None:
+    small_pool.put("chat", ChatMessage.text("user", "hello"))
+
+    async def main() -> int:
+        with pytest.raises(ProgrammingError, match="no_such_column"):  # the library's type
+            await bridged(lambda: run_on_loop(small_pool, "SELECT no_such_column"))
+        sleeping = asyncio.create_task(
+            bridged(lambda: run_on_loop(small_pool, "SELECT pg_sleep(30)"))
+        )
+        await asyncio.sleep(0.3)
+        sleeping.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await sleeping
+        # One connection in the pool: this read waits for it unless both gave it back.
+        return (await bridged(lambda: small_pool.window("chat"))).version
+
+    assert asyncio.run(main()) == small_pool.head("chat").version
+
+
+def test_no_connection_within_the_wait_is_store_unavailable(small_pool: Ledger) -> None:
+    async def main() -> None:
+        holder = asyncio.create_task(bridged(lambda: run_on_loop(small_pool, "SELECT pg_sleep(3)")))
+        await asyncio.sleep(0.3)
+        with pytest.raises(StoreUnavailable, match="no PostgreSQL connection"):
+            await bridged(lambda: small_pool.window("chat"))
+        await holder
+
+    asyncio.run(main())
+
+
+def test_closing_the_ledger_on_the_loop_closes_its_pool(tmp_path: Path) -> None:
+    ledger = make_ledger(make_settings("postgres", tmp_path))
+
+    async def main() -> Any:
+        await bridged(lambda: ledger.window("chat"))
+        pool = recorder(ledger).loop_pool.pool
+        await bridged(ledger.close)
+        return pool
+
+    pool = asyncio.run(main())
+    assert pool is not None and pool.closed
+    assert recorder(ledger).loop_pool.pool is None
+
+
+def test_the_api_reads_context_on_the_loop_only_with_a_postgres_ledger_of_its_own(
+    tmp_path: Path,
+) -> None:
+    keys = MemoryKeyStore()
+    _, secret = keys.create("default", "agent")
+    for store, expected in (("postgres", True), ("sqlite", False)):
+        settings = make_settings(store, tmp_path, default_tenant="default")
+        make_ledger(settings).close()
+        app = create_app(settings, key_store=keys)
+        with TestClient(app, headers={"Authorization": f"Bearer {secret}"}) as client:
+            assert app.state.reads_bridged is expected
+            assert client.get("/v1/sessions/nobody/context").status_code == 404
+            assert client.post("/v1/sessions/chat/messages", json=MESSAGE).status_code == 200
+            answer = client.get("/v1/sessions/chat/context")
+            assert answer.status_code == 200, answer.text
+            assert "hello" in answer.text and answer.headers["etag"] == '"2"'
+    handed_in = make_ledger(make_settings("postgres", tmp_path))
+    try:
+        app = create_app(make_settings("postgres", tmp_path), ledger=handed_in)
+        assert app.state.reads_bridged is False  # it may outlive the app's loop
+    finally:
+        handed_in.close()

@@ -1,0 +1,119 @@
+"""The bridge that runs blocking-style store code on the event loop (async_bridge.py):
+what the code returns or raises comes out of `bridged`; its waits are the loop's, so
+other tasks run meanwhile; a cancellation is raised where the code waited, and its
+cleanup (which may wait too) runs before `bridged` ends."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import threading
+
+import pytest
+
+from session_ledger.projections.async_bridge import bridged, in_bridge, wait_for
+
+request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="none")
+
+
+def test_the_call_returns_what_its_awaits_gave() -> None:
+    async def main() -> tuple[int, bool, bool]:
+        def call() -> tuple[int, bool, bool]:
+            first = wait_for(asyncio.sleep(0, result=20))
+            second = wait_for(asyncio.sleep(0, result=22))
+            return first + second, in_bridge(), threading.current_thread() is main_thread
+
+        main_thread = threading.current_thread()
+        return await bridged(call)
+
+    total, bridged_there, same_thread = asyncio.run(main())
+    assert (total, bridged_there, same_thread) == (42, True, True)
+    assert not in_bridge()
+
+
+def test_an_error_of_the_call_or_of_an_await_is_raised_by_bridged() -> None:
+    async def failing() -> None:
+        raise KeyError("from the await")
+
+    def call_raises() -> None:
+        raise ValueError("from the call")
+
+    def await_raises() -> str:
+        try:
+            wait_for(failing())
+        except KeyError as e:  # raised where the call waited: it may handle it
+            return f"handled {e}"
+        return "not raised"
+
+    async def main() -> str:
+        with pytest.raises(ValueError, match="from the call"):
+            await bridged(call_raises)
+        return await bridged(await_raises)
+
+    assert asyncio.run(main()) == "handled 'from the await'"
+
+
+def test_other_tasks_run_while_the_call_waits() -> None:
+    ticks: list[int] = []
+
+    async def ticker(released: asyncio.Event) -> None:
+        while not released.is_set():
+            ticks.append(1)
+            await asyncio.sleep(0)
+
+    async def main() -> int:
+        released = asyncio.Event()
+        task = asyncio.create_task(ticker(released))
+
+        def call() -> int:
+            # The loop must run the ticker for the call's wait to end.
+            wait_for(asyncio.sleep(0))
+            while len(ticks) < 5:
+                wait_for(asyncio.sleep(0))
+            released.set()
+            return len(ticks)
+
+        seen = await bridged(call)
+        await task
+        return seen
+
+    assert asyncio.run(main()) >= 5
+
+
+def test_a_cancelled_call_runs_its_cleanup_and_the_cancellation_goes_on() -> None:
+    steps: list[str] = []
+
+    def call() -> None:
+        try:
+            steps.append("waiting")
+            wait_for(asyncio.sleep(60))
+        finally:
+            steps.append("cleaning up")
+            wait_for(asyncio.sleep(0))  # cleanup may wait on the loop too
+            steps.append("cleaned up")
+
+    async def main() -> None:
+        task = asyncio.create_task(bridged(call))
+        while not steps:
+            await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    assert steps == ["waiting", "cleaning up", "cleaned up"]
+
+
+def test_the_call_sees_the_context_of_its_task() -> None:
+    async def main() -> str:
+        request_id.set("req-7")
+        return await bridged(request_id.get)
+
+    assert asyncio.run(main()) == "req-7"
+
+
+def test_wait_for_outside_bridged_is_an_error() -> None:
+    coroutine = asyncio.sleep(0)
+    with pytest.raises(RuntimeError, match="only under bridged"):
+        wait_for(coroutine)
+    coroutine.close()
