@@ -123,14 +123,18 @@ def create_app(
             async with sweeping(app.state.ledger, settings.stream_timeout_seconds):
                 yield
         finally:
-            await hub.stop()
-            if opened_limiter:
-                app.state.limiter.store.close()
-                app.state.limiter = None
-            if key_store is None:
-                app.state.key_store.close()
-            if ledger is None:
-                await bridged(app.state.ledger.close)  # its loop pool closes in this loop
+            try:
+                await hub.stop()
+                if opened_limiter:
+                    app.state.limiter.store.close()
+                    app.state.limiter = None
+                if key_store is None:
+                    app.state.key_store.close()
+            finally:
+                # Whatever failed above: the loop's PostgreSQL pool must close in this
+                # loop, or its tasks keep the loop from ending (the process from exiting).
+                if ledger is None:
+                    await bridged(app.state.ledger.close)
             if opened_provider:
                 tracer_provider.force_flush()  # the spans still batched (it ends at exit)
 

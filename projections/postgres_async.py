@@ -10,7 +10,8 @@ The `LoopPool` is psycopg's `AsyncConnectionPool`, made as the library's own poo
 same connection arguments and wait; at most as many connections as that pool keeps open,
 LEDGER_POOL_SIZE), each connection in autocommit with the ledger's planner settings. It
 is made and opened on first use, in the loop that uses it, and closed by the ledger's
-`close()` run under `bridged` in that loop (`api/app.py`'s lifespan).
+`close()` run under `bridged` in that loop (`api/app.py`'s lifespan). It must be: a pool
+still open when its loop ends keeps `asyncio.run` waiting on its cancelled tasks.
 """
 
 from __future__ import annotations
@@ -154,7 +155,9 @@ class LoopPool:
         return self._pool
 
     def close(self) -> None:
-        """Close the pool (under `bridged`, in its loop); elsewhere only let it go."""
-        pool, self._pool, self._loop = self._pool, None, None
-        if pool is not None and in_bridge():
+        """Close the pool (under `bridged`, in its loop). Elsewhere, or once its loop has
+        ended, only let it go: its connections close as it is collected."""
+        pool, loop = self._pool, self._loop
+        self._pool = self._loop = None
+        if pool is not None and loop is not None and not loop.is_closed() and in_bridge():
             wait_for(pool.close())

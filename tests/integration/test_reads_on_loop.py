@@ -7,9 +7,10 @@ thread's read raises, and gives its connection back."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from eventsourcing.persistence import ProgrammingError
@@ -24,6 +25,7 @@ from session_ledger.projections.async_bridge import bridged
 from session_ledger.projections.postgres import PostgresLedgerRecorder
 from tests.conftest import make_ledger, make_settings
 
+T = TypeVar("T")
 MESSAGE = {"messages": [{"role": "user", "content": "hello"}]}
 
 
@@ -39,6 +41,19 @@ def recorder(ledger: Ledger) -> PostgresLedgerRecorder:
     views = ledger.views
     assert isinstance(views, PostgresLedgerRecorder)
     return views
+
+
+def in_a_loop(ledger: Ledger, main: Callable[[], Awaitable[T]]) -> T:
+    """`main()` run in a new event loop, whose pool of the ledger is closed before the
+    loop ends, as the server's lifespan closes it."""
+
+    async def run() -> T:
+        try:
+            return await main()
+        finally:
+            await bridged(recorder(ledger).loop_pool.close)
+
+    return asyncio.run(run())
 
 
 def run_on_loop(ledger: Ledger, sql: str) -> list[Any]:
@@ -65,13 +80,15 @@ def test_a_read_on_the_loop_is_the_read_in_a_thread(tmp_path: Path) -> None:
         threads = recorder(ledger).datastore.pool
         asked = threads.get_stats().get("requests_num", 0)
 
-        async def main() -> list[tuple[int, str]]:
-            return await bridged(lambda: reads(ledger))
+        async def main() -> tuple[list[tuple[int, str]], int]:
+            answers = await bridged(lambda: reads(ledger))
+            loop_pool = recorder(ledger).loop_pool.pool
+            assert loop_pool is not None
+            return answers, loop_pool.get_stats()["requests_num"]
 
-        on_loop = asyncio.run(main())
+        on_loop, asked_of_loop_pool = in_a_loop(ledger, main)
         assert threads.get_stats().get("requests_num", 0) == asked  # not one of its
-        loop_pool = recorder(ledger).loop_pool.pool
-        assert loop_pool is not None and loop_pool.get_stats()["requests_num"] >= 6
+        assert asked_of_loop_pool >= 6
         assert on_loop == reads(ledger)  # the same reads in this thread
         assert {v for v, _ in on_loop} == {ledger.head("chat").version, 90}
     finally:
@@ -93,7 +110,7 @@ def test_the_loop_runs_other_tasks_while_a_read_waits_on_the_server(small_pool: 
         done.set()
         await task
 
-    asyncio.run(main())
+    in_a_loop(small_pool, main)
     assert len(ticks) >= 5  # a blocking read would have let it tick once
 
 
@@ -113,7 +130,7 @@ def test_a_failed_or_cancelled_read_gives_its_only_connection_back(small_pool: L
         # One connection in the pool: this read waits for it unless both gave it back.
         return (await bridged(lambda: small_pool.window("chat"))).version
 
-    assert asyncio.run(main()) == small_pool.head("chat").version
+    assert in_a_loop(small_pool, main) == small_pool.head("chat").version
 
 
 def test_no_connection_within_the_wait_is_store_unavailable(small_pool: Ledger) -> None:
@@ -124,7 +141,7 @@ def test_no_connection_within_the_wait_is_store_unavailable(small_pool: Ledger) 
             await bridged(lambda: small_pool.window("chat"))
         await holder
 
-    asyncio.run(main())
+    in_a_loop(small_pool, main)
 
 
 def test_closing_the_ledger_on_the_loop_closes_its_pool(tmp_path: Path) -> None:
@@ -145,14 +162,14 @@ def test_the_api_reads_context_on_the_loop_only_with_a_postgres_ledger_of_its_ow
     tmp_path: Path,
 ) -> None:
     keys = MemoryKeyStore()
-    _, secret = keys.create("default", "agent")
+    _, secret = keys.create(f"t-{uuid.uuid4().hex[:12]}", "agent")
     for store, expected in (("postgres", True), ("sqlite", False)):
-        settings = make_settings(store, tmp_path, default_tenant="default")
+        settings = make_settings(store, tmp_path)
         make_ledger(settings).close()
         app = create_app(settings, key_store=keys)
         with TestClient(app, headers={"Authorization": f"Bearer {secret}"}) as client:
             assert app.state.reads_bridged is expected
-            assert client.get("/v1/sessions/nobody/context").status_code == 404
+            assert client.get("/v1/sessions/no-such-session/context").status_code == 404
             assert client.post("/v1/sessions/chat/messages", json=MESSAGE).status_code == 200
             answer = client.get("/v1/sessions/chat/context")
             assert answer.status_code == 200, answer.text
@@ -163,3 +180,24 @@ def test_the_api_reads_context_on_the_loop_only_with_a_postgres_ledger_of_its_ow
         assert app.state.reads_bridged is False  # it may outlive the app's loop
     finally:
         handed_in.close()
+
+
+def test_the_server_closes_its_loop_pool_even_when_shutting_down_fails(tmp_path: Path) -> None:
+    keys = MemoryKeyStore()
+    _, secret = keys.create(f"t-{uuid.uuid4().hex[:12]}", "agent")
+    settings = make_settings("postgres", tmp_path)
+    make_ledger(settings).close()  # the tables
+    app = create_app(settings)
+    client = TestClient(app, headers={"Authorization": f"Bearer {secret}"})
+    with pytest.raises(OSError, match="key store"), client:
+        app.state.key_store.close()  # the app's own: swapped for one that knows the agent
+        app.state.key_store = keys
+
+        def broken_close() -> None:
+            raise OSError("the key store would not close")
+
+        keys.close = broken_close  # type: ignore[method-assign]
+        assert client.get("/v1/sessions/no-such-session/context").status_code == 404
+        views = recorder(app.state.ledger)
+        assert views.loop_pool.pool is not None  # the read above opened it
+    assert views.loop_pool.pool is None
