@@ -82,13 +82,17 @@ def test_a_read_on_the_loop_is_the_read_in_a_thread(tmp_path: Path) -> None:
 
         async def main() -> tuple[list[tuple[int, str]], int]:
             answers = await bridged(lambda: reads(ledger))
+            # Its connections are set up as the blocking pool's: rows as dicts, the
+            # planner settings that keep the window's plan (postgres.PLANNER_SETTINGS).
+            shown = await bridged(lambda: run_on_loop(ledger, "SHOW enable_bitmapscan"))
+            assert shown == [{"enable_bitmapscan": "off"}]
             loop_pool = recorder(ledger).loop_pool.pool
             assert loop_pool is not None
             return answers, loop_pool.get_stats()["requests_num"]
 
         on_loop, asked_of_loop_pool = in_a_loop(ledger, main)
         assert threads.get_stats().get("requests_num", 0) == asked  # not one of its
-        assert asked_of_loop_pool >= 6
+        assert asked_of_loop_pool >= 7
         assert on_loop == reads(ledger)  # the same reads in this thread
         assert {v for v, _ in on_loop} == {ledger.head("chat").version, 90}
     finally:
