@@ -135,9 +135,13 @@ class LoopPool:
 
     def _opened(self) -> AsyncConnectionPool[Any]:
         loop = asyncio.get_running_loop()
-        if self._pool is None or self._loop is not loop:
-            # A pool serves the loop that made it; another loop (a test client's next
-            # portal) gets its own. The one left behind closes as it is collected.
+        if self._loop is not None and self._loop is not loop:
+            # A pool serves the loop that made it, and must close in it (see the module's
+            # doc). Once that loop has ended, a new one gets a pool of its own.
+            if not self._loop.is_closed():
+                raise RuntimeError("a ledger reads on one running event loop at a time")
+            self._pool = self._loop = None
+        if self._pool is None:
             setup, kwargs = self._setup, self._like.kwargs
             assert isinstance(kwargs, dict), "the library's pool connects with fixed arguments"
 

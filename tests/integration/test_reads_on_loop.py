@@ -205,3 +205,27 @@ def test_the_server_closes_its_loop_pool_even_when_shutting_down_fails(tmp_path:
         views = recorder(app.state.ledger)
         assert views.loop_pool.pool is not None  # the read above opened it
     assert views.loop_pool.pool is None
+
+
+def test_a_second_running_loop_is_refused_and_a_later_one_served(tmp_path: Path) -> None:
+    ledger = make_ledger(make_settings("postgres", tmp_path))
+    ledger.put("chat", ChatMessage.text("user", "hello"))
+    try:
+
+        async def read_in_another_loop() -> None:
+            with pytest.raises(RuntimeError, match="one running event loop"):
+                # The first loop still runs (it waits for this thread).
+                await bridged(lambda: ledger.window("chat"))
+
+        async def first() -> None:
+            await bridged(lambda: ledger.window("chat"))
+            await asyncio.to_thread(asyncio.run, read_in_another_loop())
+
+        in_a_loop(ledger, first)
+
+        async def later() -> int:
+            return (await bridged(lambda: ledger.window("chat"))).version
+
+        assert in_a_loop(ledger, later) == ledger.head("chat").version
+    finally:
+        ledger.close()
