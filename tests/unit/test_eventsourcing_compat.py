@@ -69,3 +69,19 @@ def test_the_event_store_hands_its_keyword_arguments_to_the_recorder_hook(tmp_pa
         assert _Seen.seen[-1]["ledger_batch"] == "batch"
     finally:
         app.close()
+
+
+def test_the_postgres_datastore_pool_tells_how_it_connects() -> None:
+    # The loop's pool (projections/postgres_async.py) connects as the library's does: it
+    # reads the datastore's psycopg pool, its connection arguments and sizes (no server is
+    # needed: the pool is made closed).
+    from eventsourcing.postgres import PostgresDatastore
+    from psycopg.rows import dict_row
+    from psycopg_pool import ConnectionPool
+
+    store = PostgresDatastore("db", "127.0.0.1", 5432, "user", "", pool_size=3, connect_timeout=7)
+    pool = store.pool
+    assert isinstance(pool, ConnectionPool), version("eventsourcing")
+    assert isinstance(pool.kwargs, dict) and pool.kwargs["row_factory"] is dict_row
+    assert (pool.kwargs["dbname"], pool.min_size, pool.timeout) == ("db", 3, 7)
+    assert pool.closed
