@@ -20,6 +20,8 @@ from contextlib import contextmanager
 from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
+from session_ledger.projections.async_bridge import off_loop
+
 from .auth import authenticate
 from .ratelimit import Limiter
 from .ratelimit_budget import Refused
@@ -46,12 +48,13 @@ def new_session_counted(request: Request, tenant: str, key: str) -> Iterator[Non
     """Around a write that may create session `key`: count it against its tenant's
     sessions quota first (429 when full), give it back if the write fails, and remember
     that it exists if it succeeds. Runs where the write runs (`deps.short_write`), so a
-    count that asks the store costs no hand-off of its own."""
+    count that asks the store costs no hand-off of its own; but under the loop's bridge
+    (a PostgreSQL write alone) the limits' store, which blocks, is asked from a thread."""
     limiter: Limiter = request.app.state.limiter
     counted = False
     if limiter.counts_session(tenant, key):
-        try:
-            counted = limiter.count_session(request.app.state.ledger, tenant, key)
+        try:  # the limits' store blocks: off the loop when a write runs there
+            counted = off_loop(lambda: limiter.count_session(request.app.state.ledger, tenant, key))
         except Refused as refusal:
             request.app.state.metrics.refusals.labels(refusal.code, refusal.limit).inc()
             raise
@@ -59,6 +62,6 @@ def new_session_counted(request: Request, tenant: str, key: str) -> Iterator[Non
         yield
     except Exception:
         if counted:
-            limiter.uncount_session(tenant)
+            off_loop(lambda: limiter.uncount_session(tenant))
         raise
     limiter.session_exists(tenant, key)

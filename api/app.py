@@ -88,7 +88,7 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # the root picks the store
-        from .bootstrap import open_ledger, reads_bridged, reads_in_process
+        from .bootstrap import open_ledger, reads_in_process, store_bridged
 
         if ledger is None:
             # `serve` made the tables already unless LEDGER_MIGRATE_ON_START=false, which
@@ -98,7 +98,7 @@ def create_app(
         app.state.reads_in_process = reads_in_process(app.state.ledger)
         # Only a ledger this lifespan opens reads on its loop: its loop pool lives and is
         # closed with it (a handed-in ledger may outlive the loop, or serve several).
-        app.state.reads_bridged = ledger is None and reads_bridged(app.state.ledger)
+        app.state.store_bridged = ledger is None and store_bridged(app.state.ledger)
         if key_store is None:
             app.state.key_store = open_key_store(
                 settings.database_url,
@@ -149,7 +149,7 @@ def create_app(
     # What the caller hands in is usable at once, also without running the lifespan.
     app.state.ledger, app.state.key_store = ledger, key_store
     app.state.reads_in_process = False
-    app.state.reads_bridged = False
+    app.state.store_bridged = False
     if ledger is not None:
         from .bootstrap import reads_in_process
 

@@ -149,11 +149,11 @@ def reads_in_process(ledger: Ledger) -> bool:
     return isinstance(ledger.views, SQLiteLedgerRecorder)
 
 
-def reads_bridged(ledger: Ledger) -> bool:
-    """Whether the ledger's short reads run on the event loop with its waits awaited
-    (projections/async_bridge.py): PostgreSQL, read from its primary. Standby reads
-    (LEDGER_READ_DATABASE_URLS) stay in worker threads: their routing may pause for a
-    standby to catch up."""
+def store_bridged(ledger: Ledger) -> bool:
+    """Whether the ledger's short reads, and a write alone, run on the event loop with
+    their waits awaited (projections/async_bridge.py): PostgreSQL, read from its primary.
+    With standbys (LEDGER_READ_DATABASE_URLS) they stay in worker threads: the reads'
+    routing may pause for a standby to catch up."""
     from session_ledger.projections.postgres import PostgresLedgerRecorder
 
     views = ledger.views

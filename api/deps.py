@@ -79,33 +79,39 @@ def _alone(request: Request) -> bool:
 
 async def short_read(request: Request, read: Callable[[], R]) -> R:
     """Run a read of bounded size (a window, a head) on the event loop when it is alone
-    (`_alone`). With other requests in flight, a worker thread reads (SQLite lets go of
-    the GIL) while the loop parses and sends on the other core. The hand-off is the
-    standard library's (`asyncio.to_thread`, the loop's executor): anyio's, which FastAPI
-    uses for a plain `def`, adds a cancel scope and a capacity limiter that cost ~8% of a
-    PostgreSQL read's throughput under load (measured with `bench.http_path`, concurrency
-    16)."""
+    (`_alone`), or, on PostgreSQL, under the loop's bridge (`store_bridged`), its waits on
+    the server awaited. With other requests in flight on SQLite, a worker thread reads
+    (SQLite lets go of the GIL) while the loop parses and sends on the other core. The
+    hand-off is the standard library's (`asyncio.to_thread`, the loop's executor):
+    anyio's, which FastAPI uses for a plain `def`, adds a cancel scope and a capacity
+    limiter that cost ~8% of a PostgreSQL read's throughput under load (measured with
+    `bench.http_path`, concurrency 16)."""
     if _alone(request):
         return read()
-    if request.app.state.reads_bridged:
+    if request.app.state.store_bridged:
         return await bridged(read)
     return await asyncio.to_thread(read)
 
 
 async def short_write(request: Request, write: Callable[[], R]) -> R:
-    """Run a write on the event loop when it is alone (`_alone`): on SQLite, at
-    concurrency 1, a POST /messages then costs about a quarter less than with a hand-off.
+    """Run a write on the event loop when no other request is in flight: on SQLite as it
+    is (a POST /messages then costs about a quarter less than with a hand-off), on
+    PostgreSQL under the loop's bridge (`store_bridged`), its waits on the server awaited.
     It first yields to the loop once, so that the requests it has already received begin
     and are counted: without that, sixteen writes that arrived together each found itself
     alone, ran one after another on the loop, each waiting for its own fsync, and shared
     no group commit (throughput fell below concurrency 1; p99 rose fourfold). Alone, a
-    write may also wait on the loop for another process's commit to the same file (several
-    workers, or a command run beside the server), as a worker thread would. Otherwise a
-    thread of FastAPI's pool (anyio's 40, as for a plain `def` route) writes: many writers
-    waiting together is what lets a group commit batch them."""
+    SQLite write may also wait on the loop for another process's commit to the same file
+    (several workers, or a command run beside the server), as a worker thread would.
+    Otherwise a thread of FastAPI's pool (anyio's 40, as for a plain `def` route) writes:
+    many writers waiting together is what lets a group commit batch them, and what keeps
+    a write's blocking parts (a quota's count, a lost race's back-off) off the loop."""
     await asyncio.sleep(0)
     if _alone(request):
         return write()
+    state = request.app.state
+    if state.store_bridged and state.metrics.in_flight <= 1:
+        return await bridged(write)
     return await run_in_threadpool(write)
 
 

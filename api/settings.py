@@ -91,8 +91,8 @@ class Settings(BaseSettings):
     pool_size: int = Field(
         8,
         ge=1,
-        description="PostgreSQL connections per process; a server has as many more for "
-        "context reads (on its event loop).",
+        description="PostgreSQL connections per process; a server has as many more on its "
+        "event loop (context reads, and a write alone).",
     )
     partitions: int | None = Field(
         None,

@@ -7,17 +7,25 @@ code would block on a socket, the PostgreSQL store (projections/postgres.py) cal
 psycopg coroutine as any coroutine of the loop, and switches back with its result. So a
 read is one code path whether a thread or the loop runs it: no thread hand-off, and a
 server that stops answering holds only the request that waits on it, never the loop.
+A pause between retries (`pause`, `retried`) is awaited there too.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
+import functools
+import random
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from greenlet import getcurrent, greenlet  # type: ignore[import-untyped]
 
 R = TypeVar("R")
+# The jitter of a retry's pause draws from its own generator: a library that drew from
+# the module's would move the application's seeded `random` stream.
+_JITTER = random.Random()
 
 
 class _Bridged(greenlet):  # type: ignore[misc]
@@ -54,3 +62,44 @@ async def bridged(call: Callable[[], R]) -> R:
             pending = child.switch(value)
     result: R = pending
     return result
+
+
+def off_loop(call: Callable[[], R]) -> R:
+    """`call()` in a worker thread, awaited, under `bridged` (for blocking work of another
+    store, such as a quota's count); elsewhere here."""
+    if in_bridge():
+        return wait_for(asyncio.to_thread(call))
+    return call()
+
+
+def pause(seconds: float) -> None:
+    """Wait `seconds`: awaited by the loop under `bridged`, else sleeping this thread."""
+    if in_bridge():
+        wait_for(asyncio.sleep(seconds))
+    else:
+        time.sleep(seconds)
+
+
+def retried(
+    errors: tuple[type[Exception], ...], attempts: int, wait: float
+) -> Callable[[Callable[..., R]], Callable[..., R]]:
+    """A call tried up to `attempts` times while it raises one of `errors`, with a `pause`
+    of `wait` seconds (within 5%) between tries: eventsourcing's `retry`, whose
+    `time.sleep` would hold the loop under `bridged`."""
+
+    def decorate(call: Callable[..., R]) -> Callable[..., R]:
+        @functools.wraps(call)
+        def tried(*args: Any, **kwargs: Any) -> R:
+            tries = 1
+            while True:
+                try:
+                    return call(*args, **kwargs)
+                except errors:
+                    if tries >= attempts:
+                        raise
+                    tries += 1
+                    pause(wait * _JITTER.uniform(0.95, 1.05))
+
+        return tried
+
+    return decorate

@@ -27,7 +27,6 @@ from eventsourcing.postgres import (
     PostgresDatastore,
     PostgresFactory,
 )
-from eventsourcing.utils import retry
 from psycopg.rows import tuple_row
 from psycopg_pool import PoolTimeout
 
@@ -35,11 +34,11 @@ from session_ledger.domain.errors import StoreUnavailable
 from session_ledger.domain.integrity import chain_hashes, record_bytes
 from session_ledger.domain.ports import ACTIVE
 
-from .async_bridge import in_bridge
+from .async_bridge import in_bridge, retried
 from .changes import InsertMessages, MessageRow, ViewChanges
 from .feed import PostgresFeedReads
 from .postgres_append import MAX_VALUES_ROWS, MESSAGES_INSERT, append_sql, events_insert, to_psycopg
-from .postgres_async import LoopPool
+from .postgres_async import BridgingDatastore, LoopPool
 from .postgres_partitions import partition_counts
 from .postgres_schema import migrate
 from .replicas import ReplicaSet, open_replicas
@@ -62,12 +61,21 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder, SQLViews, PostgresFeed
     no_limit = None
     event_position = "notification_id"
 
-    def __init__(self, datastore: PostgresDatastore, *, events_table_name: str = "ledger_events"):
-        super().__init__(datastore, events_table_name=events_table_name)
+    datastore: BridgingDatastore  # type: ignore[assignment]
+
+    def __init__(
+        self,
+        datastore: BridgingDatastore | PostgresDatastore,
+        *,
+        events_table_name: str = "ledger_events",
+    ) -> None:
+        if not isinstance(datastore, BridgingDatastore):  # a standby's (replicas.py)
+            datastore = BridgingDatastore(datastore, PLANNER_SETTINGS)
+        super().__init__(datastore, events_table_name=events_table_name)  # type: ignore[arg-type]
         self.rows_read = 0
         self.replicas: ReplicaSet | None = None  # told of each commit (read-your-writes)
         self._planned: weakref.WeakSet[Any] = weakref.WeakSet()  # connections set up
-        self.loop_pool = LoopPool(datastore.pool, PLANNER_SETTINGS)
+        self.loop_pool: LoopPool = datastore.loop_pool
 
     def create_table(self) -> None:
         """The events' table (the library's), then the views' migrations. Once
@@ -83,7 +91,7 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder, SQLViews, PostgresFeed
         with self._connection() as conn, conn.transaction(), conn.cursor() as curs:
             migrate(curs)
 
-    @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
+    @retried((InterfaceError, OperationalError), attempts=10, wait=0.2)  # as the library's
     def insert_events(
         self, stored_events: Sequence[StoredEvent], **kwargs: Any
     ) -> Sequence[int] | None:
@@ -163,8 +171,8 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder, SQLViews, PostgresFeed
         No connection within the pool's wait means the server is out of reach: nothing
         was sent, so StoreUnavailable (which no retry catches) ends the call at once
         instead of waiting again per retry."""
-        if in_bridge():  # a read the event loop runs (postgres_async.py)
-            with self.loop_pool.connection() as conn:
+        if in_bridge():  # a call the event loop runs (postgres_async.py)
+            with self.datastore.get_connection() as conn:
                 yield conn
             return
         try:
@@ -296,11 +304,12 @@ class PostgresLedgerFactory(SealingFactory, PostgresFactory):
         return sealing or super().mapper(transcoder, mapper_class)
 
     replicas: ReplicaSet | None = None
-    loop_pools: list[LoopPool]
+    datastore: BridgingDatastore  # type: ignore[assignment]
 
     def __init__(self, env: Any) -> None:
         super().__init__(env)
-        self.loop_pools = []
+        # Every recorder made here (the snapshots' too) waits on the loop under `bridged`.
+        self.datastore = BridgingDatastore(self.datastore, PLANNER_SETTINGS)  # type: ignore[arg-type]
 
     def application_recorder(self) -> ApplicationRecorder:
         recorder = PostgresLedgerRecorder(self.datastore)
@@ -309,12 +318,10 @@ class PostgresLedgerFactory(SealingFactory, PostgresFactory):
             recorder.create_table()
         self.replicas = recorder.replicas = open_replicas(self.env, recorder)
         recorder.read_routing = self.replicas
-        self.loop_pools.append(recorder.loop_pool)
         return recorder
 
     def close(self) -> None:
         if self.replicas is not None:
             self.replicas.close()
-        for pool in self.loop_pools:
-            pool.close()
+        self.datastore.loop_pool.close()
         super().close()

@@ -1,10 +1,13 @@
-"""PostgreSQL reads on the event loop: psycopg's asyncio connections behind the blocking
-calls the store's read code makes, each awaited through `async_bridge.wait_for`.
+"""PostgreSQL store calls on the event loop (a context read, a write alone): psycopg's
+asyncio connections behind the blocking calls the store's code makes, each awaited
+through `async_bridge.wait_for`.
 
-The read code takes `with conn.cursor() as curs: curs.execute(...)` from
-`PostgresLedgerRecorder._connection()`. Under `async_bridge.bridged` that connection is a
-`BridgedConnection` of the recorder's `LoopPool`: the same calls, each one a psycopg
-coroutine awaited by the loop. So one read code serves a worker thread and the loop.
+The store's code takes `with conn.cursor() as curs: curs.execute(...)` from
+`PostgresLedgerRecorder._connection()`, and the library's recorders (a session's events
+and snapshots) from their datastore's `get_connection()`. The factory's datastore is a
+`BridgingDatastore`: under `async_bridge.bridged` its connection is a `BridgedConnection`
+of its `LoopPool`, the same calls, each one a psycopg coroutine awaited by the loop. So
+one code serves a worker thread and the loop.
 
 The `LoopPool` is psycopg's `AsyncConnectionPool`, made as the library's own pool is (the
 same connection arguments and wait; at most as many connections as that pool keeps open,
@@ -23,7 +26,9 @@ from typing import Any
 
 import psycopg
 from eventsourcing import persistence
+from eventsourcing.postgres import PostgresDatastore
 from psycopg import AsyncConnection, AsyncCursor
+from psycopg.types.composite import register_composite
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
 from session_ledger.domain.errors import StoreUnavailable
@@ -61,8 +66,8 @@ class BridgedCursor:
     def row_factory(self, factory: Any) -> None:
         self._cursor.row_factory = factory
 
-    def execute(self, sql: Any, params: Sequence[Any] | None = None, **kwargs: Any) -> None:
-        wait_for(self._cursor.execute(sql, params, **kwargs))
+    def execute(self, query: Any, params: Sequence[Any] | None = None, **kwargs: Any) -> None:
+        wait_for(self._cursor.execute(query, params, **kwargs))
 
     def fetchall(self) -> list[Any]:
         return wait_for(self._cursor.fetchall())
@@ -85,12 +90,24 @@ class BridgedConnection:
     def __init__(self, conn: AsyncConnection[Any]) -> None:
         self._conn = conn
 
+    @property
+    def adapters(self) -> Any:  # with `connection`: where the library registers its types
+        return self._conn.adapters
+
+    @property
+    def connection(self) -> AsyncConnection[Any]:
+        return self._conn
+
+    @property
+    def autocommit(self) -> bool:
+        return self._conn.autocommit
+
     def cursor(self, **kwargs: Any) -> BridgedCursor:
         return BridgedCursor(self._conn.cursor(**kwargs))
 
     @contextmanager
-    def transaction(self) -> Iterator[None]:
-        block = self._conn.transaction()
+    def transaction(self, **kwargs: Any) -> Iterator[None]:
+        block = self._conn.transaction(**kwargs)
         wait_for(block.__aenter__())
         try:
             yield
@@ -165,3 +182,39 @@ class LoopPool:
         self._pool = self._loop = None
         if pool is not None and loop is not None and not loop.is_closed() and in_bridge():
             wait_for(pool.close())
+
+
+class BridgingDatastore:
+    """The library's `PostgresDatastore`, whose connections under `bridged` come from its
+    `LoopPool`: so what the library's own recorders do within a call the loop runs (load
+    a session's events or snapshot, store a snapshot) waits on the loop too. Everything
+    else is the datastore's own."""
+
+    def __init__(self, datastore: PostgresDatastore, setup: str) -> None:
+        self.datastore = datastore
+        self.loop_pool = LoopPool(datastore.pool, setup)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.datastore, name)
+
+    @contextmanager
+    def get_connection(self) -> Iterator[Any]:
+        if not in_bridge():
+            with self.datastore.get_connection() as conn:
+                yield conn
+            return
+        with self.loop_pool.connection() as conn:
+            for info in self.datastore.psycopg_type_adapters.values():  # as the library's
+                if not conn.adapters.types.get(info.oid):
+                    register_composite(info, conn)
+            yield conn
+
+    @contextmanager
+    def transaction(self, *, commit: bool = False) -> Iterator[Any]:
+        with self.get_connection() as conn, conn.transaction(force_rollback=not commit):
+            yield conn.cursor()
+
+    @contextmanager
+    def cursor(self) -> Iterator[Any]:
+        with self.get_connection() as conn:
+            yield conn.cursor()

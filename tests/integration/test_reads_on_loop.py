@@ -172,7 +172,7 @@ def test_the_api_reads_context_on_the_loop_only_with_a_postgres_ledger_of_its_ow
         make_ledger(settings).close()
         app = create_app(settings, key_store=keys)
         with TestClient(app, headers={"Authorization": f"Bearer {secret}"}) as client:
-            assert app.state.reads_bridged is expected
+            assert app.state.store_bridged is expected
             assert client.get("/v1/sessions/no-such-session/context").status_code == 404
             assert client.post("/v1/sessions/chat/messages", json=MESSAGE).status_code == 200
             answer = client.get("/v1/sessions/chat/context")
@@ -181,7 +181,7 @@ def test_the_api_reads_context_on_the_loop_only_with_a_postgres_ledger_of_its_ow
     handed_in = make_ledger(make_settings("postgres", tmp_path))
     try:
         app = create_app(make_settings("postgres", tmp_path), ledger=handed_in)
-        assert app.state.reads_bridged is False  # it may outlive the app's loop
+        assert app.state.store_bridged is False  # it may outlive the app's loop
     finally:
         handed_in.close()
 

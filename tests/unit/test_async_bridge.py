@@ -11,7 +11,14 @@ import threading
 
 import pytest
 
-from session_ledger.projections.async_bridge import bridged, in_bridge, wait_for
+from session_ledger.projections.async_bridge import (
+    bridged,
+    in_bridge,
+    off_loop,
+    pause,
+    retried,
+    wait_for,
+)
 
 request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="none")
 
@@ -117,3 +124,51 @@ def test_wait_for_outside_bridged_is_an_error() -> None:
     with pytest.raises(RuntimeError, match="only under bridged"):
         wait_for(coroutine)
     coroutine.close()
+
+
+def test_a_retried_call_pauses_on_the_loop_between_tries_and_gives_up_with_the_error() -> None:
+    tries: list[int] = []
+
+    @retried((ConnectionError,), attempts=3, wait=0.05)
+    def flaky(fails: int) -> str:
+        tries.append(1)
+        if len(tries) <= fails:
+            raise ConnectionError(f"try {len(tries)}")
+        return "stored"
+
+    async def main() -> tuple[str, int]:
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0.005)
+
+        task = asyncio.create_task(ticker())
+        await asyncio.sleep(0)
+        result = await bridged(lambda: flaky(2))  # two pauses of ~50 ms, awaited
+        task.cancel()
+        return result, ticks
+
+    result, ticks = asyncio.run(main())
+    assert (result, len(tries)) == ("stored", 3)
+    assert ticks >= 10  # a blocking sleep would have let it tick once
+    tries.clear()
+    with pytest.raises(ConnectionError, match="try 3"):  # out of a thread: time.sleep
+        flaky(5)
+    assert len(tries) == 3
+    with pytest.raises(KeyError):  # not one of its errors: not tried again
+        retried((ConnectionError,), attempts=3, wait=0)(lambda: {}["x"])()
+
+
+def test_off_loop_runs_a_blocking_call_in_a_thread_only_under_bridged() -> None:
+    def where() -> bool:
+        return threading.current_thread() is threading.main_thread()
+
+    async def main() -> bool:
+        return await bridged(lambda: off_loop(where))
+
+    assert asyncio.run(main()) is False  # under bridged: a worker thread
+    assert off_loop(where) is True  # elsewhere: here
+    pause(0)  # outside bridged it sleeps this thread, and needs no loop
