@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import ExitStack, asynccontextmanager, contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -131,3 +132,23 @@ def postgres_pair() -> Iterator[PostgresPair]:
         yield pair
     finally:
         pair.close()
+
+
+@asynccontextmanager
+async def ticking(every: float) -> AsyncIterator[list[int]]:
+    """A task on the running loop that ticks every `every` seconds while the block runs:
+    the ticks show the loop served other tasks meanwhile (a blocking call lets it tick
+    about once)."""
+    ticks: list[int] = []
+
+    async def tick() -> None:
+        while True:
+            ticks.append(1)
+            await asyncio.sleep(every)
+
+    task = asyncio.create_task(tick())
+    await asyncio.sleep(0)
+    try:
+        yield ticks
+    finally:
+        task.cancel()

@@ -23,7 +23,7 @@ from session_ledger.domain.ledger import Ledger
 from session_ledger.domain.messages import ChatMessage
 from session_ledger.projections.async_bridge import bridged
 from session_ledger.projections.postgres import PostgresLedgerRecorder
-from tests.conftest import make_ledger, make_settings
+from tests.conftest import make_ledger, make_settings, ticking
 
 T = TypeVar("T")
 MESSAGE = {"messages": [{"role": "user", "content": "hello"}]}
@@ -100,22 +100,12 @@ def test_a_read_on_the_loop_is_the_read_in_a_thread(tmp_path: Path) -> None:
 
 
 def test_the_loop_runs_other_tasks_while_a_read_waits_on_the_server(small_pool: Ledger) -> None:
-    ticks: list[int] = []
+    async def main() -> int:
+        async with ticking(0.01) as ticks:
+            await bridged(lambda: run_on_loop(small_pool, "SELECT pg_sleep(0.3)"))
+        return len(ticks)
 
-    async def ticker(done: asyncio.Event) -> None:
-        while not done.is_set():
-            ticks.append(1)
-            await asyncio.sleep(0.01)
-
-    async def main() -> None:
-        done = asyncio.Event()
-        task = asyncio.create_task(ticker(done))
-        await bridged(lambda: run_on_loop(small_pool, "SELECT pg_sleep(0.3)"))
-        done.set()
-        await task
-
-    in_a_loop(small_pool, main)
-    assert len(ticks) >= 5  # a blocking read would have let it tick once
+    assert in_a_loop(small_pool, main) >= 5  # a blocking read would have let it tick once
 
 
 def test_a_failed_or_cancelled_read_gives_its_only_connection_back(small_pool: Ledger) -> None:

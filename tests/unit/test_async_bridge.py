@@ -19,6 +19,7 @@ from session_ledger.projections.async_bridge import (
     retried,
     wait_for,
 )
+from tests.conftest import ticking
 
 request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="none")
 
@@ -137,19 +138,9 @@ def test_a_retried_call_pauses_on_the_loop_between_tries_and_gives_up_with_the_e
         return "stored"
 
     async def main() -> tuple[str, int]:
-        ticks = 0
-
-        async def ticker() -> None:
-            nonlocal ticks
-            while True:
-                ticks += 1
-                await asyncio.sleep(0.005)
-
-        task = asyncio.create_task(ticker())
-        await asyncio.sleep(0)
-        result = await bridged(lambda: flaky(2))  # two pauses of ~50 ms, awaited
-        task.cancel()
-        return result, ticks
+        async with ticking(0.005) as ticks:
+            result = await bridged(lambda: flaky(2))  # two pauses of ~50 ms, awaited
+        return result, len(ticks)
 
     result, ticks = asyncio.run(main())
     assert (result, len(tries)) == ("stored", 3)
