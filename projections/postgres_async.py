@@ -213,8 +213,3 @@ class BridgingDatastore:
     def transaction(self, *, commit: bool = False) -> Iterator[Any]:
         with self.get_connection() as conn, conn.transaction(force_rollback=not commit):
             yield conn.cursor()
-
-    @contextmanager
-    def cursor(self) -> Iterator[Any]:
-        with self.get_connection() as conn:
-            yield conn.cursor()
