@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator, Sequence
-from contextlib import closing, contextmanager
+from contextlib import AbstractContextManager, closing, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -43,6 +43,7 @@ from .sealing import SealingFactory
 from .sql import LIVE_COLUMNS, TIME_FORMAT, Reader, utc_text
 from .sqlite_schema import LATEST, migrate, schema_version
 from .views import SQLViews
+from .write_turns import WriteTurns, lock_file_of
 
 MESSAGE_INSERT = f"INSERT INTO ledger_messages ({LIVE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 # sqlite3's errors as the library's transaction raises them, most specific first.
@@ -66,9 +67,14 @@ class SQLiteLedgerRecorder(SQLiteApplicationRecorder, SQLViews, SQLiteFeedReads)
     def __init__(self, datastore: SQLiteDatastore, events_table_name: str = "ledger_events"):
         super().__init__(datastore, events_table_name)
         self.rows_read = 0
+        pool = datastore.pool
+        self.turns = WriteTurns(
+            None if pool.is_sqlite_memory_mode else lock_file_of(pool.db_name),
+            pool.lock_timeout or 5,
+        )
         # SQLite has one writer at a time: writers queued behind a commit share the next.
         self.group_commit = GroupCommit(
-            lambda: self.datastore.transaction(commit=True),
+            self._taking_turn,
             lambda cursor, statement: cursor.execute(statement),
             _library_error,
         )
@@ -136,14 +142,18 @@ class SQLiteLedgerRecorder(SQLiteApplicationRecorder, SQLViews, SQLiteFeedReads)
         cursor.execute(sql, params)
 
     @contextmanager
-    def _write_transaction(self) -> Iterator[Any]:
-        with self.datastore.transaction(commit=True) as c, c as raw:
-            yield raw
+    def _taking_turn(self) -> Iterator[Any]:
+        """A write transaction, begun once this writer's turn came (write_turns.py)."""
+        with self.turns.held(), self.datastore.transaction(commit=True) as c:
+            yield c
 
     @contextmanager
-    def _appending(self) -> Iterator[Any]:
-        with self.datastore.transaction(commit=True) as c, c as raw:
+    def _write_transaction(self) -> Iterator[Any]:
+        with self._taking_turn() as c, c as raw:
             yield raw
+
+    def _appending(self) -> AbstractContextManager[Any]:
+        return self._write_transaction()
 
     def _reader(self, cursor: Any) -> Reader:
         return _Reader(cursor)
@@ -217,6 +227,12 @@ class SQLiteLedgerFactory(SealingFactory, SQLiteFactory):
             db_name=pool.db_name, lock_timeout=pool.lock_timeout
         )
         pool.close()
+        self.turns: list[WriteTurns] = []  # the recorders' lock files, closed with the store
+
+    def close(self) -> None:
+        for turns in self.turns:
+            turns.close()
+        super().close()
 
     def aggregate_recorder(self, purpose: str = "events") -> AggregateRecorder:
         recorder = self.aggregate_recorder_class(
@@ -232,6 +248,7 @@ class SQLiteLedgerFactory(SealingFactory, SQLiteFactory):
 
     def application_recorder(self) -> ApplicationRecorder:
         recorder = SQLiteLedgerRecorder(self.datastore)
+        self.turns.append(recorder.turns)
         self.sealing(recorder)
         if self.env_create_table():
             recorder.create_table()

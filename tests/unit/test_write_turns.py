@@ -1,0 +1,124 @@
+"""Writers of one SQLite file take turns on a lock file beside it (write_turns.py): one
+holder at a time across processes and threads, a waiter that gets in once the holder lets
+go, a clear error when no turn comes within the timeout, and a turn let go when its
+block raises."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from eventsourcing.persistence import OperationalError
+
+from session_ledger.projections.write_turns import WriteTurns, lock_file_of
+
+HOLDER = """
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("held", flush=True)
+sys.stdin.readline()
+"""
+
+
+@pytest.fixture
+def other_process(tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
+    """Another process that holds the lock file's turn until told to let go."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, lock_file_of(str(tmp_path / "ledger.db"))],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert process.stdout is not None and process.stdout.readline() == "held\n"
+    yield process
+    process.kill()
+    process.wait()
+
+
+def test_a_turn_another_process_holds_times_out_then_comes_once_let_go(
+    tmp_path: Path, other_process: subprocess.Popen[str]
+) -> None:
+    turns = WriteTurns(lock_file_of(str(tmp_path / "ledger.db")), timeout=0.2)
+    locked = r"database is locked: no turn .* 0\.2 s"
+    with pytest.raises(OperationalError, match=locked), turns.held():
+        pytest.fail("two holders at once")
+    entered = threading.Event()
+
+    def write() -> None:
+        with turns.held():
+            entered.set()
+
+    turns.timeout = 30
+    writer = threading.Thread(target=write)
+    writer.start()
+    assert not entered.wait(0.1)  # still the other process's turn
+    assert other_process.stdin is not None
+    other_process.stdin.write("go\n")
+    other_process.stdin.flush()
+    writer.join(10)
+    assert entered.is_set()
+    turns.close()
+
+
+def test_threads_of_one_process_write_one_at_a_time(tmp_path: Path) -> None:
+    # (one lock file descriptor is shared by a process's threads: the thread lock orders them)
+    turns = WriteTurns(lock_file_of(str(tmp_path / "ledger.db")), timeout=30)
+    inside, most = 0, 0
+    guard = threading.Lock()
+
+    def write() -> None:
+        nonlocal inside, most
+        for _ in range(50):
+            with turns.held():
+                with guard:
+                    inside += 1
+                    most = max(most, inside)
+                time.sleep(0.0002)  # others try meanwhile
+                with guard:
+                    inside -= 1
+
+    threads = [threading.Thread(target=write) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert most == 1
+    turns.close()
+
+
+def test_a_block_that_raises_lets_its_turn_go(tmp_path: Path) -> None:
+    path = lock_file_of(str(tmp_path / "ledger.db"))
+    first, second = WriteTurns(path, timeout=30), WriteTurns(path, timeout=0.05)
+    with pytest.raises(KeyError), first.held():
+        raise KeyError("the write failed")
+    with second.held():  # the file's lock is free: had at once, within 50 ms
+        pass
+    with first.held():  # and the thread lock too
+        pass
+    first.close()
+    second.close()
+
+
+def test_an_in_memory_database_takes_turns_without_a_file(tmp_path: Path) -> None:
+    turns = WriteTurns(None, timeout=1)
+    with turns.held():
+        pass
+    turns.close()
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("db_name", "lock_file"),
+    [
+        ("/var/lib/ledger.db", "/var/lib/ledger.db-writers"),
+        ("var/ledger.db", "var/ledger.db-writers"),
+        ("file:/srv/my%20ledger.db?vfs=unix-dotfile", "/srv/my ledger.db-writers"),
+        ("file:///srv/ledger.db?mode=rwc", "/srv/ledger.db-writers"),
+    ],
+)
+def test_the_lock_file_sits_beside_the_database(db_name: str, lock_file: str) -> None:
+    assert lock_file_of(db_name) == lock_file
