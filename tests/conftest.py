@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
+import sys
+import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import ExitStack, asynccontextmanager, contextmanager
@@ -16,6 +19,7 @@ import pytest
 from session_ledger.api.bootstrap import migrate, open_ledger
 from session_ledger.api.settings import Settings
 from session_ledger.domain.ledger import Ledger
+from session_ledger.projections.write_turns import lock_file_of
 from tests.postgres_pair import PostgresPair, start_pair_or_skip
 
 DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
@@ -152,3 +156,35 @@ async def ticking(every: float) -> AsyncIterator[list[int]]:
         yield ticks
     finally:
         task.cancel()
+
+
+HOLDER = """
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("held", flush=True)
+sys.stdin.readline()
+"""
+
+
+@contextmanager
+def turn_held(db_path: Path) -> Iterator[threading.Event]:
+    """Another process holds the writers' turn of the SQLite file `db_path`
+    (projections/write_turns.py), as another server worker's commit does, until the event
+    yielded is set or the block ends."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, lock_file_of(str(db_path))],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,  # lines flushed
+    )  # fmt: skip
+    assert process.stdin is not None and process.stdout is not None
+    assert process.stdout.readline() == "held\n"
+    let_go = threading.Event()
+    waiter = threading.Thread(target=lambda: let_go.wait() and process.stdin.write("go\n"))
+    try:
+        waiter.start()
+        yield let_go
+    finally:
+        let_go.set()
+        waiter.join()
+        process.stdin.close()
+        process.wait(10)

@@ -5,11 +5,8 @@ error (503 over HTTP) and stores nothing."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -21,9 +18,7 @@ from session_ledger.api.bootstrap import migrate, open_ledger
 from session_ledger.api.keystore import MemoryKeyStore
 from session_ledger.api.settings import Settings
 from session_ledger.domain.ledger import Ledger
-from session_ledger.projections.write_turns import lock_file_of
-from tests.conftest import make_settings
-from tests.unit.test_write_turns import HOLDER
+from tests.conftest import make_settings, turn_held
 
 USER = {"role": "user", "content": "hello"}
 
@@ -42,28 +37,6 @@ def ledger(settings: Settings) -> Iterator[Ledger]:
     ledger.close()
 
 
-@contextmanager
-def turn_held(tmp_path: Path) -> Iterator[threading.Event]:
-    """Another process holds the writers' turn (as another server worker's commit does)
-    until the event yielded is set."""
-    process = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, lock_file_of(str(tmp_path / "ledger.db"))],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    assert process.stdin is not None and process.stdout is not None
-    assert process.stdout.readline() == "held\n"
-    let_go = threading.Event()
-    waiter = threading.Thread(target=lambda: let_go.wait() and process.stdin.write("go\n"))
-    try:
-        waiter.start()
-        yield let_go
-    finally:
-        let_go.set()
-        waiter.join()
-        process.stdin.close()
-        process.wait(10)
-
-
 def test_a_write_waits_for_its_turn_then_commits(tmp_path: Path, settings: Settings) -> None:
     settings.lock_timeout_seconds = 30
     ledger = open_ledger(settings)
@@ -74,7 +47,7 @@ def test_a_write_waits_for_its_turn_then_commits(tmp_path: Path, settings: Setti
         ledger.put("s", {"role": "assistant", "content": "after the turn"})
         written.set()
 
-    with turn_held(tmp_path) as let_go:
+    with turn_held(tmp_path / "ledger.db") as let_go:
         writer = threading.Thread(target=write)
         writer.start()
         assert not written.wait(0.2)
@@ -90,7 +63,7 @@ def test_a_write_with_no_turn_in_time_fails_and_stores_nothing(
     tmp_path: Path, ledger: Ledger
 ) -> None:
     before = ledger.put("s", USER).version
-    with turn_held(tmp_path):
+    with turn_held(tmp_path / "ledger.db"):
         with pytest.raises(OperationalError, match="database is locked: no turn to write in 1 s"):
             ledger.put("s", {"role": "assistant", "content": "never stored"})
         assert ledger.head("s").version == before
@@ -103,7 +76,7 @@ def test_over_http_a_write_with_no_turn_is_a_503(tmp_path: Path, settings: Setti
     _, secret = keys.create(settings.default_tenant, "agent")
     app = create_app(settings, key_store=keys)
     with TestClient(app, headers={"Authorization": f"Bearer {secret}"}) as client:
-        with turn_held(tmp_path):
+        with turn_held(tmp_path / "ledger.db"):
             response = client.post("/v1/sessions/s/messages", json={"messages": [USER]})
         assert response.status_code == 503, response.text
         assert response.json()["error"]["code"] == "store_unavailable"

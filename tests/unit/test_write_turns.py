@@ -5,61 +5,35 @@ block raises."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from eventsourcing.persistence import OperationalError
 
 from session_ledger.projections.write_turns import WriteTurns, lock_file_of
-
-HOLDER = """
-import fcntl, os, sys
-fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
-fcntl.flock(fd, fcntl.LOCK_EX)
-print("held", flush=True)
-sys.stdin.readline()
-"""
+from tests.conftest import turn_held
 
 
-@pytest.fixture
-def other_process(tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
-    """Another process that holds the lock file's turn until told to let go."""
-    process = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, lock_file_of(str(tmp_path / "ledger.db"))],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    assert process.stdout is not None and process.stdout.readline() == "held\n"
-    yield process
-    process.kill()
-    process.wait()
-
-
-def test_a_turn_another_process_holds_times_out_then_comes_once_let_go(
-    tmp_path: Path, other_process: subprocess.Popen[str]
-) -> None:
+def test_a_turn_another_process_holds_times_out_then_comes_once_let_go(tmp_path: Path) -> None:
     turns = WriteTurns(lock_file_of(str(tmp_path / "ledger.db")), timeout=0.2)
-    locked = r"database is locked: no turn .* 0\.2 s"
-    with pytest.raises(OperationalError, match=locked), turns.held():
-        pytest.fail("two holders at once")
     entered = threading.Event()
 
     def write() -> None:
         with turns.held():
             entered.set()
 
-    turns.timeout = 30
-    writer = threading.Thread(target=write)
-    writer.start()
-    assert not entered.wait(0.1)  # still the other process's turn
-    assert other_process.stdin is not None
-    other_process.stdin.write("go\n")
-    other_process.stdin.flush()
-    writer.join(10)
+    with turn_held(tmp_path / "ledger.db") as let_go:
+        locked = r"database is locked: no turn .* 0\.2 s"
+        with pytest.raises(OperationalError, match=locked), turns.held():
+            pytest.fail("two holders at once")
+        turns.timeout = 30
+        writer = threading.Thread(target=write)
+        writer.start()
+        assert not entered.wait(0.1)  # still the other process's turn
+        let_go.set()
+        writer.join(10)
     assert entered.is_set()
     turns.close()
 
