@@ -227,10 +227,10 @@ class SQLiteLedgerFactory(SealingFactory, SQLiteFactory):
             db_name=pool.db_name, lock_timeout=pool.lock_timeout
         )
         pool.close()
-        self.turns: list[WriteTurns] = []  # the recorders' lock files, closed with the store
+        self.lock_files: list[WriteTurns] = []  # the recorders' turns, closed with the store
 
     def close(self) -> None:
-        for turns in self.turns:
+        for turns in self.lock_files:
             turns.close()
         super().close()
 
@@ -248,7 +248,7 @@ class SQLiteLedgerFactory(SealingFactory, SQLiteFactory):
 
     def application_recorder(self) -> ApplicationRecorder:
         recorder = SQLiteLedgerRecorder(self.datastore)
-        self.turns.append(recorder.turns)
+        self.lock_files.append(recorder.turns)
         self.sealing(recorder)
         if self.env_create_table():
             recorder.create_table()

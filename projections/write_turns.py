@@ -5,8 +5,8 @@ SQLite's busy handler, which sleeps 1, 2, 5, 10, 15, 20, 25 ... 100 ms between t
 Where several processes write one file (two server workers, or a command run beside the
 server), a process whose group commits follow one another closely leaves the lock free
 only for microseconds between them, so the other process's writers sleep on, tens of
-milliseconds each (with two workers at concurrency 16, p99 rose threefold and
-throughput fell below that of concurrency 1).
+milliseconds each (with two workers at concurrency 16, p99 rose threefold or more
+and throughput fell below that of concurrency 1).
 
 Here each write transaction first takes its process's turn (a thread lock: a lock file's
 `flock` is shared by the threads of a process), then the file's: an exclusive `flock` on
