@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple, Protocol, TypeVar, runtime_checkable
 
+from eventsourcing.persistence import IntegrityError
+
 from .messages import ChatMessage
 from .tokens import NamedTokenizer, TokenCount
 
@@ -19,6 +21,13 @@ T = TypeVar("T")
 ACTIVE = "active"
 ARCHIVED = "archived"
 STATUSES = (ACTIVE, ARCHIVED)
+
+
+class OutcomeUnknown(IntegrityError):
+    """The store refused a write on a later try, after an earlier try's answer was lost:
+    the refusal may be the earlier try's own row, so the write may be stored. (An
+    IntegrityError on the store's first try means it stored nothing: another writer
+    took its version.)"""
 
 
 @dataclass(frozen=True)

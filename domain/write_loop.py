@@ -39,7 +39,7 @@ from .errors import (
 from .inputs import check_key, check_write_options, request_digest
 from .messages import ChatMessage
 from .observer import WRITE, LedgerObserver
-from .ports import PriorWrite, SessionViews, WriteBatch, WriteResult
+from .ports import OutcomeUnknown, PriorWrite, SessionViews, WriteBatch, WriteResult
 from .session import Session, session_id
 from .tokens import TokenCount
 
@@ -138,12 +138,13 @@ class WriteLoop:
                     self.events.put(batch.events, ledger_batch=batch)
             except (IntegrityError, OperationalError, InterfaceError) as error:
                 # Another writer took the version; or this write committed and its answer
-                # was lost (the store's retry then met its own row, or the connection
-                # dropped around COMMIT): ask whether its id committed (this raises again
-                # while the store stays unreachable).
-                done = self.views.prior_write(sid, write_id, since=since)
-                if done is not None:
-                    return WriteResult(done.version, done.message_count, removed=removed)
+                # was lost (the connection dropped around COMMIT, or the store's retry
+                # then met its own row): ask whether its id committed (this raises again
+                # while the store stays unreachable), unless nothing of it can be stored.
+                if _may_be_stored(error, keyed=idempotency_key is not None):
+                    done = self.views.prior_write(sid, write_id, since=since)
+                    if done is not None:
+                        return WriteResult(done.version, done.message_count, removed=removed)
                 if not isinstance(error, IntegrityError):
                     raise
                 # A copy from the cache lost to a write made since: load and go again at
@@ -210,6 +211,15 @@ class WriteLoop:
         except AggregateNotFoundError:
             return None
         return session
+
+
+def _may_be_stored(error: Exception, *, keyed: bool) -> bool:
+    """Whether a write that failed with `error` may be stored all the same, so that its id
+    must be looked for: its answer was lost (a connection error, or OutcomeUnknown), or
+    it has a caller's key, which a request sent again may have written meanwhile. An
+    unkeyed write refused on the store's first try (another writer took its version; a
+    session cached here and written by another process since) stored nothing."""
+    return keyed or not isinstance(error, IntegrityError) or isinstance(error, OutcomeUnknown)
 
 
 def _replayed(prior: PriorWrite, digest: str | None, idempotency_key: str, key: str) -> WriteResult:

@@ -20,7 +20,10 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from eventsourcing.persistence import IntegrityError
 from greenlet import getcurrent, greenlet  # type: ignore[import-untyped]
+
+from session_ledger.domain.ports import OutcomeUnknown
 
 R = TypeVar("R")
 # The jitter of a retry's pause draws from its own generator: a library that drew from
@@ -85,7 +88,9 @@ def retried(
 ) -> Callable[[Callable[..., R]], Callable[..., R]]:
     """A call tried up to `attempts` times while it raises one of `errors`, with a `pause`
     of `wait` seconds (within 5%) between tries: eventsourcing's `retry`, whose
-    `time.sleep` would hold the loop under `bridged`."""
+    `time.sleep` would hold the loop under `bridged`. A write refused on a later try (an
+    IntegrityError) is raised as `OutcomeUnknown`: the try before may have stored it
+    and lost its answer."""
 
     def decorate(call: Callable[..., R]) -> Callable[..., R]:
         @functools.wraps(call)
@@ -94,6 +99,10 @@ def retried(
             while True:
                 try:
                     return call(*args, **kwargs)
+                except IntegrityError as refused:
+                    if tries == 1:
+                        raise
+                    raise OutcomeUnknown(f"refused on try {tries}: {refused}") from refused
                 except errors:
                     if tries >= attempts:
                         raise

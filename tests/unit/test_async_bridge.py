@@ -10,7 +10,9 @@ import contextvars
 import threading
 
 import pytest
+from eventsourcing.persistence import IntegrityError
 
+from session_ledger.domain.ports import OutcomeUnknown
 from session_ledger.projections.async_bridge import (
     bridged,
     in_bridge,
@@ -151,6 +153,25 @@ def test_a_retried_call_pauses_on_the_loop_between_tries_and_gives_up_with_the_e
     assert len(tries) == 3
     with pytest.raises(KeyError):  # not one of its errors: not tried again
         retried((ConnectionError,), attempts=3, wait=0)(lambda: {}["x"])()
+
+
+def test_a_refusal_after_a_failed_try_is_outcome_unknown() -> None:
+    # The try before may have stored the write and lost its answer: the refusal can be
+    # that try's own row. A refusal on the first try stored nothing.
+    tries: list[int] = []
+
+    @retried((ConnectionError,), attempts=3, wait=0)
+    def write(first: Exception) -> None:
+        tries.append(1)
+        raise first if len(tries) == 1 else IntegrityError("its own row")
+
+    with pytest.raises(IntegrityError, match="another writer's row") as refused:
+        write(IntegrityError("another writer's row"))
+    assert type(refused.value) is IntegrityError and len(tries) == 1
+    tries.clear()
+    with pytest.raises(OutcomeUnknown, match="refused on try 2: its own row") as unknown:
+        write(ConnectionError("the answer was lost"))
+    assert isinstance(unknown.value.__cause__, IntegrityError)
 
 
 def test_off_loop_runs_a_blocking_call_in_a_thread_only_under_bridged() -> None:

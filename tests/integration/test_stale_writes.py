@@ -1,0 +1,54 @@
+"""A write from a session cached here that another process wrote to since: the store
+refuses it on its first try, so nothing of it is stored and the ledger reloads and writes
+again without looking for its id (one round trip fewer); a keyed write still looks, as
+the same request sent again may have written it meanwhile. Lost answers, where the id
+must be looked for, are tests/reliability/test_commit_faults.py's and
+tests/unit/test_async_bridge.py's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from session_ledger.domain.ledger import Ledger
+from tests.conftest import make_ledger, make_settings
+
+
+def looked_for(ledger: Ledger, monkeypatch: pytest.MonkeyPatch) -> list[int | None]:
+    """The `since` of each search for a write's id the ledger makes from now on."""
+    searches: list[int | None] = []
+    search = ledger.views.prior_write
+
+    def prior_write(*args: Any, since: int | None = None) -> Any:
+        searches.append(since)
+        return search(*args, since=since)
+
+    monkeypatch.setattr(ledger.views, "prior_write", prior_write)
+    return searches
+
+
+@pytest.mark.parametrize("store", ["sqlite", "postgres"])
+def test_a_write_from_a_stale_copy_reloads_and_looks_for_its_id_only_when_keyed(
+    store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = make_settings(store, tmp_path)
+    if store == "postgres":
+        settings.default_tenant += "-stale"
+    this, other = make_ledger(settings), make_ledger(settings)  # two processes
+    try:
+        searches = looked_for(this, monkeypatch)
+        this.put("chat", {"role": "user", "content": "one"})  # cached here at version 2
+        other.put("chat", {"role": "user", "content": "two"})  # version 3
+        assert this.put("chat", {"role": "user", "content": "three"}).version == 4
+        assert searches == []
+        other.put("chat", {"role": "user", "content": "four"})  # version 5
+        keyed = this.put("chat", {"role": "user", "content": "five"}, idempotency_key="k-5")
+        assert keyed.version == 6
+        assert 5 in searches  # the refused try of version 5 was looked for
+        contents = [m.content for m in other.get_all("chat")]
+        assert contents == ["one", "two", "three", "four", "five"]
+    finally:
+        this.close()
+        other.close()
