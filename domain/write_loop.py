@@ -164,7 +164,10 @@ class WriteLoop:
                 continue
             self.observer.events_written([type(event).__name__ for event in batch.events])
             if self.repository.cache is not None:
-                self.repository.cache.put(sid, session)
+                # A copy: what the cache holds is the cache's alone. A writer whose copy
+                # proves stale takes it out and catches it up in place (`_load`); had it
+                # taken this object, this write could answer with that write's version.
+                self.repository.cache.put(sid, session.copy())
             self._snapshot_if_due(session, len(batch.events))
             return WriteResult(session.version, session.message_count, removed=removed)
         raise LedgerError(
@@ -201,7 +204,7 @@ class WriteLoop:
                 stale: Session = cache.get(sid, evict=True)
             except KeyError:
                 pass
-            else:  # (evicted: no other thread holds this copy)
+            else:  # (evicted: the cache held the only reference, so it is this write's)
                 newer = self.events.get(sid, gt=stale.version)
                 caught_up: Session | None = project_aggregate(stale, newer)
                 if caught_up is not None:
