@@ -123,6 +123,11 @@ class KeyStore(ABC):
         reads the key table's version."""
         return self.cache.get(self._version(), hash_secret(secret))
 
+    def version(self) -> Hashable:
+        """The key table's version as this process knows it (moved by every revoke; None:
+        not known, e.g. PostgreSQL not listening). Blocks on SQLite (one row read)."""
+        return self._version()
+
     def authenticate(self, secret: str) -> KeyRecord | None:
         """The active key whose secret this is, or None."""
         key_hash = hash_secret(secret)
@@ -212,14 +217,15 @@ class MemoryKeyStore(KeyStore):
 def open_key_store(
     database_url: str, *, pool_size: int = 4, lock_timeout: float = 30, connect_wait: float = 30
 ) -> KeyStore:
-    """The key store for the same URL the ledger uses; on PostgreSQL a request waits at
-    most `connect_wait` seconds for a connection."""
+    """The key store for the same URL the ledger uses, with `pool_size` connections (on
+    SQLite: kept open); on PostgreSQL a request waits at most `connect_wait` seconds for
+    a connection."""
     if database_url.startswith("memory://"):
         return MemoryKeyStore()
     if database_url.startswith("sqlite://"):
         from .keystore_sql import SQLiteKeyStore
 
-        return SQLiteKeyStore(database_url, lock_timeout=lock_timeout)
+        return SQLiteKeyStore(database_url, lock_timeout=lock_timeout, keep=pool_size)
     if database_url.startswith(("postgresql://", "postgres://")):
         from .keystore_sql import PostgresKeyStore
 

@@ -15,8 +15,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
-from session_ledger.domain.errors import StoreNotReady
-
 from .key_cache import NOTIFY_CHANNEL, KeyNotices
 from .keystore import KeyRecord, KeyStore
 from .sql_connections import SQLiteConnections, open_pool, postgres_cursor, sqlite_failure
@@ -119,24 +117,23 @@ class _SQLKeyStore(KeyStore):
 
 
 class SQLiteKeyStore(_SQLKeyStore):
-    """Keys in the ledger's SQLite file, a connection per thread."""
+    """Keys in the ledger's SQLite file, `keep` connections kept open."""
 
-    def __init__(self, database_url: str, *, lock_timeout: float = 30) -> None:
+    def __init__(self, database_url: str, *, lock_timeout: float = 30, keep: int = 8) -> None:
         super().__init__()
         self.path = unquote(database_url.removeprefix("sqlite:///"))
-        self.connections = SQLiteConnections(self.path, lock_timeout)
+        self.connections = SQLiteConnections(self.path, lock_timeout, keep=keep)
 
     def close(self) -> None:
         self.connections.close()
 
     def _version(self) -> Hashable:
         # One statement, no BEGIN/COMMIT around it: a read of one row by its key.
-        try:
-            row = self.connections.connection().execute(READ_VERSION).fetchone()
-        except sqlite3.OperationalError as exc:
-            raise sqlite_failure(exc, NOT_MIGRATED) from None
-        except sqlite3.Error as exc:
-            raise StoreNotReady(f"cannot open {self.path}: {exc}") from None
+        with self.connections.connection() as conn:
+            try:
+                row = conn.execute(READ_VERSION).fetchone()
+            except sqlite3.OperationalError as exc:
+                raise sqlite_failure(exc, NOT_MIGRATED) from None
         return row[0] if row else None
 
     def _lookup(self, key_hash: str, version: Hashable) -> tuple[KeyRecord | None, Hashable]:

@@ -106,7 +106,7 @@ def open_limit_store(
     if database_url.startswith("sqlite://"):
         from .ratelimit_sql import SQLiteLimitStore
 
-        return SQLiteLimitStore(database_url, lock_timeout=lock_timeout)
+        return SQLiteLimitStore(database_url, lock_timeout=lock_timeout, keep=pool_size)
     if database_url.startswith(("postgresql://", "postgres://")):
         from .ratelimit_sql import PostgresLimitStore
 

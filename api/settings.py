@@ -92,7 +92,8 @@ class Settings(BaseSettings):
         8,
         ge=1,
         description="PostgreSQL connections per process; a server has as many more on its "
-        "event loop (context reads, and a write alone).",
+        "event loop (context reads, and a write alone). SQLite: connections the key and the "
+        "limit tables each keep open (more open while needed, closed when a burst ends).",
     )
     partitions: int | None = Field(
         None,
@@ -270,3 +271,29 @@ class Settings(BaseSettings):
         "client (its memory bound: a slow client is sent the next batch when it has "
         "taken this one).",
     )
+    tail_max_per_key: int = Field(
+        16, ge=1,
+        description="Live tails one API key may hold open at once in one server process; "
+        "one more is refused with 429 too_many_tails.",
+    )  # fmt: skip
+    tail_max_per_tenant: int = Field(
+        64, ge=1,
+        description="Live tails all keys of one tenant may hold open at once in one server "
+        "process; one more is refused with 429 too_many_tails.",
+    )  # fmt: skip
+    tail_max_seconds: float = Field(
+        3600, gt=0, allow_inf_nan=False,
+        description="A live tail ends after this long; the client reconnects with "
+        "Last-Event-ID and misses nothing.",
+    )  # fmt: skip
+    tail_key_check_ms: int = Field(
+        250, ge=10,
+        description="How often the server looks whether a key holding live tails was "
+        "revoked (its tails then end).",
+    )  # fmt: skip
+    feed_cursor_key: str | None = Field(
+        None, min_length=16,
+        description="Secret that seals the tenant tail's positions (`id:`) into opaque "
+        "cursors; every server of a store needs the same. Unset: derived from the "
+        "database URL, which hides nothing from one who knows that URL.",
+    )  # fmt: skip

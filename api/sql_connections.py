@@ -15,57 +15,85 @@ from session_ledger.domain.errors import StoreNotReady, StoreUnavailable
 
 
 class SQLiteConnections:
-    """A connection per thread to one SQLite file (opening one per request cost 0.4 ms of
-    every request), each set up by `pragmas`; `close()` closes them all."""
+    """Connections to one SQLite file, each set up by `pragmas`, lent to one caller at a
+    time and given back: at most `keep` stay open between calls (opening one costs 0.4 ms,
+    which every request would pay). When all are lent one more is opened, and closed when
+    given back to a full pool: a caller never waits here (the event loop reads the key
+    table's version through one), and the connections open come back to `keep` once a
+    burst is answered. None is tied to a thread: worker threads come and go (AnyIO retires
+    idle ones), and a connection kept per thread stayed open after its thread was gone."""
 
-    def __init__(self, path: str, lock_timeout: float, pragmas: Sequence[str] = ()) -> None:
+    def __init__(
+        self, path: str, lock_timeout: float, pragmas: Sequence[str] = (), *, keep: int = 8
+    ) -> None:
         self.path = path
         self.lock_timeout = lock_timeout
         self.pragmas = tuple(pragmas)
-        self._local = threading.local()
-        self._opened: list[sqlite3.Connection] = []
+        self.keep = keep
+        self._idle: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
+        # close() moves it: a connection lent before is closed when given back.
+        self._generation = 0
 
-    def connection(self) -> sqlite3.Connection:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+    @contextmanager
+    def connection(self) -> Iterator[sqlite3.Connection]:
+        """A connection of this caller's alone until the block ends."""
+        with self._lock:
+            generation = self._generation
+            conn = self._idle.pop() if self._idle else None
         if conn is None:
-            conn = sqlite3.connect(
-                self.path, timeout=self.lock_timeout, isolation_level=None,
-                check_same_thread=False,  # closed from another thread by close()
-            )  # fmt: skip
-            for pragma in self.pragmas:
-                conn.execute(pragma)
-            self._local.conn = conn
+            conn = self._open()
+        try:
+            yield conn
+        finally:
             with self._lock:
-                self._opened.append(conn)
-        return conn
+                kept = (generation == self._generation and len(self._idle) < self.keep
+                        and not conn.in_transaction)  # fmt: skip
+                if kept:
+                    self._idle.append(conn)
+            if not kept:
+                conn.close()
 
     def close(self) -> None:
+        """Close the idle connections; those lent now close when given back."""
         with self._lock:
-            for conn in self._opened:
-                conn.close()
-            self._opened.clear()
-        self._local = threading.local()
+            idle, self._idle = self._idle, []
+            self._generation += 1
+        for conn in idle:
+            conn.close()
+
+    def _open(self) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(
+                self.path, timeout=self.lock_timeout, isolation_level=None,
+                check_same_thread=False,  # lent to one thread at a time, not always the same
+            )  # fmt: skip
+        except sqlite3.Error as exc:
+            raise StoreNotReady(f"cannot open {self.path}: {exc}") from None
+        try:
+            for pragma in self.pragmas:
+                conn.execute(pragma)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
 
     @contextmanager
     def transaction(self, not_migrated: str, *, lock: bool = False) -> Iterator[sqlite3.Cursor]:
         """A cursor in one transaction; `lock`: BEGIN IMMEDIATE, holding the write lock
         from the start (racing writers queue instead of failing on an upgrade)."""
-        try:
-            conn = self.connection()
-        except sqlite3.Error as exc:
-            raise StoreNotReady(f"cannot open {self.path}: {exc}") from None
-        try:
-            cur = conn.cursor()
-            cur.execute("BEGIN IMMEDIATE" if lock else "BEGIN")
-            yield cur
-            conn.commit()
-        except sqlite3.OperationalError as exc:
-            conn.rollback()
-            raise sqlite_failure(exc, not_migrated) from None
-        except BaseException:
-            conn.rollback()
-            raise
+        with self.connection() as conn:
+            try:
+                cur = conn.cursor()
+                cur.execute("BEGIN IMMEDIATE" if lock else "BEGIN")
+                yield cur
+                conn.commit()
+            except sqlite3.OperationalError as exc:
+                conn.rollback()
+                raise sqlite_failure(exc, not_migrated) from None
+            except BaseException:
+                conn.rollback()
+                raise
 
 
 def sqlite_failure(exc: sqlite3.OperationalError, not_migrated: str) -> StoreNotReady:
