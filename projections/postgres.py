@@ -121,8 +121,8 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder, SQLViews, PostgresFeed
                     ids = [r["notification_id"] for r in curs.fetchall()]
                     if changes is not None:
                         self.apply_changes(curs, changes, stored_events)
-        if self.after_commit is not None and changes is not None:
-            self.after_commit(changes.session_id)
+        if self.after_commit is not None and batch is not None:
+            self.after_commit(batch.session_id, batch.tenant)
         if self.replicas is not None and changes is not None:
             self.replicas.written(changes.session_id, stored_events[-1].originator_version)
         return ids

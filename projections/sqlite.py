@@ -87,7 +87,7 @@ class SQLiteLedgerRecorder(SQLiteApplicationRecorder, SQLViews, SQLiteFeedReads)
         ids = self.group_commit.run(lambda c: self._insert_events(c, stored_events, **kwargs))
         batch = kwargs.get("ledger_batch")
         if self.after_commit is not None and batch is not None:
-            self.after_commit(batch.session_id)
+            self.after_commit(batch.session_id, batch.tenant)
         return ids
 
     def create_table(self) -> None:

@@ -48,8 +48,8 @@ class SQLViews(ViewWrites, ContextReads, TranscriptReads, TimelineReads):
         "ledger_streams": "session_id, stream_id",
     }
     event_position = "rowid"  # the column that orders the whole event log
-    # Told each session id once its write committed (the live tails' hub, if any).
-    after_commit: Callable[[uuid.UUID], None] | None = None
+    # Told each session id and its tenant once its write committed (the live tails' hub).
+    after_commit: Callable[[uuid.UUID, str], None] | None = None
     # Where the queries may be served instead (PostgreSQL standbys: `replicas.py`).
     read_routing: ReadRouting | None = None
 
@@ -60,14 +60,19 @@ class SQLViews(ViewWrites, ContextReads, TranscriptReads, TimelineReads):
             rows = read.tuples(f"SELECT max({self.event_position}) FROM ledger_events", ())
         return int(rows[0][0] or 0)
 
-    def events_written_after(self, position: int, limit: int) -> list[tuple[int, uuid.UUID]]:
-        """(position, session id) of the events after `position` in the log, in log order
-        (on PostgreSQL an id may commit after a higher one: a hint, not a cursor)."""
+    def events_written_after(self, position: int, limit: int) -> list[tuple[int, uuid.UUID, str]]:
+        """(position, session id, tenant) of the events after `position` in the log, in
+        log order (on PostgreSQL an id may commit after a higher one: a hint, not a
+        cursor)."""
         p = self.event_position
         with self._reading() as read:
-            rows = read.tuples(f"SELECT {p}, originator_id FROM ledger_events WHERE {p} > ?"
-                               f" ORDER BY {p} LIMIT ?", (position, limit))  # fmt: skip
-        return [(int(at), uuid.UUID(str(sid))) for at, sid in rows]
+            rows = read.tuples(
+                f"SELECT e.{p}, e.originator_id, s.tenant FROM (SELECT {p}, originator_id"
+                f" FROM ledger_events WHERE {p} > ? ORDER BY {p} LIMIT ?) e LEFT JOIN"
+                f" ledger_sessions s ON s.session_id = e.originator_id ORDER BY e.{p}",
+                (position, limit),
+            )
+        return [(int(at), uuid.UUID(str(sid)), str(tenant or "")) for at, sid, tenant in rows]
 
     # -- rebuild ----------------------------------------------------------------------------
 

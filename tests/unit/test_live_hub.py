@@ -1,5 +1,6 @@
-"""The live tails' hub: a commit wakes this process's tails of its session, and only
-them; with no tail waiting, a writer's thread does not wake the event loop at all."""
+"""The live tails' hub: a commit wakes this process's tails of its session and the
+tenant-wide tails of its tenant, and only them; with no tail waiting, a writer's thread
+does not wake the event loop at all."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 import psycopg
 
 from session_ledger.api.bootstrap import open_ledger
-from session_ledger.api.live_hub import CHANNEL, LiveHub
+from session_ledger.api.live_hub import CHANNEL, LiveHub, tenant_tag
 from session_ledger.api.settings import Settings
 from session_ledger.domain.session import session_id
 from tests.conftest import postgres_server_url, postgres_url
@@ -37,28 +38,36 @@ def test_a_commit_wakes_the_tails_of_its_session_and_no_one_else(tmp_path: Path)
     settings = Settings(database_url=f"sqlite:///{tmp_path / 'ledger.db'}", auto_migrate=True)
     ledger = open_ledger(settings)
 
-    async def run() -> tuple[int, bool, bool, bool]:
+    async def run() -> tuple[int, bool, bool, bool, bool]:
         counted = WakeCount(asyncio.get_running_loop())
         hub = LiveHub(ledger, settings.database_url, poll_seconds=60)
         hub.start()
         try:
             await asyncio.to_thread(ledger.put_messages, "quiet", MESSAGE)  # no tail yet
             unwoken = counted.wakes
-            mine = hub.subscribe(session_id(settings.default_tenant, "quiet"))
+            mine = asyncio.Event()
+            hub.subscribe(session_id(settings.default_tenant, "quiet"), mine)
             await asyncio.to_thread(ledger.put_messages, "other", MESSAGE)
             await asyncio.sleep(0.05)
             other_woke = mine.is_set()
             await asyncio.to_thread(ledger.put_messages, "quiet", MESSAGE)
             await asyncio.wait_for(mine.wait(), 5)
-            everything = hub.subscribe_all()
-            await asyncio.to_thread(ledger.put_messages, "third", MESSAGE)
-            await asyncio.wait_for(everything.wait(), 5)
-            return unwoken, other_woke, mine.is_set(), everything.is_set()
+            tenant_a, tenant_b = asyncio.Event(), asyncio.Event()
+            hub.subscribe_tenant("a", tenant_a)
+            hub.subscribe_tenant("b", tenant_b)
+            for n in range(20):  # another tenant's commits wake no tail of tenant a
+                await asyncio.to_thread(ledger.put_messages, f"b{n}", MESSAGE, tenant="b")
+            await asyncio.wait_for(tenant_b.wait(), 5)
+            await asyncio.sleep(0.05)
+            a_woke_by_b = tenant_a.is_set()
+            await asyncio.to_thread(ledger.put_messages, "third", MESSAGE, tenant="a")
+            await asyncio.wait_for(tenant_a.wait(), 5)
+            return unwoken, other_woke, mine.is_set(), a_woke_by_b, tenant_a.is_set()
         finally:
             await hub.stop()
 
     try:
-        assert asyncio.run(run()) == (0, False, True, True)
+        assert asyncio.run(run()) == (0, False, True, False, True)
     finally:
         ledger.close()
 
@@ -79,22 +88,26 @@ def test_notifications_wake_the_loop_only_for_the_tails_that_wait(tmp_path: Path
         hub.start()
         try:
             waited = uuid.uuid4()
-            tail = hub.subscribe(waited)
+            tail, feed, other_feed = asyncio.Event(), asyncio.Event(), asyncio.Event()
+            hub.subscribe(waited, tail)
+            hub.subscribe_tenant("a", feed)
+            hub.subscribe_tenant("b", other_feed)
             with conn:
                 while conn.execute(listening).fetchone() == before:
                     await asyncio.sleep(0.01)  # the hub's listener is not listening yet
                 for sid in unheard:  # one sender: delivered in this order, before the last
-                    conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, sid.hex))
-                conn.execute(
-                    "SELECT pg_notify(%s, %s)", (CHANNEL, f"{unheard[0].hex},{waited.hex}")
-                )
+                    note = f"{sid.hex}:{tenant_tag('c')}"  # a tenant with no tail here
+                    conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, note))
+                note = f"{unheard[0].hex}:{tenant_tag('c')},{waited.hex}:{tenant_tag('a')}"
+                conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, note))
             await asyncio.wait_for(tail.wait(), 10)
-            return counted.wakes, tail.is_set()
+            await asyncio.wait_for(feed.wait(), 10)
+            return counted.wakes, tail.is_set(), other_feed.is_set()
         finally:
             await hub.stop()
 
     try:
-        assert asyncio.run(run()) == (1, True)
+        assert asyncio.run(run()) == (1, True, False)
     finally:
         ledger.close()
 
@@ -107,7 +120,7 @@ def _heard(conn: psycopg.Connection[Any], wanted: set[str]) -> list[str]:
         notes = list(conn.notifies(timeout=10, stop_after=1))
         assert notes, f"{len(wanted - heard)} committed ids never notified"
         payloads += [note.payload for note in notes]
-        heard.update(h for note in notes for h in note.payload.split(","))
+        heard.update(h.partition(":")[0] for note in notes for h in note.payload.split(","))
     return payloads
 
 
@@ -129,11 +142,11 @@ def test_commits_that_come_together_share_their_notify() -> None:
         try:
             with listener:
                 for sid in spaced:  # the recorder's after_commit, as each write commits
-                    hub.committed(sid)
+                    hub.committed(sid, "a")
                     await asyncio.sleep(0.002)
                 first = await asyncio.to_thread(_heard, listener, {s.hex for s in spaced})
                 for sid in many:
-                    hub.committed(sid)
+                    hub.committed(sid, "a")
                 second = await asyncio.to_thread(_heard, listener, {s.hex for s in many})
             return first, second
         finally:
@@ -144,5 +157,5 @@ def test_commits_that_come_together_share_their_notify() -> None:
     finally:
         ledger.close()
     assert len(spaced_payloads) <= 5, spaced_payloads
-    assert len(many_payloads) >= 3  # 500 ids of 33 bytes do not fit one payload
+    assert len(many_payloads) >= 3  # 500 ids of 42 bytes do not fit one payload
     assert all(len(p) < 8000 for p in many_payloads)
