@@ -31,11 +31,12 @@ READS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 async def enforce_limits(request: Request) -> None:
     """Authenticate the request and charge it to its key and tenant (429 when over a
-    limit); most requests are admitted, or refused, from memory in the event loop."""
-    principal = await authenticate(request)
+    limit, or when its client address is over its failed authentications' limit); most
+    requests are admitted, or refused, from memory in the event loop."""
     limiter: Limiter = request.app.state.limiter
-    size = 0 if request.method in READS else len(await request.body())
     try:
+        principal = await authenticate(request)
+        size = 0 if request.method in READS else len(await request.body())
         if not limiter.admit_in_memory(principal, size):
             await run_in_threadpool(limiter.admit, principal, size)
     except Refused as refusal:

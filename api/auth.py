@@ -10,12 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPBearer
 
-from .keystore import KeyStore
+from .keystore import KeyRecord, KeyStore
+
+if TYPE_CHECKING:
+    from .ratelimit import Limiter
 
 READ, WRITE, MANAGE_KEYS = "read sessions", "write sessions", "manage API keys"
 EXPORT = "export sessions"  # a whole verifiable transcript: for compliance, not for agents
@@ -61,7 +65,8 @@ async def authenticate(request: Request) -> Principal:
     A request is authenticated once, by `admission.enforce_limits` before its route: the
     principal is kept in `request.state` for every later dependency that asks (the role
     check, the access-log mark). A key the process holds answers on the event loop; only
-    a lookup in the store goes to a worker thread (it may wait for a connection)."""
+    a lookup in the store goes to a worker thread (it may wait for a connection). Keys
+    that fail are limited per client address (`_looked_up`)."""
     known: Principal | None = getattr(request.state, "principal", None)
     if known is not None:
         return known
@@ -71,11 +76,24 @@ async def authenticate(request: Request) -> Principal:
     store: KeyStore = request.app.state.key_store
     record = store.cached(credentials.credentials)
     if record is None:
-        record = await run_in_threadpool(store.authenticate, credentials.credentials)
-    if record is None:
-        raise Unauthenticated("the API key is unknown or revoked")
+        record = await _looked_up(request, store, credentials.credentials)
     principal = request.state.principal = Principal(record.id, record.tenant, record.role)
     return principal
+
+
+async def _looked_up(request: Request, store: KeyStore, secret: str) -> KeyRecord:
+    """The active key of `secret` from the store, within the client address's limit of
+    failed authentications: an address over it is refused (429) before its key is looked
+    up, and a failure beyond it answers 429, not 401."""
+    limiter: Limiter = request.app.state.limiter
+    address = request.client.host if request.client is not None else "unknown"
+    limiter.refuse_known_failures(address)
+    record = await run_in_threadpool(store.authenticate, secret)
+    if record is None:
+        if not limiter.admit_failure_in_memory(address):
+            await run_in_threadpool(limiter.admit_failure, address)
+        raise Unauthenticated("the API key is unknown or revoked")
+    return record
 
 
 def require(permission: str) -> Callable[[Request], Awaitable[Principal]]:

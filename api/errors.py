@@ -61,6 +61,7 @@ STATUS: dict[type[Exception], tuple[int, str]] = {
     domain.SessionErased: (410, "session_erased"),
     domain.LegalHold: (409, "legal_hold"),
     domain.HoldConflict: (409, "hold_conflict"),
+    domain.HoldNotFound: (404, "hold_not_found"),
     domain.EncryptionRequired: (409, "encryption_required"),
     domain.StreamConflict: (409, "stream_conflict"),
     domain.StreamNotFound: (404, "stream_not_found"),
@@ -80,7 +81,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         401: "No API key, or an unknown or revoked one.",
         403: "The key's role may not do this.",
         404: "No such session (in the caller's tenant), message, past version, key, "
-        "checkpoint or stream.",
+        "checkpoint, stream, or legal hold of that reference (hold_not_found).",
         409: "A write lost too many races with other writers (retry); a stream not open; or a "
         "compliance command refused: legal_hold, hold_conflict, encryption_required.",
         410: "The session was erased (session_erased): when, why and on what basis.",
@@ -138,6 +139,8 @@ async def handle_error(request: Request, exc: Exception) -> JSONResponse:
     elif isinstance(exc, domain.SessionErased):
         details = {"erased_at": exc.erased_at.isoformat(), "reason": exc.reason,
                    "basis": exc.basis}  # fmt: skip
+    elif isinstance(exc, domain.HoldNotFound):
+        details = {"reference": exc.reference, "holds": list(exc.held)}
     elif isinstance(exc, domain.InvalidMessage) and exc.index is not None:
         details = {"index": exc.index}
     elif isinstance(exc, domain.StoreUnavailable):

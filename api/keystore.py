@@ -217,15 +217,15 @@ class MemoryKeyStore(KeyStore):
 def open_key_store(
     database_url: str, *, pool_size: int = 4, lock_timeout: float = 30, connect_wait: float = 30
 ) -> KeyStore:
-    """The key store for the same URL the ledger uses, with `pool_size` connections (on
-    SQLite: kept open); on PostgreSQL a request waits at most `connect_wait` seconds for
+    """The key store for the same URL the ledger uses, with at most `pool_size`
+    connections; on PostgreSQL a request waits at most `connect_wait` seconds for
     a connection."""
     if database_url.startswith("memory://"):
         return MemoryKeyStore()
     if database_url.startswith("sqlite://"):
         from .keystore_sql import SQLiteKeyStore
 
-        return SQLiteKeyStore(database_url, lock_timeout=lock_timeout, keep=pool_size)
+        return SQLiteKeyStore(database_url, lock_timeout=lock_timeout, pool_size=pool_size)
     if database_url.startswith(("postgresql://", "postgres://")):
         from .keystore_sql import PostgresKeyStore
 

@@ -117,12 +117,12 @@ class _SQLKeyStore(KeyStore):
 
 
 class SQLiteKeyStore(_SQLKeyStore):
-    """Keys in the ledger's SQLite file, `keep` connections kept open."""
+    """Keys in the ledger's SQLite file, at most `pool_size` connections."""
 
-    def __init__(self, database_url: str, *, lock_timeout: float = 30, keep: int = 8) -> None:
+    def __init__(self, database_url: str, *, lock_timeout: float = 30, pool_size: int = 8) -> None:
         super().__init__()
         self.path = unquote(database_url.removeprefix("sqlite:///"))
-        self.connections = SQLiteConnections(self.path, lock_timeout, keep=keep)
+        self.connections = SQLiteConnections(self.path, lock_timeout, size=pool_size)
 
     def close(self) -> None:
         self.connections.close()

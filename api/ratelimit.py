@@ -106,7 +106,7 @@ def open_limit_store(
     if database_url.startswith("sqlite://"):
         from .ratelimit_sql import SQLiteLimitStore
 
-        return SQLiteLimitStore(database_url, lock_timeout=lock_timeout, keep=pool_size)
+        return SQLiteLimitStore(database_url, lock_timeout=lock_timeout, pool_size=pool_size)
     if database_url.startswith(("postgresql://", "postgres://")):
         from .ratelimit_sql import PostgresLimitStore
 
@@ -131,6 +131,15 @@ def budgets(settings: Settings) -> tuple[list[Budget], list[Budget]]:
     return [b for b in by_key if b.per_second > 0], [b for b in by_tenant if b.per_second > 0]
 
 
+def failure_budgets(settings: Settings) -> list[Budget]:
+    """The configured budget of failed authentications per client address (0: none)."""
+    by_address = Budget(
+        "auth_failures:address", settings.auth_failures_per_second,
+        settings.auth_failures_burst, "failed authentications", RateLimited,
+    )  # fmt: skip
+    return [by_address] if by_address.per_second > 0 else []
+
+
 class Limiter:
     """Admits or refuses one request of one principal against every configured limit."""
 
@@ -140,6 +149,7 @@ class Limiter:
         self.store = store
         self.clock = clock
         self.by_key, self.by_tenant = budgets(settings)
+        self.by_address = failure_budgets(settings)
         self.max_sessions = settings.quota_tenant_sessions
         # Sessions are never deleted, so one seen to exist always will: each process asks
         # the ledger about a session once, not on every write.
@@ -153,7 +163,30 @@ class Limiter:
     def admit(self, principal: Principal, write_bytes: int) -> None:
         """Charge the request to its key and tenant, or raise Refused and charge nothing:
         from this process's leases where they cover a bucket, else from the store."""
-        charged, buckets = self._buckets(principal, write_bytes)
+        self._charge(*self._buckets(principal, write_bytes))
+
+    def admit_in_memory(self, principal: Principal, write_bytes: int) -> bool:
+        """Admit the request from this process's leases, or raise Refused if what it
+        already saw refuses it: no I/O, so neither needs a worker thread. False: `admit`
+        must ask the store (nothing was charged)."""
+        return self._charge_in_memory(*self._buckets(principal, write_bytes))
+
+    def refuse_known_failures(self, address: str) -> None:
+        """Raise Refused if this process saw `address` over its failed authentications'
+        limit and it has not drained yet (no I/O): its key is then not looked up at all."""
+        charged, buckets = self._failure_buckets(address)
+        if buckets:
+            self._refuse(charged, self._known_refusals(buckets, self.clock()))
+
+    def admit_failure_in_memory(self, address: str) -> bool:
+        """`admit_in_memory` for a failed authentication from `address`."""
+        return self._charge_in_memory(*self._failure_buckets(address))
+
+    def admit_failure(self, address: str) -> None:
+        """Charge a failed authentication to its client address, or raise Refused."""
+        self._charge(*self._failure_buckets(address))
+
+    def _charge(self, charged: list[tuple[Budget, str]], buckets: list[Bucket]) -> None:
         if not buckets:
             return
         now = self.clock()
@@ -170,11 +203,7 @@ class Limiter:
             self.leases.release(buckets, reserved)
             raise
 
-    def admit_in_memory(self, principal: Principal, write_bytes: int) -> bool:
-        """Admit the request from this process's leases, or raise Refused if what it
-        already saw refuses it: no I/O, so neither needs a worker thread. False: `admit`
-        must ask the store (nothing was charged)."""
-        charged, buckets = self._buckets(principal, write_bytes)
+    def _charge_in_memory(self, charged: list[tuple[Budget, str]], buckets: list[Bucket]) -> bool:
         if not buckets:
             return True
         self._refuse(charged, self._known_refusals(buckets, self.clock()))
@@ -216,6 +245,11 @@ class Limiter:
                 charged.append((budget, who))
                 buckets.append(budget.bucket(owner, units, self.lease_share))
         return charged, buckets
+
+    def _failure_buckets(self, address: str) -> tuple[list[tuple[Budget, str]], list[Bucket]]:
+        who = f"client address {address}"
+        return ([(b, who) for b in self.by_address],
+                [b.bucket(address, 1, self.lease_share) for b in self.by_address])  # fmt: skip
 
     @staticmethod
     def _refuse(charged: list[tuple[Budget, str]], waits: list[float]) -> None:

@@ -111,15 +111,15 @@ class _SQLLimitStore(LimitStore):
 
 
 class SQLiteLimitStore(_SQLLimitStore):
-    """Buckets in the ledger's SQLite file, `keep` connections kept open (as the key store)."""
+    """Buckets in the ledger's SQLite file, at most `pool_size` connections (as the key store)."""
 
-    def __init__(self, database_url: str, *, lock_timeout: float = 30, keep: int = 8) -> None:
+    def __init__(self, database_url: str, *, lock_timeout: float = 30, pool_size: int = 8) -> None:
         self.path = unquote(database_url.removeprefix("sqlite:///"))
         # A bucket lost to a power cut costs a burst, never a message: these commits need
         # not wait for the disk. NORMAL, not OFF: in WAL mode a checkpoint this connection
         # runs still syncs, so the ledger's file stays whole.
         self.connections = SQLiteConnections(
-            self.path, lock_timeout, pragmas=["PRAGMA synchronous = NORMAL"], keep=keep
+            self.path, lock_timeout, pragmas=["PRAGMA synchronous = NORMAL"], size=pool_size
         )
 
     def migrate(self) -> None:

@@ -93,7 +93,7 @@ class Settings(BaseSettings):
         ge=1,
         description="PostgreSQL connections per process; a server has as many more on its "
         "event loop (context reads, and a write alone). SQLite: connections the key and the "
-        "limit tables each keep open (more open while needed, closed when a burst ends).",
+        "limit tables each keep open (a request finding all busy waits for one).",
     )
     partitions: int | None = Field(
         None,
@@ -176,11 +176,20 @@ class Settings(BaseSettings):
     quota_tenant_sessions: int = Field(
         1_000_000, ge=0, description="Sessions one tenant may hold (0 or none: no quota)."
     )
+    auth_failures_per_second: float = Field(
+        1, ge=0, allow_inf_nan=False,
+        description="Failed authentications (an unknown or revoked API key) a second one "
+        "client address may make, sustained; beyond its burst they answer 429 (0 or none: "
+        "no limit).",
+    )  # fmt: skip
+    auth_failures_burst: int = Field(
+        100, ge=1, description="Failed authentications one client address may make at once."
+    )
 
     @field_validator(
         "rate_limit_key_per_second", "rate_limit_tenant_per_second",
         "quota_key_write_bytes_per_day", "quota_tenant_write_bytes_per_day",
-        "quota_tenant_sessions", mode="before",
+        "quota_tenant_sessions", "auth_failures_per_second", mode="before",
     )  # fmt: skip
     @classmethod
     def _none_is_off(cls, value: Any) -> Any:

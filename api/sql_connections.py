@@ -15,21 +15,27 @@ from session_ledger.domain.errors import StoreNotReady, StoreUnavailable
 
 
 class SQLiteConnections:
-    """Connections to one SQLite file, each set up by `pragmas`, lent to one caller at a
-    time and given back: at most `keep` stay open between calls (opening one costs 0.4 ms,
-    which every request would pay). When all are lent one more is opened, and closed when
-    given back to a full pool: a caller never waits here (the event loop reads the key
-    table's version through one), and the connections open come back to `keep` once a
-    burst is answered. None is tied to a thread: worker threads come and go (AnyIO retires
-    idle ones), and a connection kept per thread stayed open after its thread was gone."""
+    """At most `size` connections to one SQLite file, each set up by `pragmas`, lent to
+    one caller at a time and kept open for the next (opening one costs 0.4 ms, which
+    every request would pay); a caller finding all lent waits for one, at most
+    `lock_timeout` seconds (then StoreUnavailable). Calls are short (a read of one row,
+    a bucket's update), so the wait is too.
+
+    None is tied to a thread: worker threads come and go (AnyIO retires idle ones), and a
+    connection kept per thread stayed open after its thread was gone. None is closed
+    while the store is in use either: SQLite defers closing a file descriptor while
+    another connection of the process holds a lock on the file (a POSIX close would drop
+    that lock), and on a busy server one always does, so each connection closed then
+    stayed open."""
 
     def __init__(
-        self, path: str, lock_timeout: float, pragmas: Sequence[str] = (), *, keep: int = 8
+        self, path: str, lock_timeout: float, pragmas: Sequence[str] = (), *, size: int = 8
     ) -> None:
         self.path = path
         self.lock_timeout = lock_timeout
         self.pragmas = tuple(pragmas)
-        self.keep = keep
+        self.size = size
+        self._free = threading.Semaphore(size)
         self._idle: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         # close() moves it: a connection lent before is closed when given back.
@@ -38,21 +44,28 @@ class SQLiteConnections:
     @contextmanager
     def connection(self) -> Iterator[sqlite3.Connection]:
         """A connection of this caller's alone until the block ends."""
-        with self._lock:
-            generation = self._generation
-            conn = self._idle.pop() if self._idle else None
-        if conn is None:
-            conn = self._open()
+        if not self._free.acquire(timeout=self.lock_timeout):
+            raise StoreUnavailable(
+                f"all {self.size} SQLite connections of the API's tables were busy for "
+                f"{self.lock_timeout} s"
+            )
         try:
-            yield conn
-        finally:
             with self._lock:
-                kept = (generation == self._generation and len(self._idle) < self.keep
-                        and not conn.in_transaction)  # fmt: skip
-                if kept:
-                    self._idle.append(conn)
-            if not kept:
-                conn.close()
+                generation = self._generation
+                conn = self._idle.pop() if self._idle else None
+            if conn is None:
+                conn = self._open()
+            try:
+                yield conn
+            finally:
+                with self._lock:
+                    kept = generation == self._generation and not conn.in_transaction
+                    if kept:
+                        self._idle.append(conn)
+                if not kept:
+                    conn.close()
+        finally:
+            self._free.release()
 
     def close(self) -> None:
         """Close the idle connections; those lent now close when given back."""

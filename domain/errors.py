@@ -128,9 +128,25 @@ class LegalHold(LedgerError):
 
 
 class HoldConflict(LedgerError):
-    """A hold placed on a held session, or released from one that has none."""
+    """A hold placed under a reference the session is held under already."""
 
     code = "hold_conflict"
+
+
+class HoldNotFound(LedgerError, LookupError):
+    """A release naming a reference the session holds no hold under."""
+
+    code = "hold_not_found"
+
+    def __init__(self, key: str, reference: str, held: tuple[str, ...]) -> None:
+        holding = ", ".join(repr(r) for r in held) if held else "none"
+        super().__init__(
+            f"session {key!r} holds no legal hold with reference {reference!r} (its holds: "
+            f"{holding}): a hold is released by the reference it was placed under"
+        )
+        self.key = key
+        self.reference = reference
+        self.held = held
 
 
 class EncryptionRequired(LedgerError):

@@ -96,6 +96,38 @@ def test_a_process_refuses_again_without_asking_the_store_until_the_wait_is_over
     assert admitted(limits, AGENT, 2) == 1 and store.asked == 9
 
 
+def test_failed_authentications_are_limited_per_client_address() -> None:
+    clock = Clock()
+    limits, store = limiter(
+        clock, auth_failures_per_second=1, auth_failures_burst=3, rate_limit_lease=0
+    )
+    for _ in range(3):
+        limits.refuse_known_failures("10.0.0.1")
+        limits.admit_failure("10.0.0.1")
+    with pytest.raises(RateLimited) as refused:
+        limits.admit_failure("10.0.0.1")
+    assert refused.value.limit == "auth_failures:address"
+    assert refused.value.retry_after == pytest.approx(1)
+    assert "client address 10.0.0.1" in str(refused.value)
+    asked = store.asked
+    with pytest.raises(RateLimited):  # before its key is looked up, from memory
+        limits.refuse_known_failures("10.0.0.1")
+    assert store.asked == asked
+    limits.refuse_known_failures("10.0.0.2")  # another address keeps its own budget
+    limits.admit_failure("10.0.0.2")
+    clock.now += 1
+    limits.refuse_known_failures("10.0.0.1")
+    limits.admit_failure("10.0.0.1")
+
+
+def test_failed_authentications_are_not_limited_when_off() -> None:
+    limits, store = limiter(Clock(), auth_failures_per_second=0)
+    for _ in range(1000):
+        limits.refuse_known_failures("10.0.0.1")
+        assert limits.admit_failure_in_memory("10.0.0.1")
+    assert store.asked == 0
+
+
 def test_a_process_admits_from_its_leases_with_one_store_call_per_lease() -> None:
     """A lease is a tenth of a burst: 200 of the key's, 1,000 of the tenant's requests."""
     limits, store = limiter(
