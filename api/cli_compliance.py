@@ -21,7 +21,7 @@ from .settings import Settings
 
 retention_cli = typer.Typer(no_args_is_help=True, help="Apply the retention policy.")
 cli.add_typer(retention_cli, name="retention")
-hold_cli = typer.Typer(no_args_is_help=True, help="Place or release a legal hold.")
+hold_cli = typer.Typer(no_args_is_help=True, help="Place or release a legal hold (by reference).")
 cli.add_typer(hold_cli, name="hold")
 
 Reason = Annotated[str, typer.Option(help="Why (kept in the audit trail).")]
@@ -79,12 +79,13 @@ def hold_place(
     key: str, reference: Reference, reason: Reason, tenant: Tenant = None,
     database_url: DatabaseUrl = None,
 ) -> None:  # fmt: skip
-    """Put a session under legal hold: it cannot be erased until the hold is released."""
+    """Put a session under a legal hold for one matter (beside any other): it cannot be
+    erased until every hold is released."""
     settings = load_settings(database_url)
     with failing_cleanly(), opened_ledger(settings) as ledger:
         result = ledger.place_hold(key, reference=reference, reason=reason, actor=_operator(),
                                    tenant=tenant or settings.default_tenant)  # fmt: skip
-    typer.echo(f"{key!r} is under legal hold ({reference}) from version {result.version}")
+    typer.echo(f"{key!r} is under legal hold {reference!r} from version {result.version}")
 
 
 @hold_cli.command("release")
@@ -92,13 +93,13 @@ def hold_release(
     key: str, reference: Reference, reason: Reason, tenant: Tenant = None,
     database_url: DatabaseUrl = None,
 ) -> None:  # fmt: skip
-    """Release a session's legal hold."""
+    """Release the hold placed under this reference; the session's other holds stay."""
     settings = load_settings(database_url)
     with failing_cleanly(), opened_ledger(settings) as ledger:
         result = ledger.release_hold(key, reference=reference, reason=reason,
                                      actor=_operator(),
                                      tenant=tenant or settings.default_tenant)  # fmt: skip
-    typer.echo(f"{key!r}: legal hold released at version {result.version}")
+    typer.echo(f"{key!r}: legal hold {reference!r} released at version {result.version}")
 
 
 @retention_cli.command("apply")

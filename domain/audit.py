@@ -53,7 +53,8 @@ def audit_entry(views: SessionViews, session_id: uuid.UUID, event: Any) -> Audit
         changes = {"position": event.position, "message_id": event.message_id,
                    "removed": event.message}  # fmt: skip
     elif isinstance(event, LegalHoldPlaced | LegalHoldReleased):
-        changes = {"reference": event.reference}
+        # (getattr: a release read from an older store may name no reference)
+        changes = {"reference": getattr(event, "reference", None)}
     elif isinstance(event, SessionErased):
         changes = {"basis": event.basis}
     elif isinstance(event, SessionEncrypted):

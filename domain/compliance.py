@@ -18,6 +18,7 @@ from typing import Any
 from .errors import (
     EncryptionRequired,
     HoldConflict,
+    HoldNotFound,
     InvalidInput,
     LegalHold,
     SessionErased,
@@ -25,7 +26,8 @@ from .errors import (
 )
 from .inputs import MAX_REASON_CHARS, check_int, check_tenant, check_text
 from .ports import SessionViews, WriteResult
-from .session import Session, session_id
+from .session import LegalHoldPlaced, LegalHoldReleased, Session, session_id
+from .session_events import UNNAMED_HOLD, holds_of
 
 ERASED_EVENT = "SessionErased"
 ENCRYPTED_EVENT = "SessionEncrypted"
@@ -79,6 +81,14 @@ class RetentionAction:
     reason: str
 
 
+@dataclass
+class _Holds:
+    """What hold events change of a session, folded alone."""
+
+    holds: tuple[str, ...] = ()
+    held: bool = False
+
+
 class _SealedAlready(Exception):
     """A session `encrypt` finds sealed: nothing to write."""
 
@@ -105,7 +115,10 @@ class Compliance:
 
         def command(s: Session, audit: dict[str, Any]) -> None:
             if s.held:
-                raise LegalHold(f"session {key!r} is under legal hold: release it before erasing")
+                held = ", ".join(repr(r) for r in self._holds(s))
+                raise LegalHold(
+                    f"session {key!r} is under legal hold ({held}): release each before erasing"
+                )
             if not self.views.sealed(s.id):
                 raise EncryptionRequired(
                     f"session {key!r} is not stored encrypted under a key of its own, so it "
@@ -120,14 +133,16 @@ class Compliance:
         self, key: str, *, reference: str, reason: str, tenant: str | None = None,
         actor: str | None = None,
     ) -> WriteResult:  # fmt: skip
-        """Put the session under legal hold (`reference`: the matter or ticket)."""
+        """Put the session under a legal hold (`reference`: the matter or ticket), beside
+        any it holds already. HoldConflict if it holds one under this reference."""
         return self._hold(key, True, reference, reason, tenant, actor)
 
     def release_hold(
         self, key: str, *, reference: str, reason: str, tenant: str | None = None,
         actor: str | None = None,
     ) -> WriteResult:  # fmt: skip
-        """Release the session's legal hold."""
+        """Release the hold placed under `reference`; the others stay. HoldNotFound if the
+        session holds none under it."""
         return self._hold(key, False, reference, reason, tenant, actor)
 
     def _hold(
@@ -138,14 +153,29 @@ class Compliance:
         check_text(reason, "reason", MAX_REASON_CHARS, allow_controls=True)
 
         def command(s: Session, audit: dict[str, Any]) -> None:
-            if s.held == place:
-                state = "already under" if place else "not under"
-                raise HoldConflict(f"session {key!r} is {state} legal hold")
+            held = self._holds(s)
+            if place and reference in held:
+                raise HoldConflict(f"session {key!r} is already under legal hold {reference!r}")
+            if not place and reference not in held:
+                raise HoldNotFound(key, reference, held)
             (s.place_hold if place else s.release_hold)(reference=reference, **audit)
 
         op = "hold" if place else "release"
         return self._write(key, op, {"reference": reference}, command=command, tenant=tenant,
                            actor=actor, reason=reason)  # fmt: skip
+
+    def _holds(self, s: Session) -> tuple[str, ...]:
+        """The references of the session's holds. A session loaded from a snapshot taken
+        when it could hold one hold only has that hold unnamed: its reference is read
+        back from the events, as long as that hold is held (rare)."""
+        held = holds_of(s)
+        if UNNAMED_HOLD not in held:
+            return held
+        folded = _Holds()
+        for e in self.events.get(s.id, lte=s.version):
+            if isinstance(e, LegalHoldPlaced | LegalHoldReleased):
+                e.apply(folded)
+        return folded.holds
 
     def encrypt(
         self, key: str, *, tenant: str | None = None, actor: str | None = None

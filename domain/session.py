@@ -41,6 +41,9 @@ class Session(Aggregate):
     # changed in place, only replaced). Sessions snapshotted before streams existed have
     # no attribute of their own.
     open_streams: tuple[str, ...] = ()
+    # The references of the legal holds held, oldest first (session_events.holds_of reads
+    # them, with the one hold of a session snapshotted before there could be several).
+    holds: tuple[str, ...] = ()
 
     # The events, declared in session_events.py; the library redefines each here as
     # Session.<Name>, whose topic every stored event names.
@@ -97,6 +100,7 @@ class Session(Aggregate):
         self.archived_count = 0
         self.next_message_id = 0
         self.held = False
+        self.holds: tuple[str, ...] = ()
         self.erased = False
         self.open_streams: tuple[str, ...] = ()
 
@@ -161,11 +165,12 @@ class Session(Aggregate):
         self._next(self.MessagesArchived, count=count, **audit)
 
     def place_hold(self, reference: str, **audit: Any) -> None:
-        """Put the session under legal hold: it cannot be erased until released."""
+        """Put the session under a legal hold (a reference it does not hold yet: the
+        caller checks): it cannot be erased until every hold is released."""
         self._next(self.LegalHoldPlaced, reference=reference, **audit)
 
     def release_hold(self, reference: str, **audit: Any) -> None:
-        """Release the legal hold."""
+        """Release the hold placed under `reference` (one it holds: the caller checks)."""
         self._next(self.LegalHoldReleased, reference=reference, **audit)
 
     def erase(self, basis: str, **audit: Any) -> None:

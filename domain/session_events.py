@@ -96,6 +96,20 @@ class MessagesArchived(Aggregate.Event):
         aggregate.archived_count += self.count
 
 
+# A session may be under several legal holds, each placed and released by its reference
+# (a matter, a ticket): `holds` lists those held, oldest first, and `held` says whether
+# there is any. A session could once hold one hold only, and a release then lifted it
+# whatever reference it named: such stored releases mean that still. A session
+# snapshotted then has `held` and no `holds`: its one hold shows as UNNAMED_HOLD.
+UNNAMED_HOLD = ""  # no reference is empty
+
+
+def holds_of(aggregate: Any) -> tuple[str, ...]:
+    """The references of the holds the session is under, oldest first."""
+    holds = tuple(aggregate.holds)  # a snapshot keeps the tuple as a list
+    return (UNNAMED_HOLD,) if aggregate.held and not holds else holds
+
+
 class LegalHoldPlaced(Aggregate.Event):
     reference: str
     actor: str
@@ -104,10 +118,14 @@ class LegalHoldPlaced(Aggregate.Event):
     request_digest: str | None
 
     def apply(self, aggregate: Any) -> None:
+        aggregate.holds = (*holds_of(aggregate), self.reference)
         aggregate.held = True
 
 
 class LegalHoldReleased(Aggregate.Event):
+    """The hold placed under `reference` released. One stored when a session could hold
+    one hold only released that hold, whatever reference it named (or none)."""
+
     reference: str
     actor: str
     reason: str | None
@@ -115,7 +133,12 @@ class LegalHoldReleased(Aggregate.Event):
     request_digest: str | None
 
     def apply(self, aggregate: Any) -> None:
-        aggregate.held = False
+        held = holds_of(aggregate)
+        reference = getattr(self, "reference", None)
+        if reference not in held:  # the unnamed hold, or the one hold of an older store
+            reference = UNNAMED_HOLD if UNNAMED_HOLD in held else None
+        aggregate.holds = () if reference is None else tuple(r for r in held if r != reference)
+        aggregate.held = bool(aggregate.holds)
 
 
 class SessionErased(Aggregate.Event):

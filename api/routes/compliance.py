@@ -1,6 +1,6 @@
 """Compliance: erase a session (its content destroyed, its audit trail kept), and place
-or release a legal hold. Admin keys only; each is an event naming who, why and on what
-basis or reference."""
+or release legal holds, each by its reference. Admin keys only; each is an event naming
+who, why and on what basis or reference."""
 
 from __future__ import annotations
 
@@ -64,7 +64,9 @@ def delete_session(
 
 @router.post("/{key}/hold", response_model=WriteResult)
 def place_hold(call: AdminCall, body: HoldIn, response: Response) -> WriteResult:
-    """Place a legal hold: the session cannot be erased (nor by retention) until released."""
+    """Place a legal hold under a reference (a matter), beside any others: the session
+    cannot be erased (nor by retention) until every hold is released. 409 hold_conflict
+    if it is held under this reference already."""
     key, who, ledger = call
     result = ledger.place_hold(key, reference=body.reference, reason=body.reason,
                                tenant=who.tenant, actor=who.actor)  # fmt: skip
@@ -75,7 +77,8 @@ def place_hold(call: AdminCall, body: HoldIn, response: Response) -> WriteResult
 
 @router.post("/{key}/hold/release", response_model=WriteResult)
 def release_hold(call: AdminCall, body: HoldIn, response: Response) -> WriteResult:
-    """Release the legal hold."""
+    """Release the hold placed under this reference; the others stay. 404
+    hold_not_found if the session holds none under it (`details.holds` lists those held)."""
     key, who, ledger = call
     result = ledger.release_hold(key, reference=body.reference, reason=body.reason,
                                  tenant=who.tenant, actor=who.actor)  # fmt: skip

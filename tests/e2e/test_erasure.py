@@ -154,3 +154,38 @@ def test_delete_with_erase_is_erase_for_admins_only(server: tuple[Server, str, P
             assert trail[-1]["event_type"] == "SessionErased"
         missing = http.delete("/v1/sessions/nobody", params=query)
         assert (missing.status_code, missing.json()["error"]["code"]) == (404, "session_not_found")
+
+
+def test_http_holds_are_released_each_by_its_reference(
+    server: tuple[Server, str, Path],
+) -> None:
+    def hold(http: httpx.Client, action: str, reference: str) -> httpx.Response:
+        path = "/v1/sessions/m2/hold" + ("/release" if action == "release" else "")
+        return http.post(path, json={"reference": reference, "reason": action})
+
+    with client(server) as http:
+        assert http.post("/v1/sessions/m2/messages", json={"messages": [
+            {"role": "user", "content": "evidence"}]}).status_code == 200  # fmt: skip
+        for reference in ("CASE-1", "CASE-2"):
+            placed = hold(http, "place", reference)
+            assert placed.status_code == 200, placed.text
+        again = hold(http, "place", "CASE-2")
+        assert (again.status_code, again.json()["error"]["code"]) == (409, "hold_conflict")
+        wrong = hold(http, "release", "WRONG")
+        assert (wrong.status_code, wrong.json()["error"]["code"]) == (404, "hold_not_found")
+        error = wrong.json()["error"]
+        assert "'WRONG'" in error["message"]
+        assert error["details"] == {"reference": "WRONG", "holds": ["CASE-1", "CASE-2"]}
+        assert hold(http, "release", "CASE-1").status_code == 200
+        erase = {"reason": "asked", "basis": "art. 17"}
+        held = http.post("/v1/sessions/m2/erase", json=erase)
+        assert (held.status_code, held.json()["error"]["code"]) == (409, "legal_hold")
+        assert "CASE-2" in held.json()["error"]["message"]
+        assert hold(http, "release", "CASE-2").status_code == 200
+        assert http.post("/v1/sessions/m2/erase", json=erase).status_code == 200
+        trail = http.get("/v1/sessions/m2/events").json()["events"]
+    holds = [(e["event_type"], e["changes"]["reference"]) for e in trail[2:-1]]
+    assert holds == [
+        ("LegalHoldPlaced", "CASE-1"), ("LegalHoldPlaced", "CASE-2"),
+        ("LegalHoldReleased", "CASE-1"), ("LegalHoldReleased", "CASE-2"),
+    ]  # fmt: skip
