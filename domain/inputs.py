@@ -23,6 +23,10 @@ MAX_IDEMPOTENCY_KEY_CHARS = 256
 MAX_ACTOR_CHARS = 256
 MAX_REASON_CHARS = 4096
 _CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f]")
+# The bidirectional formatting controls (embeddings, overrides, isolates, marks): each
+# changes the order text is shown in, so a key holding one can be made to look like
+# another ("Trojan Source", CVE-2021-42574).
+BIDI_CONTROLS = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,11 @@ class Limits:
     # Not a refusal: what an answer keeps of the tool outputs and retrieved nodes it was
     # given is cut to this many bytes (api/llamaindex/provenance.py).
     max_provenance_bytes: int = 256 * 1024
+    # Not refusals of a write: what one read answers at most. A page of the history ends
+    # at this many messages or before these bytes (its first message whatever its size);
+    # a context window over these bytes is refused (AnswerTooLarge).
+    max_page_messages: int = 1000
+    max_answer_bytes: int = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -133,6 +142,18 @@ def check_text(
 
 def check_key(key: object) -> str:
     return check_text(key, "session key", MAX_KEY_CHARS, error=InvalidSessionKey)
+
+
+def new_key_refusal(key: str) -> InvalidSessionKey | None:
+    """Why a new session may not take `key`, a checked key, or None. Only new sessions:
+    one stored under such a key before is read, written and erased as before."""
+    if BIDI_CONTROLS.search(key):
+        return InvalidSessionKey(
+            "a new session's key must not contain bidirectional control characters "
+            "(U+202A to U+202E, U+2066 to U+2069, U+200E, U+200F, U+061C): they change "
+            "the order the key is shown in"
+        )
+    return None
 
 
 def check_tenant(tenant: object) -> str:

@@ -36,7 +36,7 @@ from .errors import (
     SessionNotFound,
     VersionConflict,
 )
-from .inputs import check_key, check_write_options, request_digest
+from .inputs import check_key, check_write_options, new_key_refusal, request_digest
 from .messages import ChatMessage
 from .observer import WRITE, LedgerObserver
 from .ports import OutcomeUnknown, PriorWrite, SessionViews, WriteBatch, WriteResult
@@ -98,7 +98,10 @@ class WriteLoop:
         # A new session is known from the cache alone: none cached, and the write creates.
         # Not with sealing on: a session's first write makes its data key in a transaction
         # of its own, which must not happen for a session that exists, stored clear.
-        guess_new = create and expected_version in (None, 0) and not self.views.can_seal()
+        refused_if_new = new_key_refusal(key) if create else None
+        # Nor for a key no new session may take: a stored one with it must be found.
+        guess_new = (create and expected_version in (None, 0) and not self.views.can_seal()
+                     and refused_if_new is None)  # fmt: skip
         # (A failed guess is not a lost race: it does not use up one of the attempts.)
         for attempt in range(self.write_retries + guess_new):
             if idempotency_key is not None:
@@ -119,6 +122,8 @@ class WriteLoop:
             if session is None:
                 if not create:
                     raise SessionNotFound(tenant, key)
+                if refused_if_new is not None:
+                    raise refused_if_new
                 session = Session(tenant=tenant, key=key, **audit)
             first_message_id = session.next_message_id
             removed: tuple[ChatMessage, ...] = command(session, audit) or ()

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from session_ledger.domain import inputs
 from session_ledger.domain.errors import (
     InvalidInput,
     InvalidMessage,
@@ -84,6 +85,43 @@ def test_bad_session_keys(seeded: Ledger, key: object) -> None:
     with pytest.raises(InvalidSessionKey):
         seeded.get_all(key)  # type: ignore[arg-type]
     assert_untouched(seeded)
+
+
+# The bidirectional controls: each changes the order a key is shown in, so one key can be
+# made to look like another.
+BIDI_CONTROLS = ["\u202a", "\u202b", "\u202c", "\u202d", "\u202e",
+                 "\u2066", "\u2067", "\u2068", "\u2069", "\u200e", "\u200f", "\u061c"]  # fmt: skip
+
+
+@pytest.mark.parametrize("control", BIDI_CONTROLS)
+def test_a_new_session_key_with_a_bidi_control_is_refused(seeded: Ledger, control: str) -> None:
+    key = f"invoice{control}txt.exe"
+    for call in (
+        lambda: seeded.put(key, GOOD),
+        lambda: seeded.put_messages(key, [GOOD]),
+        lambda: seeded.set(key, [GOOD]),
+        lambda: seeded.open_stream(key),
+    ):
+        with pytest.raises(InvalidSessionKey, match="bidirectional"):
+            call()
+    assert seeded.keys() == ["s"]
+    assert_untouched(seeded)
+
+
+def test_a_session_whose_key_holds_a_bidi_control_already_stays_usable(
+    ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stored before the refusal: read, written and erasable as before (refusing its key
+    now would lock its owner, and an erasure, out of it)."""
+    key = "old\u202ekey"
+    with monkeypatch.context() as before:
+        before.setattr(inputs, "BIDI_CONTROLS", re.compile("(?!)"))
+        ledger.put(key, GOOD)
+    assert [m.content for m in ledger.get_all(key)] == ["fine"]
+    ledger.put(key, {"role": "assistant", "content": "more"})
+    ledger.set(key, [GOOD])
+    assert ledger.head(key).message_count == 1
+    assert ledger.keys() == [key]
 
 
 def test_empty_writes(seeded: Ledger) -> None:
