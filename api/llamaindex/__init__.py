@@ -14,7 +14,7 @@ Each works on an in-process `Ledger` (`ledger=`, or a database `url=`) or on a
 session-ledger server (`url="http(s)://..."`, API key from `api_key=` or LEDGER_API_KEY).
 """
 
-from .backend import API_KEY_ENV
+from .api_keys import API_KEY_ENV
 from .chat_store import LedgerChatStore
 from .db_chat_store import LedgerDBChatStore
 from .memory import LedgerMemory

@@ -25,8 +25,8 @@ from session_ledger.domain.tokens import NamedTokenizer
 from ..client import LedgerAPIError, LedgerClient
 from ..client_async import AsyncLedgerClient
 from ..schemas import Message
+from .api_keys import KEYS, fingerprint
 
-API_KEY_ENV = "LEDGER_API_KEY"  # the remote API key, when none is passed in
 DATABASE_URL_ENV = "LEDGER_DATABASE_URL"  # supplies a local URL's password on restore
 KEYS_PAGE = 1000
 CLEARED = "HistoryCleared"
@@ -43,6 +43,8 @@ class Head(NamedTuple):
 
 class Backend(Protocol):
     """The calls the adapters make; `a`-prefixed twins are coroutines."""
+
+    key_fingerprint: str | None  # a server's: which API key (api_keys.py); None in process
 
     def head(self, key: str) -> Head | None: ...
     def get(self, key: str, token_limit: int | None, initial_token_count: int) -> list[dict]: ...
@@ -63,6 +65,7 @@ class LocalBackend:
         tokenizer: Callable[[str], Any] | None = None,
     ) -> None:  # fmt: skip
         self.ledger, self.tenant = ledger, tenant
+        self.key_fingerprint = None
         self.write = {"tenant": tenant, "actor": actor}
         self.tokenizer = NamedTokenizer("caller", tokenizer) if tokenizer else None
 
@@ -125,11 +128,10 @@ class LocalBackend:
 class RemoteBackend:
     """A session-ledger server; the API key decides the tenant and is the actor."""
 
-    def __init__(self, base_url: str, api_key: str | None, *, timeout: float = 30.0) -> None:
+    def __init__(self, base_url: str, api_key: str, *, timeout: float = 30.0) -> None:
         self.base_url, self.timeout = base_url, timeout
-        self._api_key = api_key or os.environ.get(API_KEY_ENV)
-        if not self._api_key:
-            raise InvalidInput(f"no API key for {base_url}: pass api_key= or set {API_KEY_ENV}")
+        self._api_key = api_key
+        self.key_fingerprint = fingerprint(api_key)
         self.client = LedgerClient(base_url, self._api_key, timeout=timeout)
         # httpx's async pool belongs to one event loop; sync wrappers may run several.
         self._async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncLedgerClient]
@@ -292,8 +294,10 @@ def open_local(url: str) -> Ledger:
 def make_backend(
     *, ledger: Ledger | None, url: str | None, api_key: str | None, tenant: str | None,
     actor: str | None, tokenizer: Callable[[str], Any] | None = None,
+    saved_key: str | None = None,
 ) -> Backend:  # fmt: skip
-    """The backend named by `ledger` (in-process) or `url` (http(s):// or a database URL)."""
+    """The backend named by `ledger` (in-process) or `url` (http(s):// or a database URL);
+    `saved_key`: the fingerprint of the API key a saved adapter used (api_keys.py)."""
     if ledger is not None:
         return LocalBackend(ledger, tenant=tenant, actor=actor, tokenizer=tokenizer)
     if url is None:
@@ -307,5 +311,5 @@ def make_backend(
                 "tenant, actor and tokenizer_fn are the server's to decide (the API key "
                 "names the tenant and actor; LEDGER_TOKENIZER the tokenizer)"
             )
-        return RemoteBackend(url, api_key)
+        return RemoteBackend(url, KEYS.key_for(url, api_key, saved_key))
     return LocalBackend(open_local(url), tenant=tenant, actor=actor, tokenizer=tokenizer)

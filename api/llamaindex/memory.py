@@ -4,8 +4,9 @@ window, and whose `chat_store` is a `LedgerChatStore` on the same ledger.
 `get` returns exactly what `ChatMemoryBuffer.get` returns for the same history, token
 limit and tokenizer, but reads only the newest messages' stored token counts (O(window))
 instead of re-tokenizing the whole history on every turn. Every method has a native
-async twin. `to_dict()` / `from_dict()` round-trip (LlamaIndex workflows save memory
-that way) and never hold a secret; see `target` for how the key comes back. Code
+async twin. `to_dict()` / `from_dict()` and `to_string()` / `from_string()` round-trip
+(LlamaIndex workflows save memory that way) and never hold a secret; see `target` for
+how the key comes back. Code
 written against `ChatMemoryBuffer` that reaches `memory.chat_store` (with
 `memory.chat_store_key`) reads and writes the same session.
 """
@@ -82,6 +83,15 @@ class LedgerMemory(LedgerTarget, BaseChatStoreMemory):
         if chat_history is not None:
             memory.set(chat_history)
         return memory
+
+    def to_string(self) -> str:
+        """The settings as JSON (ChatMemoryBuffer.to_string); no secret, no messages."""
+        return self.to_json()
+
+    @classmethod
+    def from_string(cls, json_str: str, **kwargs: Any) -> LedgerMemory:
+        """Restore from `to_string`; `kwargs` as `from_dict`'s."""
+        return cls.from_json(json_str, **kwargs)
 
     def get(
         self, input: str | None = None, initial_token_count: int = 0, **kwargs: Any

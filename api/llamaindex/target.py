@@ -2,9 +2,10 @@
 
 `url` is `http(s)://...` (a session-ledger server) or a database URL (`sqlite:///...`,
 `postgresql://...`, opened in this process); or pass `ledger=` (an in-process Ledger).
-Serialized adapters record the URL without any password and never the API key: on
-restore the key comes from `api_key=` or the `LEDGER_API_KEY` environment variable, and
-a database password from `LEDGER_DATABASE_URL` (when it names the same database).
+Serialized adapters record the URL without any password and never the API key, only
+its fingerprint: on restore the key is the one this process was given under that
+fingerprint, else `api_key=` or the `LEDGER_API_KEY` environment variable (the same key);
+a database password comes from `LEDGER_DATABASE_URL` (when it names the same database).
 """
 
 from __future__ import annotations
@@ -39,6 +40,11 @@ class LedgerTarget(BaseModel):
     actor: str | None = Field(
         default=None, description="In-process only: who the audit trail names as writer."
     )
+    api_key_fingerprint: str | None = Field(
+        default=None,
+        description="Server only: which API key (the start of its sha256, never the key); "
+        "a restore finds the key again by it (api_keys.py).",
+    )
     _backend: Backend = PrivateAttr()
 
     def __init__(
@@ -50,11 +56,14 @@ class LedgerTarget(BaseModel):
         url = data.get("url")
         if url is not None:
             data["url"] = without_password(url)
-        super().__init__(**data)
-        self._backend = backend or make_backend(
-            ledger=ledger, url=url, api_key=api_key, tenant=self.tenant, actor=self.actor,
-            tokenizer=tokenizer_fn,
+        backend = backend or make_backend(
+            ledger=ledger, url=url, api_key=api_key, tenant=data.get("tenant"),
+            actor=data.get("actor"), tokenizer=tokenizer_fn,
+            saved_key=data.get("api_key_fingerprint"),
         )  # fmt: skip
+        data["api_key_fingerprint"] = backend.key_fingerprint
+        super().__init__(**data)
+        self._backend = backend
 
     def to_dict(self, **kwargs: Any) -> dict[str, Any]:
         """The settings (no secret) and `class_name`, for `from_dict`."""
