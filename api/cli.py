@@ -11,7 +11,6 @@ database anyway), so they need no API key.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -29,6 +28,7 @@ from session_ledger.domain.ports import ChainReport
 
 from .keystore import KeyNotFound, KeyStore, open_key_store
 from .settings import Settings
+from .terminal import echo, json_text, secho
 
 cli = typer.Typer(name="session-ledger", no_args_is_help=True, add_completion=False,
                   help="Event-sourced conversation memory for LLM agents.")  # fmt: skip
@@ -50,7 +50,7 @@ def load_settings(database_url: str | None = None, **overrides: Any) -> Settings
         problems = "; ".join(
             f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors()
         )
-        typer.secho(f"error: invalid settings: {problems}", err=True, fg=typer.colors.RED)
+        secho(f"error: invalid settings: {problems}", err=True, fg=typer.colors.RED)
         raise typer.Exit(2) from None
 
 
@@ -71,7 +71,7 @@ def failing_cleanly() -> Iterator[None]:
     try:
         yield
     except (LedgerError, KeyNotFound) as exc:
-        typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
+        secho(f"error: {exc}", err=True, fg=typer.colors.RED)
         raise typer.Exit(1) from None
 
 
@@ -106,9 +106,9 @@ def audit(
         entries = ledger.audit(key, tenant=tenant, after_version=after, limit=limit)
     for e in entries:
         why = f"  reason: {e.reason}" if e.reason else ""
-        typer.echo(f"v{e.version}  {e.recorded_at:%Y-%m-%d %H:%M:%S}  {e.event_type:<17} "
-                   f"by {e.actor}{why}")  # fmt: skip
-        typer.echo(f"    {json.dumps(e.changes, ensure_ascii=False)[:500]}")
+        echo(f"v{e.version}  {e.recorded_at:%Y-%m-%d %H:%M:%S}  {e.event_type:<17} "
+             f"by {e.actor}{why}")  # fmt: skip
+        echo(f"    {json_text(e.changes)[:500]}")
 
 
 @cli.command()
@@ -137,16 +137,16 @@ def rebuild(
         assert isinstance(views, SQLViews)
         if not check:
             count = rebuilding.rebuild(views, ledger.mapper, ledger.tokenizer, progress=progress)
-            typer.echo(f"\nrebuilt the views from {count:,} events", err=True)
+            echo(f"\nrebuilt the views from {count:,} events", err=True)
             return
         differences = rebuilding.check(views, ledger.mapper, ledger.tokenizer, progress=progress)
-    typer.echo("", err=True)
+    echo("", err=True)
     for line in differences:
-        typer.echo(line)
+        echo(line)
     if differences:
-        typer.echo(f"{len(differences)} differences (at most 20 are listed)", err=True)
+        echo(f"{len(differences)} differences (at most 20 are listed)", err=True)
         raise typer.Exit(1)
-    typer.echo("the views match the events", err=True)
+    echo("the views match the events", err=True)
 
 
 @cli.command()
@@ -176,7 +176,7 @@ def verify(
 
         with failing_cleanly():
             problems = verify_checkpoints(settings, checkpoint, public_key, tenant)
-        typer.echo(f"{problems} problems found", err=True)
+        echo(f"{problems} problems found", err=True)
         if problems:
             raise typer.Exit(1)
         return
@@ -192,12 +192,12 @@ def verify(
             checked += 1
             where = f"{report.tenant}/{report.key}"
             if report.intact:
-                typer.echo(f"ok      {where}  {report.versions} events  head {report.head}")
+                echo(f"ok      {where}  {report.versions} events  head {report.head}")
             else:
                 broken += 1
-                typer.echo(f"BROKEN  {where}  at version {report.first_bad_version}: "
-                           f"{report.problem}")  # fmt: skip
-    typer.echo(f"{checked} sessions checked, {broken} broken", err=True)
+                echo(f"BROKEN  {where}  at version {report.first_bad_version}: "
+                     f"{report.problem}")  # fmt: skip
+    echo(f"{checked} sessions checked, {broken} broken", err=True)
     if broken:
         raise typer.Exit(1)
 
@@ -270,7 +270,7 @@ def export(
             partial.replace(output)
         finally:
             partial.unlink(missing_ok=True)
-    typer.echo(f"exported session {key!r} to {output}", err=True)
+    echo(f"exported session {key!r} to {output}", err=True)
 
 
 def main() -> None:

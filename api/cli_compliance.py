@@ -18,6 +18,7 @@ from session_ledger.domain.errors import InvalidInput
 
 from .cli import DatabaseUrl, Tenant, cli, failing_cleanly, load_settings, opened_ledger
 from .settings import Settings
+from .terminal import echo, secho
 
 retention_cli = typer.Typer(no_args_is_help=True, help="Apply the retention policy.")
 cli.add_typer(retention_cli, name="retention")
@@ -46,7 +47,7 @@ def erase(
     with failing_cleanly(), opened_ledger(settings) as ledger:
         result = ledger.erase(key, reason=reason, basis=basis, actor=_operator(),
                               tenant=tenant or settings.default_tenant)  # fmt: skip
-    typer.echo(f"erased {key!r}: SessionErased is version {result.version}")
+    echo(f"erased {key!r}: SessionErased is version {result.version}")
 
 
 @cli.command("encrypt-existing")
@@ -69,9 +70,9 @@ def encrypt_existing(database_url: DatabaseUrl = None) -> None:
                                file=sys.stderr, show_pos=True) as bar:  # fmt: skip
             for _, _, now in bar:
                 sealed += now
-        typer.echo(f"sealed {sealed} sessions stored clear; the other {total - sealed} were "
-                   "sealed already or erased", err=True)  # fmt: skip
-        typer.echo(views.drop_old_bytes(), err=True)
+        echo(f"sealed {sealed} sessions stored clear; the other {total - sealed} were "
+             "sealed already or erased", err=True)  # fmt: skip
+        echo(views.drop_old_bytes(), err=True)
 
 
 @hold_cli.command("place")
@@ -85,7 +86,7 @@ def hold_place(
     with failing_cleanly(), opened_ledger(settings) as ledger:
         result = ledger.place_hold(key, reference=reference, reason=reason, actor=_operator(),
                                    tenant=tenant or settings.default_tenant)  # fmt: skip
-    typer.echo(f"{key!r} is under legal hold {reference!r} from version {result.version}")
+    echo(f"{key!r} is under legal hold {reference!r} from version {result.version}")
 
 
 @hold_cli.command("release")
@@ -99,7 +100,7 @@ def hold_release(
         result = ledger.release_hold(key, reference=reference, reason=reason,
                                      actor=_operator(),
                                      tenant=tenant or settings.default_tenant)  # fmt: skip
-    typer.echo(f"{key!r}: legal hold {reference!r} released at version {result.version}")
+    echo(f"{key!r}: legal hold {reference!r} released at version {result.version}")
 
 
 @retention_cli.command("apply")
@@ -120,16 +121,16 @@ def retention_apply(
     with failing_cleanly():
         rules = parse_retention(settings.retention)
         if not rules:
-            typer.echo("no retention rules: set LEDGER_RETENTION", err=True)
+            echo("no retention rules: set LEDGER_RETENTION", err=True)
             return
         with opened_ledger(settings) as ledger:
             count = 0
             for action in ledger.retention(rules, at, dry_run=dry_run):
                 count += 1
-                typer.echo(f"{action.action:<6}  {action.tenant}/{action.key}  last write "
-                           f"{action.last_write:%Y-%m-%d %H:%M:%S}  {action.reason}")  # fmt: skip
-    typer.echo(f"{count} sessions past their retention{' (dry run)' if dry_run else ''}",
-               err=True)  # fmt: skip
+                echo(f"{action.action:<6}  {action.tenant}/{action.key}  last write "
+                     f"{action.last_write:%Y-%m-%d %H:%M:%S}  {action.reason}")  # fmt: skip
+    echo(f"{count} sessions past their retention{' (dry run)' if dry_run else ''}",
+         err=True)  # fmt: skip
 
 
 def start_retention_timer(
@@ -152,9 +153,9 @@ def start_retention_timer(
                 with opened_ledger(settings) as ledger:
                     for action in ledger.retention(rules, clock(), dry_run=False):
                         if action.action == "erased":
-                            typer.echo(f"retention erased {action.tenant}/{action.key}", err=True)
+                            echo(f"retention erased {action.tenant}/{action.key}", err=True)
             except Exception as exc:  # the server goes on; the next round tries again
-                typer.secho(f"retention failed: {type(exc).__name__}: {exc}", err=True)
+                secho(f"retention failed: {type(exc).__name__}: {exc}", err=True)
 
     threading.Thread(target=run, name="retention", daemon=True).start()
     return stop

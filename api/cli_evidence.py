@@ -23,6 +23,7 @@ from session_ledger.domain.ports import ChainReport
 
 from .cli import DatabaseUrl, cli, failing_cleanly, load_settings, opened_ledger
 from .settings import Settings
+from .terminal import echo, secho
 
 
 @cli.command("checkpoint-keys")
@@ -37,9 +38,9 @@ def checkpoint_keys(
     try:
         fingerprint = generate_keys(private, public)
     except OSError as exc:
-        typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
+        secho(f"error: {exc}", err=True, fg=typer.colors.RED)
         raise typer.Exit(2) from None
-    typer.echo(f"key id {fingerprint}\nprivate key: {private}\npublic key: {public}")
+    echo(f"key id {fingerprint}\nprivate key: {private}\npublic key: {public}")
 
 
 @cli.command()
@@ -54,7 +55,7 @@ def checkpoint(
     settings = load_settings(database_url)
     with failing_cleanly(), opened_ledger(settings) as ledger:
         for path in make_checkpoints(settings, ledger, tenant):
-            typer.echo(str(path))
+            echo(str(path))
 
 
 def make_checkpoints(settings: Settings, ledger: Ledger, tenant: str | None = None) -> list[Path]:
@@ -87,7 +88,7 @@ def start_checkpoint_timer(settings: Settings) -> threading.Event | None:
                 with opened_ledger(settings) as ledger:
                     make_checkpoints(settings, ledger)
             except Exception as exc:  # the server goes on; the next round tries again
-                typer.secho(f"checkpoint failed: {type(exc).__name__}: {exc}", err=True)
+                secho(f"checkpoint failed: {type(exc).__name__}: {exc}", err=True)
 
     threading.Thread(target=run, name="checkpoints", daemon=True).start()
     return stop
@@ -120,11 +121,11 @@ def verify_checkpoints(
     for cp, file in loaded:
         for problem in check_checkpoint(cp, public_key):
             problems += 1
-            typer.echo(f"BROKEN  checkpoint {file}: {problem}")
+            echo(f"BROKEN  checkpoint {file}: {problem}")
     for earlier, later in itertools.pairwise(checkpoints):
         for problem in check_growth(earlier, later):
             problems += 1
-            typer.echo(f"BROKEN  checkpoints {earlier.hash[:16]} -> {later.hash[:16]}: {problem}")
+            echo(f"BROKEN  checkpoints {earlier.hash[:16]} -> {later.hash[:16]}: {problem}")
     with opened_ledger(settings) as ledger:
         for report in verify_store(ledger, checkpoints):
             problems += _show(report)
@@ -132,18 +133,18 @@ def verify_checkpoints(
         assert isinstance(views, SQLViews)
         access = verify_access(views, checkpoints)
     for problem in access:
-        typer.echo(f"BROKEN  access log of {checkpoints[0].tenant!r}: {problem}")
+        echo(f"BROKEN  access log of {checkpoints[0].tenant!r}: {problem}")
     if not access:
-        typer.echo(f"ok      access log of {checkpoints[0].tenant!r}")
+        echo(f"ok      access log of {checkpoints[0].tenant!r}")
     return problems + len(access)
 
 
 def _show(report: ChainReport) -> int:
     where = f"{report.tenant}/{report.key}"
     if report.intact:
-        typer.echo(f"ok      {where}  {report.versions} events  head {report.head}")
+        echo(f"ok      {where}  {report.versions} events  head {report.head}")
         return 0
-    typer.echo(f"BROKEN  {where}  at version {report.first_bad_version}: {report.problem}")
+    echo(f"BROKEN  {where}  at version {report.first_bad_version}: {report.problem}")
     return 1
 
 
@@ -176,8 +177,8 @@ def events(
             )  # fmt: skip
             for e in found:
                 why = f"  reason: {e.reason}" if e.reason else ""
-                typer.echo(f"{e.recorded_at:%Y-%m-%d %H:%M:%S}  {e.key!r} v{e.version}  "
-                           f"{e.event_type:<17} by {e.actor}{why}")  # fmt: skip
+                echo(f"{e.recorded_at:%Y-%m-%d %H:%M:%S}  {e.key!r} v{e.version}  "
+                     f"{e.event_type:<17} by {e.actor}{why}")  # fmt: skip
             shown += len(found)
             if cursor is None:
                 break
@@ -202,8 +203,8 @@ def export_package(
         with opened_ledger(settings) as ledger:
             summary = write_rsmf(ledger, tenant, output, exported_by=f"cli:{getpass.getuser()}",
                                  prefix=prefix, start=start, end=end, actor=actor)  # fmt: skip
-        typer.echo(f"exported {summary['conversations']} conversations, {summary['events']} "
-                   f"RSMF events to {output}", err=True)  # fmt: skip
+        echo(f"exported {summary['conversations']} conversations, {summary['events']} "
+             f"RSMF events to {output}", err=True)  # fmt: skip
         return
     with opened_ledger(settings) as ledger, tempfile.TemporaryDirectory(dir=output.parent) as tmp:
         folder = Path(tmp) / "package" if output.suffix == ".tar" else output
@@ -220,8 +221,8 @@ def export_package(
         if output.suffix == ".tar":
             tar_folder(folder, output)
     counts = manifest["counts"]
-    typer.echo(f"exported {counts['sessions']} sessions, {counts['events']} events to {output}",
-               err=True)  # fmt: skip
+    echo(f"exported {counts['sessions']} sessions, {counts['events']} events to {output}",
+         err=True)  # fmt: skip
 
 
 @cli.command("access-log")
@@ -243,13 +244,13 @@ def access_log(
         assert isinstance(views, SQLViews)
         for e in access_entries(views, tenant, after, limit):
             query = json.dumps(e.parameters, ensure_ascii=False)
-            typer.echo(f"{e.seq}  {e.recorded_at}  {e.actor}  {e.role}  {e.action}  "
-                       f"{e.session_key!r}  {e.records} records  {query}")  # fmt: skip
+            echo(f"{e.seq}  {e.recorded_at}  {e.actor}  {e.role}  {e.action}  "
+                 f"{e.session_key!r}  {e.records} records  {query}")  # fmt: skip
         problems = list(verify_access_log(views, tenant)) if verify else []
     for problem in problems:
-        typer.echo(f"BROKEN  access log of {tenant!r}: {problem}")
+        echo(f"BROKEN  access log of {tenant!r}: {problem}")
     if verify:
-        typer.echo("the access log's chain is " + ("broken" if problems else "intact"), err=True)
+        echo("the access log's chain is " + ("broken" if problems else "intact"), err=True)
     if problems:
         raise typer.Exit(1)
 
@@ -278,10 +279,10 @@ def verify_export(
 
         problems = verify_package(Path(file), key)
         for problem in problems:
-            typer.secho(f"BROKEN  {problem}", err=True, fg=typer.colors.RED)
+            secho(f"BROKEN  {problem}", err=True, fg=typer.colors.RED)
         if problems:
             raise typer.Exit(1)
-        typer.echo(f"intact: the package {file}")
+        echo(f"intact: the package {file}")
         return
     if file == "-":
         report = verify(typer.get_binary_stream("stdin"), key)
@@ -290,9 +291,9 @@ def verify_export(
             with open(file, "rb") as lines:
                 report = verify(lines, key)
         except OSError as exc:
-            typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
+            secho(f"error: {exc}", err=True, fg=typer.colors.RED)
             raise typer.Exit(2) from None
     if not report.ok:
-        typer.secho(report.summary(), err=True, fg=typer.colors.RED)
+        secho(report.summary(), err=True, fg=typer.colors.RED)
         raise typer.Exit(1)
-    typer.echo(report.summary())
+    echo(report.summary())

@@ -8,6 +8,7 @@ import typer
 
 from .cli import DatabaseUrl, Tenant, cli, failing_cleanly, key_store, load_settings
 from .keystore import ROLES
+from .terminal import echo
 
 keys_cli = typer.Typer(no_args_is_help=True, help="Create, list and revoke API keys.")
 cli.add_typer(keys_cli, name="keys")
@@ -24,7 +25,7 @@ def keys_create(
     settings = load_settings(database_url)
     with failing_cleanly(), key_store(settings) as store:
         record, secret = store.create(tenant or settings.default_tenant, role, name)
-    typer.echo(f"id: {record.id}\ntenant: {record.tenant}\nrole: {record.role}\nkey: {secret}")
+    echo(f"id: {record.id}\ntenant: {record.tenant}\nrole: {record.role}\nkey: {secret}")
 
 
 @keys_cli.command("list")
@@ -35,7 +36,7 @@ def keys_list(tenant: Tenant = None, database_url: DatabaseUrl = None) -> None:
         records = store.list(tenant)
     for r in records:
         state = f"revoked {r.revoked_at:%Y-%m-%d %H:%M}" if r.revoked_at else "active"
-        typer.echo(f"{r.id}  {r.tenant}  {r.role:<7}  {state:<24}  {r.name}")
+        echo(f"{r.id}  {r.tenant}  {r.role:<7}  {state:<24}  {r.name}")
 
 
 @keys_cli.command("revoke")
@@ -44,4 +45,4 @@ def keys_revoke(key_id: str, database_url: DatabaseUrl = None) -> None:
     settings = load_settings(database_url)
     with failing_cleanly(), key_store(settings) as store:
         store.revoke(key_id)
-    typer.echo(f"revoked {key_id}")
+    echo(f"revoked {key_id}")

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from typing import Annotated
 
 import typer
 
 from .cli import DatabaseUrl, Tenant, cli, failing_cleanly, load_settings, opened_ledger
+from .terminal import echo, json_text
 
 
 @cli.command()
@@ -40,10 +40,10 @@ def show(
         document = {"key": key, "tenant": tenant, "version": head.version,
                     "as_of_version": as_of_version, "as_of": as_of and as_of.isoformat(),
                     "messages": [m.to_dict() for m in messages]}  # fmt: skip
-        typer.echo(json.dumps(document, ensure_ascii=False, indent=2))
+        typer.echo(json_text(document, indent=2))  # escaped as JSON, not as text
         return
-    typer.echo(f"session {key!r} (tenant {tenant!r}){point}: now at version {head.version}, "
-               f"{head.message_count} active, {head.archived_count} archived, "
-               f"updated {head.updated_at:%Y-%m-%d %H:%M:%S} UTC")  # fmt: skip
+    echo(f"session {key!r} (tenant {tenant!r}){point}: now at version {head.version}, "
+         f"{head.message_count} active, {head.archived_count} archived, "
+         f"updated {head.updated_at:%Y-%m-%d %H:%M:%S} UTC")  # fmt: skip
     for index, message in enumerate(messages):
-        typer.echo(f"[{index}] {message.role}: {message.content}")
+        echo(f"[{index}] {message.role}: {message.content}")
