@@ -179,11 +179,12 @@ class AsyncLedgerClient:
 
     async def keys(
         self, *, prefix: str = "", cursor: str | None = None, limit: int = 100,
-        exclude_cleared: bool = False,
+        exclude_cleared: bool = False, order: str = "key",
     ) -> SessionKeys:  # fmt: skip
         """One page of session keys; pass `next_cursor` back as `cursor`. `exclude_cleared`
-        leaves out sessions whose last change was a reset."""
-        return await self._send(Requests.keys(prefix, cursor, limit, exclude_cleared))
+        leaves out sessions whose last change was a reset; `order="created"` lists them in
+        the order they were made instead of by key."""
+        return await self._send(Requests.keys(prefix, cursor, limit, exclude_cleared, order))
 
     async def create_key(self, role: str, name: str = "") -> CreatedApiKey:
         """A new API key of the caller's tenant (admin only); `.key` is its secret."""

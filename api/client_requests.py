@@ -231,11 +231,14 @@ class Requests:
 
     @staticmethod
     def keys(
-        prefix: str, cursor: str | None, limit: int, exclude_cleared: bool = False
-    ) -> Request[SessionKeys]:
+        prefix: str, cursor: str | None, limit: int, exclude_cleared: bool = False,
+        order: str = "key",
+    ) -> Request[SessionKeys]:  # fmt: skip
         params: dict[str, Any] = {"prefix": prefix, "limit": limit}
         if exclude_cleared:
             params["exclude_cleared"] = "true"
+        if order != "key":
+            params["order"] = order
         if cursor is not None:
             params["cursor"] = cursor
         return Request("GET", "/v1/sessions", SessionKeys, params)

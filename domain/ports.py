@@ -21,6 +21,11 @@ T = TypeVar("T")
 ACTIVE = "active"
 ARCHIVED = "archived"
 STATUSES = (ACTIVE, ARCHIVED)
+# The orders session keys are listed in: by key, or in the order the sessions were made
+# (their first write; LlamaIndex's SimpleChatStore lists its keys so).
+KEY_ORDER = "key"
+CREATED_ORDER = "created"
+KEY_ORDERS = (KEY_ORDER, CREATED_ORDER)
 
 
 class OutcomeUnknown(IntegrityError):
@@ -222,8 +227,11 @@ class SessionViews(Protocol):
     ) -> SessionHead | None: ...
 
     def session_keys(
-        self, tenant: str, prefix: str, after: str | None, limit: int, exclude_cleared: bool = False
-    ) -> list[str]: ...
+        self, tenant: str, prefix: str, after: str | None, limit: int,
+        exclude_cleared: bool = False, order: str = KEY_ORDER,
+    ) -> list[str]:  # fmt: skip
+        """A page of a tenant's keys in `order`, after the key `after` (in that order)."""
+        ...
 
     def prior_write(
         self, session_id: uuid.UUID, write_id: str, since: int | None = None

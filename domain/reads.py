@@ -20,7 +20,7 @@ from .inputs import (
 )
 from .messages import ChatMessage
 from .observer import READ_HISTORY, READ_WINDOW, LedgerObserver
-from .ports import STATUSES, MessagesRead, SessionHead, SessionViews, T
+from .ports import KEY_ORDER, KEY_ORDERS, STATUSES, MessagesRead, SessionHead, SessionViews, T
 from .session import session_id
 from .tokens import NamedTokenizer, check_window_arguments
 
@@ -155,19 +155,24 @@ class Reads:
 
     def keys(
         self, *, tenant: str | None = None, prefix: str = "", after: str | None = None,
-        limit: int = 100, exclude_cleared: bool = False,
+        limit: int = 100, exclude_cleared: bool = False, order: str = KEY_ORDER,
     ) -> list[str]:  # fmt: skip
-        """Session keys of a tenant in order, from after `after`, starting with `prefix`;
+        """Session keys of a tenant in `order` ("key", or "created": the order the sessions
+        were made in), from after the key `after` in that order, starting with `prefix`;
         `exclude_cleared`: not those whose last change was a reset or an erasure (what
         LlamaIndex's chat stores list as keys: a reset deletes the key there)."""
         check_limit("limit", limit, 10_000)
         check_text(prefix, "prefix", MAX_KEY_CHARS, allow_empty=True)
         if after is not None:
             check_key(after)
+        if order not in KEY_ORDERS:
+            raise InvalidInput(f"order must be one of {', '.join(KEY_ORDERS)}; got {order!r}")
         tenant = self._tenant(tenant)
         return self._query(
             None, None, None,
-            lambda views: views.session_keys(tenant, prefix, after, limit, exclude_cleared),
+            lambda views: views.session_keys(
+                tenant, prefix, after, limit, exclude_cleared, order
+            ),
         )  # fmt: skip
 
     def _query(

@@ -130,6 +130,12 @@ FEED = (
     "ALTER TABLE ledger_events ALTER COLUMN tx SET DEFAULT pg_current_xact_id()",
     "CREATE INDEX IF NOT EXISTS ledger_events_feed ON ledger_events (tx, notification_id)",
 )
+# Migration 9: a tenant's keys in the order their sessions were made (`session_keys`,
+# LlamaIndex's `get_keys`), read from an index, a page at a time.
+SESSIONS_BY_CREATION = (
+    "CREATE INDEX IF NOT EXISTS ledger_sessions_created ON ledger_sessions"
+    " (tenant, created_at, session_key)",
+)
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     tuple(LAYOUT_AT_NUMBERING),
     DATA_KEYS,
@@ -139,6 +145,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     STREAMS,
     ACCESS_LOG_BY_SESSION,
     FEED,
+    SESSIONS_BY_CREATION,
 )
 LATEST = len(MIGRATIONS)
 

@@ -165,9 +165,23 @@ def _access_log_by_session(c: Any) -> None:
         c.execute(statement)
 
 
+# A tenant's keys in the order their sessions were made (`session_keys`, LlamaIndex's
+# `get_keys`), read from an index, a page at a time.
+SESSIONS_BY_CREATION = (
+    "CREATE INDEX IF NOT EXISTS ledger_sessions_created ON ledger_sessions"
+    " (tenant, created_at, session_key)",
+)
+
+
+def _sessions_by_creation(c: Any) -> None:
+    """Migration 8."""
+    for statement in SESSIONS_BY_CREATION:
+        c.execute(statement)
+
+
 MIGRATIONS = (
     _layout_at_numbering, _data_keys, _access_log, _audit_search, _caller_keys_index, _streams,
-    _access_log_by_session,
+    _access_log_by_session, _sessions_by_creation,
 )  # fmt: skip
 LATEST = len(MIGRATIONS)
 

@@ -6,10 +6,17 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
-from session_ledger.domain.ports import PriorWrite, SessionHead
+from session_ledger.domain.ports import KEY_ORDER, PriorWrite, SessionHead
 
 from .dialect import ViewStore
 from .sql import HEAD_VERSION_SELECT, NOT_CLEARED, VERSION_AT, prefix_upper_bound
+
+# After the session of key `after` in the order sessions were made (its start's time,
+# then its key): the cursor of that order is a key, as in key order.
+CREATED_AFTER = (
+    " AND (created_at, session_key) > (SELECT a.created_at, a.session_key"
+    " FROM ledger_sessions a WHERE a.tenant = ? AND a.session_key = ?)"
+)
 
 
 class TimelineReads(ViewStore):
@@ -54,18 +61,26 @@ class TimelineReads(ViewStore):
         )  # fmt: skip
 
     def session_keys(
-        self, tenant: str, prefix: str, after: str | None, limit: int, exclude_cleared: bool = False
-    ) -> list[str]:
+        self, tenant: str, prefix: str, after: str | None, limit: int,
+        exclude_cleared: bool = False, order: str = KEY_ORDER,
+    ) -> list[str]:  # fmt: skip
         cleared = NOT_CLEARED if exclude_cleared else ""
         bound = prefix_upper_bound(prefix)
         upper, below = ((), "") if bound is None else ((bound,), " AND session_key < ?")
+        start: tuple[str, ...]
+        if order == KEY_ORDER:
+            since, start, by = " AND session_key > ?", (after or "",), "session_key"
+        else:  # the order they were made in: the (tenant, created_at, session_key) index
+            since, start, by = "", (), "created_at, session_key"
+            if after is not None:
+                since, start = CREATED_AFTER, (tenant, after)
         with self._reading() as read:
             rows = self._fetch(
                 read,
-                "SELECT session_key FROM ledger_sessions s WHERE tenant = ? AND session_key > ? "
+                f"SELECT session_key FROM ledger_sessions s WHERE tenant = ?{since} "
                 f"AND session_key >= ?{below} AND substr(session_key, 1, ?) = ?"
-                f"{cleared} ORDER BY session_key LIMIT ?",
-                (tenant, after or "", prefix, *upper, len(prefix), prefix, limit),
+                f"{cleared} ORDER BY {by} LIMIT ?",
+                (tenant, *start, prefix, *upper, len(prefix), prefix, limit),
             )
         return [r["session_key"] for r in rows]
 

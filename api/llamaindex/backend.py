@@ -20,6 +20,7 @@ from session_ledger.domain import errors
 from session_ledger.domain.errors import InvalidInput, LedgerError, SessionNotFound
 from session_ledger.domain.ledger import Ledger
 from session_ledger.domain.messages import ChatMessage
+from session_ledger.domain.ports import CREATED_ORDER
 from session_ledger.domain.tokens import NamedTokenizer
 
 from ..client import LedgerAPIError, LedgerClient
@@ -49,7 +50,8 @@ class Backend(Protocol):
     def head(self, key: str) -> Head | None: ...
     def get(self, key: str, token_limit: int | None, initial_token_count: int) -> list[dict]: ...
     def get_all(self, key: str, status: str, offset: int, limit: int | None) -> list[dict]: ...
-    def keys(self, after: str | None) -> tuple[list[str], str | None]: ...  # not cleared
+    # Keys not cleared, in the order their sessions were made (SimpleChatStore's order).
+    def keys(self, after: str | None) -> tuple[list[str], str | None]: ...
     def put_messages(self, key: str, messages: list[dict]) -> None: ...
     def set(self, key: str, messages: list[dict], expected_version: int | None) -> None: ...
     def reset(self, key: str, expected_version: int | None) -> None: ...
@@ -91,8 +93,9 @@ class LocalBackend:
 
     def keys(self, after: str | None) -> tuple[list[str], str | None]:
         page = self.ledger.keys(
-            tenant=self.tenant, after=after, limit=KEYS_PAGE, exclude_cleared=True
-        )
+            tenant=self.tenant, after=after, limit=KEYS_PAGE, exclude_cleared=True,
+            order=CREATED_ORDER,
+        )  # fmt: skip
         return page, (page[-1] if len(page) == KEYS_PAGE else None)
 
     def put_messages(self, key: str, messages: list[dict]) -> None:
@@ -199,7 +202,8 @@ _REMOTE: dict[str, Callable[..., Request]] = {
         "get_all", (key,), {"status": status, "offset": offset, "limit": limit}, _wires
     ),
     "keys": lambda after: (
-        "keys", (), {"cursor": after, "limit": KEYS_PAGE, "exclude_cleared": True},
+        "keys", (), {"cursor": after, "limit": KEYS_PAGE, "exclude_cleared": True,
+                     "order": CREATED_ORDER},
         lambda p: (p.keys, p.next_cursor),
     ),
     "put_messages": lambda key, messages: ("put_messages", (key, messages), {}, _nothing),

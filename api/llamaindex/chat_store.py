@@ -50,7 +50,8 @@ class LedgerChatStore(LedgerTarget, BaseChatStore):
         return from_wire(self._run(plans.delete_last, key))
 
     def get_keys(self) -> list[str]:
-        """The keys that hold messages, sorted."""
+        """The keys not cleared, in the order they were made (SimpleChatStore's: a key
+        cleared and written again keeps its place, where SimpleChatStore moves it last)."""
         return self._run(plans.present_keys)
 
     async def aset_messages(self, key: str, messages: list[LlamaMessage]) -> None:

@@ -175,8 +175,9 @@ def count(key: str, status: str | None) -> Plan[int]:
 
 
 def present_keys() -> Plan[list[str]]:
-    """Every key whose session was not cleared, sorted: a page of keys per request, the
-    store leaving the cleared ones out."""
+    """Every key whose session was not cleared, in the order the sessions were made (as
+    SimpleChatStore lists them): a page of keys per request, the store leaving the
+    cleared ones out."""
     found: list[str] = []
     after: str | None = None
     while True:

@@ -3,7 +3,7 @@ counts, times)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Response
 from pydantic import Field
@@ -42,6 +42,11 @@ class SessionListInputs(RouteInputs):
     limit: int = Field(100, ge=1, le=1000)
     exclude_cleared: bool = Field(False, description="Leave out sessions whose last change "
                                   "was a reset or an erasure.")  # fmt: skip
+    order: Literal["key", "created"] = Field(
+        "key", description="`key`: sorted by key; `created`: in the order the sessions were "
+        "made (their first write), as LlamaIndex's SimpleChatStore lists its keys. Either "
+        "way the cursor is the last key of the page before."
+    )  # fmt: skip
 
 
 @router.get("", response_model=SessionKeys)
@@ -49,9 +54,11 @@ def list_sessions(
     ledger: LedgerDep, who: ReaderDep,
     inputs: Annotated[SessionListInputs, Depends(SessionListInputs.parse)],
 ) -> SessionKeys:  # fmt: skip
-    """The caller's tenant's session keys, sorted, one page at a time."""
+    """The caller's tenant's session keys, sorted by key (or in the order they were
+    made), one page at a time."""
     limit = inputs.limit
     found = ledger.keys(tenant=who.tenant, prefix=inputs.prefix, after=inputs.cursor,
-                        limit=limit + 1, exclude_cleared=inputs.exclude_cleared)  # fmt: skip
+                        limit=limit + 1, exclude_cleared=inputs.exclude_cleared,
+                        order=inputs.order)  # fmt: skip
     page = found[:limit]
     return SessionKeys(keys=page, next_cursor=page[-1] if len(found) > limit else None)

@@ -130,6 +130,28 @@ def test_list_sessions_pages_with_a_cursor(deployment: Deployment) -> None:
         assert seen == keys
 
 
+def test_list_sessions_in_the_order_they_were_made(deployment: Deployment) -> None:
+    """`order=created` pages as key order does: the cursor is the last key of a page."""
+    prefix = f"made-{uuid.uuid4().hex[:8]}/"
+    made = [f"{prefix}{name}" for name in ("c", "a", "e", "b", "d")]
+    with deployment.client("a_agent") as api:
+        for key in made:
+            api.put(key, msg("user", key))
+        api.put(made[1], msg("user", "a later write keeps its place"))
+        seen, cursor = [], None
+        while True:
+            page = api.keys(prefix=prefix, cursor=cursor, limit=2, order="created")
+            seen += page.keys
+            if page.next_cursor is None:
+                break
+            cursor = page.next_cursor
+        assert seen == made
+        assert api.keys(prefix=prefix).keys == sorted(made)
+        with pytest.raises(LedgerAPIError) as refused:
+            api.keys(prefix=prefix, order="newest")
+        assert refused.value.status == 422
+
+
 def test_unknown_session_is_404_on_every_route(deployment: Deployment, session_key: str) -> None:
     with deployment.client("a_agent") as api:
         for call in (

@@ -1,8 +1,9 @@
 """LedgerChatStore answers every BaseChatStore call as LlamaIndex's SimpleChatStore does.
 
 The same scenarios run against both stores, call by call, sync and async: the results
-(messages, None, the exception type) must be equal. Keys are listed in order (ours are
-sorted), so key lists are compared sorted.
+(messages, None, the exception type) must be equal. Both list keys in the order they
+were made; a key cleared and written again keeps its place in ours (SimpleChatStore
+moves it last), so the scenarios that clear keys compare key lists sorted.
 """
 
 from __future__ import annotations
@@ -195,6 +196,54 @@ def test_random_call_sequences_answer_as_simple_chat_store(
         if op[0] == "keys":
             got = [key for key in got if key.startswith(prefix)]
         assert got == expected, op
+
+
+WRITES = st.lists(
+    st.one_of(
+        st.tuples(st.just("set"), st.sampled_from("dbca"), st.lists(MESSAGE, max_size=2)),
+        st.tuples(st.just("add"), st.sampled_from("dbca"), MESSAGE, st.none() | st.integers(-2, 2)),
+        st.tuples(st.just("delete_message"), st.sampled_from("dbca"), st.integers(-2, 2)),
+        st.tuples(st.just("delete_last"), st.sampled_from("dbca")),
+        st.tuples(st.just("keys")),
+    ),
+    max_size=10,
+)  # fmt: skip
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(ops=WRITES)
+def test_get_keys_lists_keys_in_the_order_simple_chat_store_made_them(
+    where: Where, ops: list[tuple[Any, ...]]
+) -> None:
+    simple, ours = SimpleChatStore(), LedgerChatStore(**where.kwargs)
+    prefix = f"{where.prefix}{next(EXAMPLES)}/"
+    k = lambda name: prefix + name  # noqa: E731
+    for op in [*ops, ("keys",)]:
+        if empties_a_key(simple, op, k):
+            continue
+        if op[0] == "keys":
+            expected = simple.get_keys()
+            assert [key for key in ours.get_keys() if key.startswith(prefix)] == expected
+            assert [key for key in asyncio.run(ours.aget_keys()) if key.startswith(prefix)] == (
+                expected
+            )
+        else:
+            assert apply(ours, op, k) == apply(simple, op, k), op
+
+
+def test_a_key_cleared_and_written_again_keeps_its_place(local_ledger: Any) -> None:
+    """The documented difference: SimpleChatStore deletes a cleared key, and a write
+    makes it anew, last; the ledger's session stays the one made first."""
+    simple, ours = SimpleChatStore(), LedgerChatStore(ledger=local_ledger)
+    for store in (simple, ours):
+        for key in ("b", "a"):
+            store.add_message(key, MESSAGES[1])
+        store.delete_messages("b")
+        assert store.get_keys() == ["a"]
+        store.add_message("b", MESSAGES[1])
+    assert (simple.get_keys(), ours.get_keys()) == (["a", "b"], ["b", "a"])
 
 
 @pytest.mark.parametrize("empty", ["set []", "delete each"])
