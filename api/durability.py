@@ -13,6 +13,7 @@ import sqlite3
 import psycopg
 
 from session_ledger.domain.errors import LedgerError, StoreNotReady
+from session_ledger.projections.sqlite_files import create_private
 
 # The server settings whose values lose committed writes in a crash.
 POSTGRES_UNSAFE = {
@@ -44,6 +45,7 @@ def postgres_durability_problems(database_url: str, connect_timeout: int = 10) -
 
 def sqlite_durability_problems(db_name: str) -> list[str]:
     """What keeps this SQLite file from WAL with synchronous=FULL, as the ledger opens it."""
+    create_private(db_name)
     with sqlite3.connect(db_name, uri=True) as conn:
         mode = str(conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]).lower()
         conn.execute("PRAGMA synchronous=FULL")

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from session_ledger.domain.errors import StoreNotReady, StoreUnavailable
+from session_ledger.projections.sqlite_files import create_private
 
 
 class SQLiteConnections:
@@ -76,6 +77,7 @@ class SQLiteConnections:
             conn.close()
 
     def _open(self) -> sqlite3.Connection:
+        create_private(self.path)
         try:
             conn = sqlite3.connect(
                 self.path, timeout=self.lock_timeout, isolation_level=None,

@@ -3,7 +3,8 @@
 There is one: the SQLite connection pool's `_create_connection`, overridden so that each
 connection fsyncs every commit (`synchronous=FULL`) and keeps the prepared statements of
 a write (the library asks sqlite3 for a statement cache of `True`, that is of one
-statement, so every statement of a write was compiled again). Everything else the
+statement, so every statement of a write was compiled again) and makes a new database
+file 0600 first (sqlite_files.py). Everything else the
 ledger uses is the library's public or documented API: `Application.save` with
 `saved_kwargs`, the recorder's `_insert_events` hook (as in the library's
 searchable-timestamps example), `MAPPER_TOPIC`-free mappers (with a master key, the
@@ -21,6 +22,8 @@ import sqlite3
 from eventsourcing.persistence import InterfaceError
 from eventsourcing.sqlite import SQLiteConnection, SQLiteConnectionPool
 
+from .sqlite_files import create_private
+
 STATEMENT_CACHE = 256  # prepared statements kept per connection
 
 
@@ -29,6 +32,7 @@ class DurableSQLitePool(SQLiteConnectionPool):
     commit and keep their prepared statements."""
 
     def _create_connection(self) -> SQLiteConnection:
+        create_private(self.db_name)
         try:
             conn = sqlite3.connect(
                 self.db_name,
