@@ -130,6 +130,8 @@ def open_ledger(
             max_messages_per_write=settings.max_messages_per_write,
             max_write_bytes=settings.max_write_bytes,
             max_provenance_bytes=settings.max_provenance_bytes,
+            max_page_messages=settings.max_page_messages,
+            max_answer_bytes=settings.max_answer_bytes,
         ),
         default_tenant=settings.default_tenant,
         token_limit=settings.token_limit,

@@ -23,6 +23,7 @@ from .client_requests import (
     WrittenVersions,
     client_kwargs,
     export_request,
+    history_pages,
     read_messages,
     retry_wait,
 )  # fmt: skip
@@ -141,10 +142,18 @@ class AsyncLedgerClient:
         as_of_version: int | None = None, as_of: datetime | None = None,
         min_version: int | None = None,
     ) -> list[ChatMessage]:  # fmt: skip
-        """The whole history (or a page of it), oldest first, now or at a past point;
-        `min_version` as in `get`."""
+        """The whole history (or `limit` messages of it), oldest first, now or at a past
+        point, read page by page (all of one version); `min_version` as in `get`."""
         past = AsOf(as_of_version, as_of)
-        return await self._messages(Requests.get_all(key, status, offset, limit, past, min_version))
+        pages = history_pages(
+            Requests.get_all(key, status, offset, limit, past, min_version), limit
+        )
+        try:
+            call = next(pages)
+            while True:
+                call = pages.send(await self._request(call))
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
 
     async def events(self, key: str, *, after: int = 0, limit: int = 100) -> AuditTrail:
         """A page of the session's audit trail; pass `next_after` back as `after`."""

@@ -4,7 +4,7 @@ session key encoded, write-option headers, and parsing answers or raising Ledger
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Generator, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Generic, TypedDict, TypeVar
@@ -22,6 +22,7 @@ from .schemas import (
     AuditTrail,
     CreatedApiKey,
     MessageList,
+    MessagePage,
     SessionHead,
     SessionKeys,
     Status,
@@ -98,12 +99,33 @@ def read_messages(response: httpx.Response) -> list[ChatMessage]:
     """A `MessageList` answer as the values the in-process `Ledger` reads return. The
     server sends each message's stored canonical JSON, validated when it was written,
     so its fields are taken as they are."""
+    return read_page(response)[0]
+
+
+def read_page(response: httpx.Response) -> tuple[list[ChatMessage], str | None]:
+    """A `MessagePage` answer: its messages (as `read_messages`) and its `next_cursor`."""
     if response.status_code >= 400:
         raise LedgerAPIError.from_response(response)
-    return [
-        ChatMessage(m["role"], m["blocks"], m["additional_kwargs"])
-        for m in from_json(response.content)["messages"]
-    ]
+    found = from_json(response.content)
+    messages = [ChatMessage(m["role"], m["blocks"], m["additional_kwargs"])
+                for m in found["messages"]]  # fmt: skip
+    return messages, found.get("next_cursor")
+
+
+def history_pages(
+    first: Request[MessagePage], limit: int | None
+) -> Generator[Request[MessagePage], httpx.Response, list[ChatMessage]]:
+    """The history a read asks for (`first`, its first page), page after page through
+    their cursors until `limit` messages (None: all): a plan each client runs, sending
+    each request yielded and sending its answer back in."""
+    messages, cursor = read_page((yield first))
+    while cursor is not None and (limit is None or len(messages) < limit):
+        params = {"status": first.params["status"], "cursor": cursor}
+        if limit is not None:
+            params["limit"] = limit - len(messages)
+        page, cursor = read_page((yield replace(first, params=params)))
+        messages += page
+    return messages
 
 
 def _write(
@@ -212,11 +234,12 @@ class Requests:
 
     @staticmethod
     def get_all(key: str, status: str, offset: int, limit: int | None, as_of: AsOf,
-                min_version: int | None = None) -> Request[MessageList]:  # fmt: skip
+                min_version: int | None = None) -> Request[MessagePage]:  # fmt: skip
+        """The first page of a history read (`history_pages` reads the others)."""
         params: dict[str, Any] = {"status": status, "offset": offset, **as_of.params()}
         if limit is not None:
             params["limit"] = limit
-        return Request("GET", session_path(key, "/messages"), MessageList,
+        return Request("GET", session_path(key, "/messages"), MessagePage,
                        _at_least(params, min_version), session=key)  # fmt: skip
 
     @staticmethod

@@ -50,6 +50,7 @@ STATUS: dict[type[Exception], tuple[int, str]] = {
     PreconditionFailed: (412, "precondition_failed"),
     RateLimited: (429, "rate_limited"),
     QuotaExceeded: (429, "quota_exceeded"),
+    domain.AnswerTooLarge: (413, "answer_too_large"),
     domain.PayloadTooLarge: (413, "payload_too_large"),
     domain.InvalidInput: (422, "invalid_input"),
     domain.SessionNotFound: (404, "session_not_found"),

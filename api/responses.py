@@ -3,15 +3,21 @@ written from the stored canonical JSON as it is, and the answer of a write."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import Response
+from fastapi.responses import StreamingResponse
 
 from session_ledger.domain.errors import SessionNotFound
 from session_ledger.domain.ports import MessagesRead
 from session_ledger.domain.ports import WriteResult as Written
 
 from .schemas import WriteResult
+
+JSON = "application/json"
+STREAMED_CHARS = 1024 * 1024  # answers of more are encoded and sent in chunks of
+CHUNK_CHARS = 64 * 1024
 
 
 def etag(response: Response, version: int) -> None:
@@ -36,11 +42,53 @@ def message_list(
         raise SessionNotFound(tenant, key)
     if read.version in held:
         return not_modified(read.version)
-    response = Response(
-        ('{"messages":[' + ",".join(read.json()) + "]}").encode(), media_type="application/json"
-    )
+    response = _messages_response(read)
     etag(response, read.version)
     return response
+
+
+def message_page(
+    read: MessagesRead, tenant: str, key: str, held: frozenset[int] = frozenset()
+) -> Response:
+    """A `MessagePage` body, as `message_list` makes a `MessageList`, with the cursor of
+    the page after it (`next_cursor`: of the same version), if one follows."""
+    if read.version == 0:
+        raise SessionNotFound(tenant, key)
+    if read.version in held:
+        return not_modified(read.version)
+    following = "null" if read.next_after is None else f'"{page_cursor(read)}"'
+    response = _messages_response(read, f',"next_cursor":{following}}}'.encode())
+    etag(response, read.version)
+    return response
+
+
+def page_cursor(read: MessagesRead) -> str:
+    """The cursor of the page after `read`: the version it is of and where it ends."""
+    return f"{read.version}-{read.next_after}"
+
+
+def _messages_response(read: MessagesRead, end: bytes = b"}") -> Response:
+    """The messages as a JSON object (`end` closes it). A large answer is encoded and sent
+    a chunk at a time: made whole, it was held four times over (its rows, their JSON
+    joined, that string with its brackets, its bytes)."""
+    texts = read.json()
+    if sum(map(len, texts)) < STREAMED_CHARS:
+        body = ",".join(texts).encode()
+        return Response(b"".join((b'{"messages":[', body, b"]", end)), media_type=JSON)
+    return StreamingResponse(_chunks(texts, end), media_type=JSON)
+
+
+async def _chunks(texts: list[str], end: bytes) -> AsyncIterator[bytes]:
+    yield b'{"messages":['
+    start = 0
+    while start < len(texts):
+        stop, size = start, 0
+        while stop < len(texts) and size < CHUNK_CHARS:
+            size += len(texts[stop])
+            stop += 1
+        yield (("," if start else "") + ",".join(texts[start:stop])).encode()
+        start = stop
+    yield b"]" + end
 
 
 def written(result: Written, answer: type[WriteResult] = WriteResult, status_code: int = 200,

@@ -149,6 +149,16 @@ class MessageList(BaseModel):
     messages: list[Message]
 
 
+class MessagePage(MessageList):
+    """A page of a session's history, oldest first, and where the next one starts."""
+
+    next_cursor: str | None = Field(
+        None,
+        description="Pass as `cursor` for the next page, of the same version as this one "
+        "(the ETag); null on the last page.",
+    )
+
+
 class SessionHead(BaseModel):
     """A session's summary: version, counts and timestamps."""
 

@@ -79,6 +79,19 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(
         40 * 1024 * 1024, ge=1, description="Largest HTTP request body (bytes)."
     )
+    max_page_messages: int = Field(
+        1000,
+        ge=1,
+        description="Most messages in one page of the history (GET .../messages): the page "
+        "size when no `limit` is given, and the most a `limit` gets.",
+    )
+    max_answer_bytes: int = Field(
+        16 * 1024 * 1024,
+        ge=1,
+        description="Most bytes of messages one read answers: a page of the history ends "
+        "before them (its first message whatever its size); a context window over them is "
+        "refused (413 answer_too_large).",
+    )
     write_retries: int = Field(
         100, ge=1, description="Attempts of a write that races other writers."
     )

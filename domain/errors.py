@@ -43,6 +43,13 @@ class PayloadTooLarge(InvalidInput):
     code = "payload_too_large"
 
 
+class AnswerTooLarge(PayloadTooLarge):
+    """A context window over the largest answer the ledger gives (`max_answer_bytes`):
+    a smaller `token_limit` reads it, or the history page by page."""
+
+    code = "answer_too_large"
+
+
 class TokenLimitExceeded(InvalidInput):
     """`initial_token_count` is larger than `token_limit` (as in LlamaIndex)."""
 

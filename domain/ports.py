@@ -156,6 +156,9 @@ class MessagesRead(Protocol):
     the session does not exist), so an answer and its version never disagree."""
 
     version: int
+    # A page of the history that others follow: where the next starts (the `after` of
+    # `SessionViews.history_page`, of the same version). None: the last page, or no page.
+    next_after: int | None
 
     def messages(self) -> list[ChatMessage]:
         """The messages, decoded."""
@@ -197,8 +200,10 @@ class SessionViews(Protocol):
         initial_token_count: int,
         tokenizer: NamedTokenizer | None,
         version: int | None = None,
+        max_bytes: int | None = None,
     ) -> MessagesRead:
-        """The window (`ChatMemoryBuffer.get`) now, or at `version`."""
+        """The window (`ChatMemoryBuffer.get`) now, or at `version`; AnswerTooLarge if its
+        bodies hold more than `max_bytes`, found before they are read."""
         ...
 
     def history(
@@ -210,6 +215,21 @@ class SessionViews(Protocol):
         version: int | None = None,
     ) -> MessagesRead:
         """A page of the history of `status` now, or at `version`."""
+        ...
+
+    def history_page(
+        self,
+        session_id: uuid.UUID,
+        status: str,
+        offset: int,
+        limit: int,
+        max_bytes: int,
+        version: int | None = None,
+        after: int | None = None,
+    ) -> MessagesRead:
+        """Up to `limit` messages of `status` now, or at `version`, from `offset` or after
+        the position `after` (a page's `next_after`), ending before their bodies pass
+        `max_bytes` (the first whatever its size); bodies are read only for the page."""
         ...
 
     def version_at(self, session_id: uuid.UUID, when: datetime) -> int | None: ...

@@ -11,6 +11,7 @@ from typing import Any
 from .errors import InvalidInput, SessionErased, SessionNotFound, StateNotFound
 from .inputs import (
     MAX_KEY_CHARS,
+    Limits,
     check_int,
     check_key,
     check_limit,
@@ -51,6 +52,7 @@ class Reads:
 
     views: SessionViews
     observer: LedgerObserver
+    limits: Limits
     tokenizer: NamedTokenizer
     token_limit: int
     default_tenant: str
@@ -89,7 +91,8 @@ class Reads:
 
         def query(views: SessionViews) -> MessagesRead:
             version = self._version(views, sid, key, tenant, as_of_version, as_of)
-            return views.context_window(sid, limit, initial_token_count, tokenizer, version)
+            return views.context_window(sid, limit, initial_token_count, tokenizer, version,
+                                        self.limits.max_answer_bytes)  # fmt: skip
 
         now = _read_version if as_of_version is None and as_of is None else None
         with self.observer.store_call(READ_WINDOW):
@@ -124,6 +127,39 @@ class Reads:
         def query(views: SessionViews) -> MessagesRead:
             version = self._version(views, sid, key, tenant, as_of_version, as_of)
             return views.history(sid, status, offset, limit, version)
+
+        now = _read_version if as_of_version is None and as_of is None else None
+        with self.observer.store_call(READ_HISTORY):
+            read = self._query(sid, min_version, as_of_version, query, now)
+        return self._unless_erased(read, sid, key)
+
+    def page(
+        self, key: str, *, tenant: str | None = None, status: str = "active", offset: int = 0,
+        limit: int | None = None, after: int | None = None, as_of_version: int | None = None,
+        as_of: datetime | None = None, min_version: int | None = None,
+    ) -> MessagesRead:  # fmt: skip
+        """A page of the history, as one answer holds it: at most `limit` messages (at most
+        the `max_page_messages` limit, also when None), ending before `max_answer_bytes` of
+        them (the first whatever its size), from `offset` or from after a page's
+        `next_after`. Read the page after one with its version as `as_of_version`: the
+        pages of one read are then of one version, whatever was written between them."""
+        if status not in STATUSES:
+            raise InvalidInput(f"status must be one of {', '.join(STATUSES)}; got {status!r}")
+        check_int("offset", offset, least=0)
+        most = self.limits.max_page_messages
+        limit = most if limit is None else min(check_int("limit", limit, least=0), most)
+        if after is not None:
+            check_int("after", after, least=0)
+            if offset or as_of_version is None:
+                raise InvalidInput("a page after another is of its version: give after with "
+                                   "that page's as_of_version, and no offset")  # fmt: skip
+        sid = self._session_id(key, tenant)
+
+        def query(views: SessionViews) -> MessagesRead:
+            version = self._version(views, sid, key, tenant, as_of_version, as_of)
+            return views.history_page(
+                sid, status, offset, limit, self.limits.max_answer_bytes, version, after
+            )
 
         now = _read_version if as_of_version is None and as_of is None else None
         with self.observer.store_call(READ_HISTORY):

@@ -134,14 +134,16 @@ def load_tokenizer(name: str) -> NamedTokenizer:
 
 
 def window_length(
-    tail: Iterable[Sequence[Any]], token_limit: int, initial_token_count: int = 0
-) -> int:
+    tail: Iterable[Sequence[Any]], token_limit: int, initial_token_count: int = 0,
+    at_least: Callable[[int], None] | None = None,
+) -> int:  # fmt: skip
     """How many of the newest messages `ChatMemoryBuffer.get` would return.
 
     `tail` yields the session's messages newest first, each a `TailEntry` or any row that
     starts with the same three fields (role, alone, joined); it is read only as far as
     the window reaches (plus one message, to know whether the history goes on), never to
-    the start of a long session.
+    the start of a long session. `at_least` is called with each length the window is
+    known to reach (the caller may raise there: a window too large to answer).
     """
     check_window_arguments(token_limit, initial_token_count)
     entries = iter(tail)
@@ -156,6 +158,8 @@ def window_length(
             return k if cost <= token_limit else (best or 1)
         if (k == 1 or entry[0] not in CANNOT_OPEN_WINDOW) and cost <= token_limit:
             best = k
+            if at_least is not None:
+                at_least(best)
         following += entry[2]
         if following > token_limit:
             break  # every longer window costs more than the limit

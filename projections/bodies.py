@@ -76,11 +76,14 @@ class StoredMessages:
     """Messages as one read of a view found them, with the session version it read
     (0: the session does not exist). Decoded, or as canonical JSON, on demand."""
 
-    __slots__ = ("rows", "version")
+    __slots__ = ("next_after", "rows", "version")
 
-    def __init__(self, version: int, rows: Sequence[Sequence[Any]]) -> None:
+    def __init__(
+        self, version: int, rows: Sequence[Sequence[Any]], next_after: int | None = None
+    ) -> None:
         self.version = version
         self.rows = rows
+        self.next_after = next_after  # a page's: the message id the next page starts after
 
     def messages(self) -> list[ChatMessage]:
         return decode_bodies(self.rows)

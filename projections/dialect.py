@@ -22,6 +22,7 @@ class ViewStore(ABC):
     """A store of the views in one SQL dialect; subclasses supply the dialect."""
 
     no_limit: Any = -1  # a LIMIT that takes all rows (needed before an OFFSET)
+    body_bytes = "length(message)"  # a row's body size (SQLite: characters, about its bytes)
     # Where rows that ended at a version are looked up (session_id, valid_to = ?).
     ended_rows = "ledger_ended_messages"
     rows_read = 0  # view rows this store fetched: the cost model the tests check
@@ -142,6 +143,26 @@ class ViewStore(ABC):
             if not rows or key(rows[-1]) != key(row):
                 rows.append(row)
         return rows[offset:] if limit is None else rows[offset : offset + limit]
+
+    def _inline_body(self, most: int) -> str:
+        """The body column of a read that leaves out bodies over `most` bytes (NULL):
+        read after the answer is known to hold them (`_large_bodies`), so that no read
+        holds more bodies than its answer. A constant, as a batch size is (see `_rows`)."""
+        return f"CASE WHEN {self.body_bytes} <= {int(most)} THEN message END"
+
+    def _large_bodies(
+        self, read: Reader, sid: Any, status: str, version: int, first: int, last: int,
+        most: int,
+    ) -> dict[int, str]:  # fmt: skip
+        """The bodies over `most` bytes of the `status` rows of `version` with ids from
+        `first` to `last`, by message id (a version's rows never change: any later read
+        finds them, unless the session was erased)."""
+        rows = self._rows(
+            read, ("message_id, message", ()), 0, sid, status, version,
+            f" AND message_id >= ? AND message_id <= ? AND {self.body_bytes} > {int(most)}",
+            (first, last),
+        )  # fmt: skip
+        return {row[0]: row[1] for row in rows}
 
     def _opened(
         self, session_id: uuid.UUID, rows: Sequence[Sequence[Any]], at: int = 1

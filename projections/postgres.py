@@ -59,6 +59,7 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder, SQLViews, PostgresFeed
     """Stores events and their view rows atomically in one PostgreSQL database."""
 
     no_limit = None
+    body_bytes = "octet_length(message)"  # from the stored size: no body detoasted
     event_position = "notification_id"
 
     datastore: BridgingDatastore  # type: ignore[assignment]

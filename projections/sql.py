@@ -27,6 +27,11 @@ TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"  # fixed width, so text order is time orde
 READ_ATTEMPTS = 3  # windows read while writers keep changing the session, then a snapshot
 TAIL_BATCH = 64  # rows per tail read (with bodies); doubles as the window grows
 MAX_TAIL_BATCH = 4096
+# The most bytes of bodies a batch of the tail, or a page of the history, reads with its
+# rows: bodies over their share are left out (NULL) and read once the answer is known to
+# hold them, so a read holds about as much as its answer, however long the session.
+TAIL_BODY_BYTES = 4 * 1024 * 1024  # a batch of 64: bodies up to 64 KiB come with it
+PAGE_INLINE_BYTES = 8192  # a page of 1,000 rows: 8 MiB
 MAX_CHAR = "\U0010ffff"
 
 SESSION_INSERT = (

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import sys
 import uuid
+from collections.abc import Sequence
+from typing import Any
 
 from session_ledger.domain.messages import ChatMessage
 from session_ledger.domain.ports import ACTIVE
 
 from .bodies import StoredMessages, decode_body
 from .dialect import ViewStore
-from .sql import HEAD_VERSION, LIVE
+from .sql import HEAD_VERSION, LIVE, PAGE_INLINE_BYTES
 
 
 class TranscriptReads(ViewStore):
@@ -45,6 +47,66 @@ class TranscriptReads(ViewStore):
             if seen is not None:  # (in one snapshot it always is)
                 break
         return StoredMessages(seen or 0, rows)
+
+    def history_page(
+        self,
+        session_id: uuid.UUID,
+        status: str,
+        offset: int,
+        limit: int,
+        max_bytes: int,
+        version: int | None = None,
+        after: int | None = None,
+    ) -> StoredMessages:
+        if limit == 0:
+            return self.history(session_id, status, offset, 0, version)
+        sid = self._sid(session_id)
+        where, params = ("", ()) if after is None else (" AND message_id > ?", (after,))
+        # Rows (role, small body or NULL, id, size); one more than the page: is there more?
+        columns = f"role, {self._inline_body(PAGE_INLINE_BYTES)}, message_id, {self.body_bytes}"
+        if version is not None:
+            with self._reading_past() as read:
+                rows = self._rows(read, (columns, ()), 2, sid, status, version, where, params,
+                                  limit=limit + 1, offset=offset)  # fmt: skip
+        else:  # as `history`: the version comes with the rows, or a second statement reads it
+            for reading in (self._reading, self.snapshot):
+                with reading() as read:
+                    rows = self._rows(read, (f"{columns}, {HEAD_VERSION} AS seen", (sid,)), 2,
+                                      sid, status, None, where, params, limit=limit + 1,
+                                      offset=offset)  # fmt: skip
+                    if rows:
+                        version = rows[0][4]
+                        break
+                    version = self._version_holding_none(read, sid, status, offset)
+                if version is not None:
+                    return StoredMessages(version, [])
+            else:
+                return StoredMessages(0, [])
+        page: list[tuple[Any, ...]] = []
+        size = 0
+        for row in rows[:limit]:
+            if page and size + row[3] > max_bytes:
+                break
+            page.append(row)
+            size += row[3]
+        following = page[-1][2] if len(page) < len(rows) else None
+        return StoredMessages(version, self._page_bodies(session_id, sid, status, version, page),
+                              following)  # fmt: skip
+
+    def _page_bodies(
+        self, session_id: uuid.UUID, sid: Any, status: str, version: int,
+        page: list[tuple[Any, ...]],
+    ) -> Sequence[Any]:  # fmt: skip
+        """(role, body) of the page's rows, the bodies it left out read now."""
+        left_out = [row[2] for row in page if row[1] is None]
+        if left_out:
+            with self._reading_past() as read:
+                bodies = self._large_bodies(read, sid, status, version, left_out[0],
+                                            left_out[-1], PAGE_INLINE_BYTES)  # fmt: skip
+            if len(bodies) < len(left_out):  # erased since: the ledger says so
+                return []
+            page = [(r[0], bodies[r[2]]) if r[1] is None else r for r in page]
+        return self._opened(session_id, [(row[0], row[1]) for row in page])
 
     def ended_at(self, session_id: uuid.UUID, version: int) -> list[tuple[str, ChatMessage]]:
         """The messages (with their status) that left the history at `version`."""

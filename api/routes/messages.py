@@ -10,6 +10,7 @@ on a SQLite store, else in a worker thread (`deps.short_write`).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Annotated, Any, Literal
@@ -17,7 +18,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Path, Request, Response
 from pydantic import Field
 
-from session_ledger.domain.errors import SessionNotFound
+from session_ledger.domain.errors import InvalidInput, SessionNotFound
 from session_ledger.domain.ledger import Ledger
 from session_ledger.domain.ports import WriteResult as Written
 
@@ -39,8 +40,8 @@ from ..deps import (
     short_write,
 )
 from ..errors import ERROR_RESPONSES, PreconditionFailed
-from ..responses import message_list, written
-from ..schemas import AppendIn, ArchiveIn, MessageList, MessagesIn, WriteResult
+from ..responses import message_list, message_page, written
+from ..schemas import AppendIn, ArchiveIn, MessageList, MessagePage, MessagesIn, WriteResult
 
 router = APIRouter(
     prefix="/v1/sessions", tags=["sessions"], responses=ERROR_RESPONSES,
@@ -78,11 +79,37 @@ class ContextInputs(WindowInputs, ReadInputs):
 
 
 class HistoryInputs(PastInputs, ReadInputs):
-    """Which messages of the history, and what the read must see."""
+    """Which page of the history, and what the read must see."""
 
     status: Literal["active", "archived"] = "active"
     offset: int = Field(0, ge=0, le=BIG)
-    limit: int | None = Field(None, ge=0, le=BIG)
+    limit: int | None = Field(
+        None, ge=0, le=BIG,
+        description="Most messages in the page. Default, and the most a page holds: the "
+        "server's LEDGER_MAX_PAGE_MESSAGES; a page also ends before LEDGER_MAX_ANSWER_BYTES "
+        "of messages. A page with fewer messages than asked is the last only if "
+        "`next_cursor` is null.",
+    )  # fmt: skip
+    cursor: str | None = Field(
+        None, max_length=64,
+        description="`next_cursor` of the page before: the page after it, of the same "
+        "version (not with offset, as_of_version or as_of).",
+    )  # fmt: skip
+
+    def position(self) -> tuple[int | None, int | None]:
+        """(as_of_version, after): the version and the place the cursor names, or the
+        `as_of_version` given and None."""
+        if self.cursor is None:
+            return self.as_of_version, None
+        if self.offset or self.as_of_version is not None or self.as_of is not None:
+            raise InvalidInput("a cursor names its page: give no offset, as_of_version or as_of")
+        found = CURSOR.fullmatch(self.cursor)
+        if found is None:
+            raise InvalidInput("cursor is not one this history returned (its next_cursor)")
+        return int(found[1]), int(found[2])
+
+
+CURSOR = re.compile(r"([1-9][0-9]{0,17})-([0-9]{1,18})")  # responses.page_cursor
 
 
 # The context read first: routes match in order, and it is the hot one.
@@ -155,16 +182,17 @@ async def archive_oldest(
                         ledger.archive_oldest(key, body.count, **kw))  # fmt: skip
 
 
-@router.get("/{key}/messages", response_model=MessageList)
+@router.get("/{key}/messages", response_model=MessagePage)
 def get_history(
     call: Annotated[SessionCall, Depends(on_session(READ, "transcript"))],
     inputs: Annotated[HistoryInputs, Depends(HistoryInputs.parse)],
 ) -> Response:  # fmt: skip
-    """The session's whole history, oldest first, or a page of it (get_all); with
-    `as_of_version` or `as_of`, the history as it stood then (replay)."""
+    """The session's history, oldest first, a page at a time (get_all: follow
+    `next_cursor`); with `as_of_version` or `as_of`, the history as it stood then (replay)."""
     key, who, ledger = call
     options = inputs.read_options()
-    read = ledger.history(key, tenant=who.tenant, status=inputs.status, offset=inputs.offset,
-                          limit=inputs.limit, as_of_version=inputs.as_of_version,
-                          as_of=inputs.as_of, min_version=options.min_version)  # fmt: skip
-    return message_list(read, who.tenant, key, options.held)
+    as_of_version, after = inputs.position()
+    read = ledger.page(key, tenant=who.tenant, status=inputs.status, offset=inputs.offset,
+                       limit=inputs.limit, after=after, as_of_version=as_of_version,
+                       as_of=inputs.as_of, min_version=options.min_version)  # fmt: skip
+    return message_page(read, who.tenant, key, options.held)

@@ -1,0 +1,120 @@
+"""`GET .../messages` answers a page and the cursor of the next, of the first page's version
+whatever is written between; `/context` refuses a window over the answer bytes (413)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from session_ledger.api.app import create_app
+from session_ledger.api.bootstrap import open_ledger
+from session_ledger.api.keystore import MemoryKeyStore
+from session_ledger.api.settings import Settings
+
+PATH = "/v1/sessions/chat"
+PAGE = 3
+
+
+@pytest.fixture
+def http() -> Iterator[TestClient]:
+    settings = Settings(database_url="memory://", tokenizer="whitespace",
+                        max_page_messages=PAGE, max_answer_bytes=4096)  # fmt: skip
+    ledger = open_ledger(settings)
+    store = MemoryKeyStore()
+    _, secret = store.create("acme", "agent")
+    app = create_app(settings, ledger=ledger, key_store=store)
+    try:
+        with TestClient(app, headers={"Authorization": f"Bearer {secret}"}) as client:
+            yield client
+    finally:
+        ledger.close()
+
+
+def put(http: TestClient, *texts: str) -> None:
+    body = {"messages": [{"role": "user", "content": t} for t in texts]}
+    assert http.post(f"{PATH}/messages", json=body).status_code == 200
+
+
+def contents(answer: Any) -> list[str]:
+    return [m["blocks"][0]["text"] for m in answer.json()["messages"]]
+
+
+def read_all(http: TestClient, **params: Any) -> tuple[list[str], list[str]]:
+    """Every page's messages and ETag, following `next_cursor`."""
+    found, tags = [], []
+    answer = http.get(f"{PATH}/messages", params=params)
+    while True:
+        assert answer.status_code == 200, answer.text
+        found += contents(answer)
+        tags.append(answer.headers["ETag"])
+        cursor = answer.json()["next_cursor"]
+        if cursor is None:
+            return found, tags
+        answer = http.get(f"{PATH}/messages", params={"cursor": cursor, **params})
+
+
+def test_pages_follow_their_cursor_to_the_last(http: TestClient) -> None:
+    put(http, *[f"m{i}" for i in range(7)])
+    first = http.get(f"{PATH}/messages")
+    assert contents(first) == ["m0", "m1", "m2"] and first.json()["next_cursor"]
+    found, tags = read_all(http)
+    assert found == [f"m{i}" for i in range(7)] and set(tags) == {'"2"'}
+
+
+def test_a_cursor_keeps_its_version_while_others_write(http: TestClient) -> None:
+    put(http, *[f"m{i}" for i in range(7)])
+    first = http.get(f"{PATH}/messages")
+    put(http, "later")
+    assert http.delete(f"{PATH}/messages/4").status_code == 200
+    second = http.get(f"{PATH}/messages", params={"cursor": first.json()["next_cursor"]})
+    assert contents(second) == ["m3", "m4", "m5"] and second.headers["ETag"] == '"2"'
+    found, tags = read_all(http)
+    assert found == ["m0", "m1", "m2", "m3", "m5", "m6", "later"] and set(tags) == {'"4"'}
+
+
+def test_a_limit_over_the_page_size_gets_a_page_and_a_cursor(http: TestClient) -> None:
+    put(http, *[f"m{i}" for i in range(5)])
+    answer = http.get(f"{PATH}/messages", params={"limit": 1000})
+    assert contents(answer) == ["m0", "m1", "m2"] and answer.json()["next_cursor"]
+    assert read_all(http, limit=2)[0] == [f"m{i}" for i in range(5)]
+    last = http.get(f"{PATH}/messages", params={"offset": 2})
+    assert contents(last) == ["m2", "m3", "m4"] and last.json()["next_cursor"] is None
+
+
+def test_a_page_ends_before_the_answer_bytes(http: TestClient) -> None:
+    put(http, "a" * 3000, "b" * 3000, "c")
+    found = http.get(f"{PATH}/messages")
+    assert [len(t) for t in contents(found)] == [3000] and found.json()["next_cursor"]
+    assert [len(t) for t in read_all(http)[0]] == [3000, 3000, 1]
+
+
+@pytest.mark.parametrize(
+    "params",
+    [{"cursor": "nonsense"}, {"cursor": "0-1"}, {"cursor": "2-1", "offset": 1},
+     {"cursor": "2-1", "as_of_version": 2}, {"cursor": "9" * 65}],
+)  # fmt: skip
+def test_a_cursor_the_history_did_not_give_is_refused(
+    http: TestClient, params: dict[str, Any]
+) -> None:
+    put(http, *[f"m{i}" for i in range(5)])
+    answer = http.get(f"{PATH}/messages", params=params)
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["error"]["code"] in ("invalid_input", "invalid_request")
+
+
+def test_a_cursor_past_the_sessions_versions_is_not_found(http: TestClient) -> None:
+    put(http, "m0")
+    answer = http.get(f"{PATH}/messages", params={"cursor": "9-1"})
+    assert answer.status_code == 404 and answer.json()["error"]["code"] == "state_not_found"
+
+
+def test_a_window_over_the_answer_bytes_is_413(http: TestClient) -> None:
+    put(http, "w " * 1500, "v " * 1500)
+    assert contents(http.get(f"{PATH}/context", params={"token_limit": 1500})) == ["v " * 1500]
+    answer = http.get(f"{PATH}/context", params={"token_limit": 10**9})
+    assert answer.status_code == 413, answer.text
+    error = answer.json()["error"]
+    assert error["code"] == "answer_too_large" and "token_limit" in error["message"]
