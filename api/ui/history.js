@@ -15,9 +15,17 @@ export function pagedHistory(key, version, total, emptyText = "No messages.") {
   async function older() {
     const from = Math.max(0, start - PAGE);
     more.disabled = true;
-    const page = await getJSON(sessionPath(key, "/messages"),
-      { as_of_version: version, offset: from, limit: start - from });
-    list.prepend(...renderMessages(page.messages, from));
+    const wanted = start - from;
+    let page = await getJSON(sessionPath(key, "/messages"),
+      { as_of_version: version, offset: from, limit: wanted });
+    const messages = page.messages;
+    // A page may end before its limit (the server's bytes per answer): its cursor goes on.
+    while (messages.length < wanted && page.next_cursor) {
+      page = await getJSON(sessionPath(key, "/messages"),
+        { cursor: page.next_cursor, limit: wanted - messages.length });
+      messages.push(...page.messages);
+    }
+    list.prepend(...renderMessages(messages, from));
     start = from;
     more.hidden = start === 0;
     more.disabled = false;
