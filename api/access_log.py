@@ -1,14 +1,18 @@
 """Recording reads in the access log (projections/access_log.py), once for every route.
 
-A route that reads a transcript, a window, an audit trail or an export names its read in
-its session dependency, `Depends(on_session(READ, "transcript"))` (deps.py), and a search
-declares `dependencies=[Depends(logged_query("search"))]`; either marks the request when
-the caller's read is to be logged (any read by an auditor or admin key, any export, and an
+Every route that answers a session's content or evidence about it (a transcript, a
+window, an audit trail, a replay, a diff, a stream, a chain check, a head, an export, a
+checkpoint, the access log itself) names its read in its session dependency,
+`Depends(on_session(READ, "transcript"))` (deps.py), or, across sessions,
+`dependencies=[Depends(logged_query("search"))]`; either marks the request when the
+caller's read is to be logged (any read by an auditor or admin key, any export, and an
 agent's reads only when LEDGER_LOG_AGENT_READS is set: an agent reads its window on every
 turn, which would make the log as large as the conversations). The routers'
-`AccessLoggedRoute` then appends the entry when the answer is ready, with the number of
-records it holds; for a streamed export, when the stream ends (with `complete` false if
-the client left early).
+`AccessLoggedRoute` then appends the entry when the answer is ready, with the route's own
+inputs as it parsed them and the number of records the answer holds; for a streamed
+export, when the stream ends (with `complete` false if the client left early).
+`tests/e2e/test_access_log.py` walks the OpenAPI document and fails for a route that
+answers content to an auditor or admin without an entry.
 """
 
 from __future__ import annotations
@@ -27,11 +31,13 @@ from session_ledger.projections.views import SQLViews
 
 from .auth import READ, Principal, require
 from .deps import mark_access
+from .inputs import RouteInputs, route_inputs
 
 EVENT_LINE = b'{"record":"event"'  # an event line of a JSONL export (quotes are escaped inside)
 RECORDS_HEADER = "X-Ledger-Records"  # a streamed answer that counts its records itself
 SSE_EVENT = b"\nevent: "  # an event of a live tail (after its id: line)
 reader = require(READ)
+LISTS = ("messages", "events", "entries", "sessions", "keys")  # an answer's records, by name
 
 
 def logged_query(action: str) -> Callable[..., Awaitable[None]]:
@@ -48,13 +54,14 @@ class AccessLoggedRoute(APIRoute):
 
     def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
         handler = super().get_route_handler()
+        models = route_inputs(self)
 
         async def handle(request: Request) -> Response:
             response = await handler(request)
             access = getattr(request.state, "access", None)
             if access is None or not 200 <= response.status_code < 300:
                 return response
-            record = _recorder(request, *access)
+            record = _recorder(request, *access, await _parameters(request, models))
             if isinstance(response, StreamingResponse):
                 media = response.media_type or ""
                 marker = SSE_EVENT if media.startswith("text/event-stream") else EVENT_LINE
@@ -64,20 +71,43 @@ class AccessLoggedRoute(APIRoute):
                     response.body_iterator, record, media.startswith("text/csv"), marker, known
                 )
                 return response
-            body = json.loads(bytes(response.body))
-            count = len(body.get("messages", body.get("events", [])))
+            count = records_in(json.loads(bytes(response.body)))
             await run_in_threadpool(record, count, True)
             return response
 
         return handle
 
 
+def records_in(body: dict[str, Any]) -> int:
+    """The records a JSON answer holds: the messages, events, entries, sessions or session
+    keys it lists; of a replay, its window's messages; of a diff, the messages its changes
+    remove and add. Any other answer (a head, a stream, a chain check) is one record."""
+    for name in LISTS:
+        if isinstance(body.get(name), list):
+            return len(body[name])
+    if "window" in body:
+        return len(body["window"]["messages"])
+    if "changes" in body:
+        return sum(len(c["removed"]) + len(c["added"]) for c in body["changes"])
+    return 1
+
+
+async def _parameters(request: Request, models: list[type[RouteInputs]]) -> dict[str, Any]:
+    """The route's own inputs, parsed again as the route parsed them (its models, the same
+    call): those the caller gave, typed, never a query key the route does not declare;
+    and its path's inputs beside the session key (a stream's id)."""
+    found: dict[str, Any] = {}
+    for model in models:
+        parsed = await model.parse(request)
+        found |= parsed.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    return found | {name: value for name, value in request.path_params.items() if name != "key"}
+
+
 def _recorder(
-    request: Request, who: Principal, action: str, key: str | None
+    request: Request, who: Principal, action: str, key: str | None, parameters: dict[str, Any]
 ) -> Callable[[int, bool], None]:
     views = request.app.state.ledger.views
     assert isinstance(views, SQLViews)
-    parameters: dict[str, Any] = dict(request.query_params)
 
     def record(records: int, complete: bool) -> None:
         params = parameters if complete else {**parameters, "complete": False}

@@ -25,6 +25,7 @@ from .access_chain import access_step
 from .views import SQLViews
 
 APPEND_RETRIES = 100  # appends that lost the race for a number, before giving up
+LOG_READ = "access log"  # the action of a read of the access log itself
 COLUMNS = "tenant, seq, recorded_at, actor, role, action, session_key, parameters, records, chain"
 
 
@@ -87,6 +88,17 @@ def access_entries(views: SQLViews, tenant: str, after: int, limit: int) -> list
         rows = read(f"SELECT {COLUMNS} FROM ledger_access_log WHERE tenant = ? AND seq > ? "
                     "ORDER BY seq LIMIT ?", (tenant, after, limit))  # fmt: skip
     return _entries(rows)
+
+
+def others_follow(views: SQLViews, tenant: str, after: int, reader: str) -> bool:
+    """Whether the tenant's log holds an entry after number `after` other than `reader`'s
+    own reads of the log: those alone are no reason for it to read on (each read is
+    entered, so a reader paging one entry at a time would never reach the end)."""
+    with views._reading() as read:
+        found = read("SELECT seq FROM ledger_access_log WHERE tenant = ? AND seq > ? AND "
+                     "(actor <> ? OR action <> ?) ORDER BY seq LIMIT 1",
+                     (tenant, after, reader, LOG_READ))  # fmt: skip
+    return bool(found)
 
 
 def session_entries(

@@ -1,5 +1,6 @@
 """The tenant's access log: who read or exported which session, when, with which
-parameters, and how many records (auditor and admin keys)."""
+parameters, and how many records (auditor and admin keys). Reading it is itself entered
+in it, after the page is read: a page never holds the entry of its own read."""
 
 from __future__ import annotations
 
@@ -8,14 +9,23 @@ from typing import Annotated
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field
 
-from session_ledger.projections.access_log import access_entries, verify_access_log
+from session_ledger.projections.access_log import (
+    LOG_READ,
+    access_entries,
+    others_follow,
+    verify_access_log,
+)
 from session_ledger.projections.views import SQLViews
 
+from ..access_log import AccessLoggedRoute, logged_query
 from ..deps import BIG, ExporterDep, LedgerDep
 from ..errors import ERROR_RESPONSES
 from ..inputs import RouteInputs
 
-router = APIRouter(prefix="/v1/access-log", tags=["access log"], responses=ERROR_RESPONSES)
+router = APIRouter(
+    prefix="/v1/access-log", tags=["access log"], responses=ERROR_RESPONSES,
+    route_class=AccessLoggedRoute,
+)  # fmt: skip
 
 
 class AccessLogEntry(BaseModel):
@@ -42,20 +52,23 @@ class AccessLogInputs(RouteInputs):
     verify: bool = Field(False, description="Also recompute the whole chain.")
 
 
-@router.get("", response_model=AccessLogPage)
+@router.get("", response_model=AccessLogPage, dependencies=[Depends(logged_query(LOG_READ))])
 def access_log(
     ledger: LedgerDep, who: ExporterDep,
     inputs: Annotated[AccessLogInputs, Depends(AccessLogInputs.parse)],
 ) -> AccessLogPage:  # fmt: skip
-    """The caller's tenant's access log, oldest first, a page at a time; with `verify`,
-    the problems found recomputing its hash chain (an empty list: intact)."""
+    """The caller's tenant's access log, oldest first, a page at a time; `next_after` is
+    null once nothing follows but the caller's own reads of the log (each read is entered,
+    after its page). With `verify`, the problems found recomputing its hash chain (an
+    empty list: intact)."""
     views = ledger.views
     assert isinstance(views, SQLViews)
     after, limit = inputs.after, inputs.limit
     entries = access_entries(views, who.tenant, after, limit)
+    more = len(entries) == limit and others_follow(views, who.tenant, entries[-1].seq, who.actor)
     return AccessLogPage(
         entries=[AccessLogEntry(**{k: v for k, v in vars(e).items() if k != "tenant"})
                  for e in entries],
-        next_after=entries[-1].seq if len(entries) == limit else None,
+        next_after=entries[-1].seq if more else None,
         problems=list(verify_access_log(views, who.tenant)) if inputs.verify else None,
     )  # fmt: skip

@@ -5,15 +5,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Depends, Request, Response
 
 from session_ledger.domain.errors import CheckpointNotFound
 from session_ledger.projections.checkpoint import latest_path
 
+from ..access_log import AccessLoggedRoute, logged_query
 from ..deps import ReaderDep
 from ..errors import ERROR_RESPONSES
 
-router = APIRouter(prefix="/v1/checkpoints", tags=["checkpoints"], responses=ERROR_RESPONSES)
+router = APIRouter(
+    prefix="/v1/checkpoints", tags=["checkpoints"], responses=ERROR_RESPONSES,
+    route_class=AccessLoggedRoute,
+)  # fmt: skip
 CHECKPOINT_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {
         "description": "The checkpoint file: the signed tree head, its Ed25519 signature "
@@ -23,7 +27,10 @@ CHECKPOINT_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-@router.get("/latest", response_class=Response, responses=CHECKPOINT_RESPONSES)
+@router.get(
+    "/latest", response_class=Response, responses=CHECKPOINT_RESPONSES,
+    dependencies=[Depends(logged_query("checkpoint"))],
+)  # fmt: skip
 def latest_checkpoint(request: Request, who: ReaderDep) -> Response:
     """The newest checkpoint of the caller's tenant, byte for byte as signed and kept."""
     path = latest_path(request.app.state.settings.checkpoint_dir, who.tenant)

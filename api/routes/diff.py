@@ -10,12 +10,17 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends
 from pydantic import Field
 
-from ..deps import BIG, ReadCall
+from ..access_log import AccessLoggedRoute
+from ..auth import READ
+from ..deps import BIG, SessionCall, on_session
 from ..errors import ERROR_RESPONSES
 from ..inputs import RouteInputs
 from ..schemas import HistoryChange, HistoryDiff
 
-router = APIRouter(prefix="/v1/sessions", tags=["replay"], responses=ERROR_RESPONSES)
+router = APIRouter(
+    prefix="/v1/sessions", tags=["replay"], responses=ERROR_RESPONSES,
+    route_class=AccessLoggedRoute,
+)  # fmt: skip
 Kind = Literal["added", "removed", "replaced"]
 KINDS: dict[str, Kind] = {"insert": "added", "delete": "removed", "replace": "replaced"}
 
@@ -53,7 +58,8 @@ class DiffInputs(RouteInputs):
 
 @router.get("/{key}/diff", response_model=HistoryDiff)
 def diff_versions(
-    call: ReadCall, inputs: Annotated[DiffInputs, Depends(DiffInputs.parse)],
+    call: Annotated[SessionCall, Depends(on_session(READ, "diff"))],
+    inputs: Annotated[DiffInputs, Depends(DiffInputs.parse)],
 ) -> HistoryDiff:  # fmt: skip
     """What changed in the session's active history from one version to another: runs of
     messages added, removed and replaced, with their positions."""

@@ -8,12 +8,16 @@ from typing import Annotated
 from fastapi import APIRouter, Depends
 from pydantic import Field
 
+from ..access_log import AccessLoggedRoute, logged_query
 from ..deps import TEXT_PATTERN, LedgerDep, ReaderDep
 from ..errors import ERROR_RESPONSES
 from ..inputs import RouteInputs
 from ..schemas import SessionSummaries, SessionSummary
 
-router = APIRouter(prefix="/v1/session-heads", tags=["sessions"], responses=ERROR_RESPONSES)
+router = APIRouter(
+    prefix="/v1/session-heads", tags=["sessions"], responses=ERROR_RESPONSES,
+    route_class=AccessLoggedRoute,
+)  # fmt: skip
 
 
 class HeadsInputs(RouteInputs):
@@ -23,7 +27,7 @@ class HeadsInputs(RouteInputs):
     limit: int = Field(25, ge=1, le=100)
 
 
-@router.get("", response_model=SessionSummaries)
+@router.get("", response_model=SessionSummaries, dependencies=[Depends(logged_query("heads"))])
 def list_session_heads(
     ledger: LedgerDep, who: ReaderDep,
     inputs: Annotated[HeadsInputs, Depends(HeadsInputs.parse)],

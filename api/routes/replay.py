@@ -9,12 +9,17 @@ from fastapi import APIRouter, Depends, Response
 
 from session_ledger.domain.ledger import Ledger
 
-from ..deps import ReadCall, WindowInputs
+from ..access_log import AccessLoggedRoute
+from ..auth import READ
+from ..deps import SessionCall, WindowInputs, on_session
 from ..errors import ERROR_RESPONSES
 from ..responses import etag
 from ..schemas import ContextWindow, Replay, SessionSummary
 
-router = APIRouter(prefix="/v1/sessions", tags=["replay"], responses=ERROR_RESPONSES)
+router = APIRouter(
+    prefix="/v1/sessions", tags=["replay"], responses=ERROR_RESPONSES,
+    route_class=AccessLoggedRoute,
+)  # fmt: skip
 
 
 def window_tokens(ledger: Ledger, contents: list[str | None], initial_token_count: int) -> int:
@@ -28,7 +33,7 @@ def window_tokens(ledger: Ledger, contents: list[str | None], initial_token_coun
 
 @router.get("/{key}/replay", response_model=Replay)
 def replay_session(
-    call: ReadCall, response: Response,
+    call: Annotated[SessionCall, Depends(on_session(READ, "replay"))], response: Response,
     inputs: Annotated[WindowInputs, Depends(WindowInputs.parse)],
 ) -> Replay:  # fmt: skip
     """The session at a version or a moment (default: now): its head then, and the context

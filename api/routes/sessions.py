@@ -8,18 +8,23 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Depends, Response
 from pydantic import Field
 
-from ..deps import TEXT_PATTERN, LedgerDep, ReadCall, ReaderDep, ReadOptionsDep
+from ..access_log import AccessLoggedRoute, logged_query
+from ..auth import READ
+from ..deps import TEXT_PATTERN, LedgerDep, ReaderDep, ReadOptionsDep, SessionCall, on_session
 from ..errors import ERROR_RESPONSES
 from ..inputs import RouteInputs
 from ..responses import etag, not_modified
 from ..schemas import SessionHead, SessionKeys
 
-router = APIRouter(prefix="/v1/sessions", tags=["sessions"], responses=ERROR_RESPONSES)
+router = APIRouter(
+    prefix="/v1/sessions", tags=["sessions"], responses=ERROR_RESPONSES,
+    route_class=AccessLoggedRoute,
+)  # fmt: skip
 
 
 @router.get("/{key}", response_model=SessionHead)
 def get_session(
-    call: ReadCall, response: Response,
+    call: Annotated[SessionCall, Depends(on_session(READ, "head"))], response: Response,
     read_options: ReadOptionsDep,
 ) -> SessionHead | Response:  # fmt: skip
     """The session's version, message counts, token total and times."""
@@ -49,7 +54,7 @@ class SessionListInputs(RouteInputs):
     )  # fmt: skip
 
 
-@router.get("", response_model=SessionKeys)
+@router.get("", response_model=SessionKeys, dependencies=[Depends(logged_query("sessions"))])
 def list_sessions(
     ledger: LedgerDep, who: ReaderDep,
     inputs: Annotated[SessionListInputs, Depends(SessionListInputs.parse)],

@@ -7,25 +7,31 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Path, Request, Response
+from fastapi import APIRouter, Depends, Path, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from session_ledger.domain.errors import StreamNotFound
 from session_ledger.domain.streams import MAX_STREAM_ID_CHARS
 
+from ..access_log import AccessLoggedRoute
 from ..admission import new_session_counted
+from ..auth import READ
 from ..deps import (
     TEXT_PATTERN,
-    ReadCall,
+    SessionCall,
     WriteCall,
     WriteOptionsDep,
+    on_session,
 )
 from ..errors import ERROR_RESPONSES
 from ..responses import written
 from ..schemas import WriteResult
 from .messages import _precondition
 
-router = APIRouter(prefix="/v1/sessions", tags=["streams"], responses=ERROR_RESPONSES)
+router = APIRouter(
+    prefix="/v1/sessions", tags=["streams"], responses=ERROR_RESPONSES,
+    route_class=AccessLoggedRoute,
+)  # fmt: skip
 
 StreamIdDep = Annotated[
     str,
@@ -135,7 +141,9 @@ def abort_stream(
 
 
 @router.get("/{key}/streams/{stream_id}", response_model=StreamState)
-def get_stream(call: ReadCall, stream_id: StreamIdDep) -> StreamState:
+def get_stream(
+    call: Annotated[SessionCall, Depends(on_session(READ, "stream"))], stream_id: StreamIdDep,
+) -> StreamState:  # fmt: skip
     """The stream as recorded: its text so far and how it ended."""
     key, who, ledger = call
     found = ledger.stream_state(key, stream_id, tenant=who.tenant)

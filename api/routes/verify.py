@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
 
-from ..deps import ReadCall
+from fastapi import APIRouter, Depends
+
+from ..access_log import AccessLoggedRoute
+from ..auth import READ
+from ..deps import SessionCall, on_session
 from ..errors import ERROR_RESPONSES
 from ..schemas import ChainCheck
 
-router = APIRouter(prefix="/v1/sessions", tags=["integrity"], responses=ERROR_RESPONSES)
+router = APIRouter(
+    prefix="/v1/sessions", tags=["integrity"], responses=ERROR_RESPONSES,
+    route_class=AccessLoggedRoute,
+)  # fmt: skip
 
 
 @router.get("/{key}/verify", response_model=ChainCheck)
-def verify_session(call: ReadCall) -> ChainCheck:
+def verify_session(
+    call: Annotated[SessionCall, Depends(on_session(READ, "verify"))],
+) -> ChainCheck:
     """Recompute the session's hash chain and compare it with the hashes stored as its
     events were written; names the first version that differs."""
     key, who, ledger = call

@@ -1,13 +1,18 @@
 """The access log is append-only and hash-chained per tenant: appends racing from many
-threads never fork it, and an edited, deleted or reordered entry is named."""
+threads never fork it, and an edited, deleted or reordered entry is named. Reading it is
+itself entered, and a reader paging it reaches its end."""
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
+from fastapi.testclient import TestClient
 
+from session_ledger.api.app import create_app
+from session_ledger.api.keystore import MemoryKeyStore
 from session_ledger.api.settings import Settings
 from session_ledger.projections.access_log import access_entries, record_access, verify_access_log
 from session_ledger.projections.views import SQLViews
@@ -49,5 +54,49 @@ def test_racing_appends_keep_one_chain_and_tampering_is_named(
             assert list(verify_access_log(views, other)) == []
         finally:
             db.close()
+    finally:
+        ledger.close()
+
+
+@pytest.mark.parametrize("store", ["sqlite", "postgres"])
+@pytest.mark.parametrize("limit", [1, 2, 1000])
+def test_each_read_of_the_log_is_entered_and_paging_it_ends(
+    own_store_settings: Settings, limit: int
+) -> None:
+    ledger = make_ledger(own_store_settings)
+    try:
+        views = ledger.views
+        assert isinstance(views, SQLViews)
+        tenant = own_store_settings.default_tenant
+        for n in range(3):
+            record_access(views, tenant, "key:agent", "agent", "window", f"s{n}", {}, 1)
+        keys = MemoryKeyStore()
+        record, secret = keys.create(tenant, "auditor")
+        app = create_app(own_store_settings, ledger=ledger, key_store=keys)
+        seen: list[dict[str, Any]] = []
+        pages: list[tuple[int, int]] = []  # (after, entries) of each page read
+        after: int | None = 0
+        with TestClient(app, headers={"Authorization": f"Bearer {secret}"}) as http:
+            while after is not None:
+                assert len(pages) < 10, "paging the access log never reached its end"
+                query = {"after": after, "limit": limit, "verify": "true", "x": "made up"}
+                answer = http.get("/v1/access-log", params=query)
+                assert answer.status_code == 200, answer.text
+                page = answer.json()
+                assert page["problems"] == []
+                seen += page["entries"]
+                pages.append((after, len(page["entries"])))
+                after = page["next_after"]
+        assert [e["seq"] for e in seen] == list(range(1, len(seen) + 1))
+        assert [e["action"] for e in seen[:3]] == ["window"] * 3
+        # each read entered once, after its page, with its parsed inputs and its count
+        reads = access_entries(views, tenant, 3, 1000)
+        assert [(e.actor, e.role, e.action, e.session_key, e.parameters, e.records)
+                for e in reads] == [
+            (f"key:{record.id}", "auditor", "access log", None,
+             {"after": at, "limit": limit, "verify": True}, count)
+            for at, count in pages
+        ]  # fmt: skip
+        assert list(verify_access_log(views, tenant)) == []
     finally:
         ledger.close()
