@@ -35,6 +35,7 @@ from .routes import (
     checkpoints,
     compliance,
     diff,
+    docs,
     events,
     export,
     heads,
@@ -144,6 +145,7 @@ def create_app(
     app = FastAPI(
         title="session-ledger", version=_version(), description=DESCRIPTION, lifespan=lifespan,
         telemetry={"tracing": False, "metrics": False, "logs": False},
+        docs_url=None, redoc_url=None,  # FastAPI's load a CDN's latest: routes/docs.py
     )  # fmt: skip
     app.state.settings = settings
     # What the caller hands in is usable at once, also without running the lifespan.
@@ -170,6 +172,8 @@ def create_app(
     app.include_router(health.router)  # never limited: probes and scrapes must get through
     if settings.ui:
         app.include_router(ui.router)
+    if settings.docs:
+        app.include_router(docs.router)
     # Added last = runs first: the request id is set for everything after it, metrics
     # see every answer, the 413 check runs before routing.
     app.add_middleware(RawSessionPath)

@@ -77,8 +77,9 @@ def serve(
         if not in_memory:  # said here, once, rather than as a traceback of each worker
             check_durability(settings, store_env(settings, create_tables=False))
     base = f"http://{settings.host}:{settings.port}"
+    docs = "docs" if settings.docs else "openapi.json"
     typer.echo(
-        f"session-ledger serves {base} (API docs: {base}/docs).\n"
+        f"session-ledger serves {base} (OpenAPI: {base}/{docs}).\n"
         "Authenticate with 'Authorization: Bearer <API key>': the admin key printed on first "
         "start (or LEDGER_BOOTSTRAP_KEY), or one made by `session-ledger keys create`."
     )

@@ -139,6 +139,11 @@ class Settings(BaseSettings):
         description="Serve the audit viewer at /ui (browse, replay, diff, verify, export "
         "in a browser, signed in with an API key). Set false to serve the API only.",
     )
+    docs: bool = Field(
+        False,
+        description="Serve Swagger UI at /docs (one pinned release from a public CDN, checked "
+        "by its hash). /openapi.json is served either way.",
+    )
     lock_timeout_seconds: int = Field(
         30, ge=1, description="How long a write waits for a database lock."
     )

@@ -31,6 +31,7 @@ POLICY = (
 )
 HEADERS = {
     "Content-Security-Policy": POLICY,
+    "X-Frame-Options": "DENY",  # frame-ancestors, for browsers that know no CSP
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
     # Revalidate: a new version of the package serves new files at the same names.
