@@ -6,7 +6,7 @@ import heapq
 import operator
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
@@ -114,7 +114,10 @@ class ViewStore(ABC):
         into the statement. PostgreSQL keeps a prepared statement's generic plan only if
         it costs no more than the custom ones; with a `LIMIT ?` (or an `OFFSET ?`) it
         cannot price, it planned every window read anew once statistics saw long
-        sessions. A caller's `limit` and `offset` stay parameters."""
+        sessions. A caller's `limit` and `offset` stay parameters. A past version's
+        tables read `batch` rows each, and past the last row of a table whose read the
+        batch cut that table is unread: the merged rows end there (at least `batch` of
+        them, fewer only when both tables ran out), and the next batch goes on from it."""
         columns, column_params = select
         order = "DESC" if newest_first else "ASC"
         if version is None:
@@ -142,6 +145,8 @@ class ViewStore(ABC):
         for row in heapq.merge(*found, key=key, reverse=newest_first):
             if not rows or key(rows[-1]) != key(row):
                 rows.append(row)
+        if batch is not None:
+            return _read_through(rows, found, batch, key, newest_first)
         return rows[offset:] if limit is None else rows[offset : offset + limit]
 
     def _inline_body(self, most: int) -> str:
@@ -200,3 +205,19 @@ class ViewStore(ABC):
         rows = read(sql, params)
         self.rows_read += len(rows)
         return rows
+
+
+def _read_through(
+    rows: list[tuple[Any, ...]],
+    found: Sequence[list[tuple[Any, ...]]],
+    batch: int,
+    key: Callable[[tuple[Any, ...]], Any],
+    newest_first: bool,
+) -> list[tuple[Any, ...]]:
+    """The merged `rows` as far as each table's batch in `found` read all of them: up to
+    the first (in the rows' order) of the last rows of the tables the batch cut."""
+    cut = [key(table[-1]) for table in found if len(table) == batch]
+    if not cut:  # every table ran out: all its rows are here
+        return rows
+    reached = max(cut) if newest_first else min(cut)
+    return rows[: next(n for n, row in enumerate(rows) if key(row) == reached) + 1]
