@@ -124,7 +124,9 @@ def open_ledger(
         check_durability(settings, env)
     return Ledger(
         env,
-        tokenizer=load_tokenizer(settings.tokenizer),
+        tokenizer=load_tokenizer(
+            settings.tokenizer, process_min_chars=settings.token_count_process_chars
+        ),
         limits=Limits(
             max_message_bytes=settings.max_message_bytes,
             max_messages_per_write=settings.max_messages_per_write,

@@ -93,10 +93,19 @@ async def short_read(request: Request, read: Callable[[], R]) -> R:
     return await asyncio.to_thread(read)
 
 
+async def _small_body(request: Request) -> bool:
+    """Whether the request's body is at most `loop_write_max_bytes` (read already, for a
+    route that takes one; a chunked body has no Content-Length to trust)."""
+    return len(await request.body()) <= request.app.state.settings.loop_write_max_bytes
+
+
 async def short_write(request: Request, write: Callable[[], R]) -> R:
-    """Run a write on the event loop when no other request is in flight: on SQLite as it
-    is (a POST /messages then costs about a quarter less than with a hand-off), on
-    PostgreSQL under the loop's bridge (`store_bridged`), its waits on the server awaited.
+    """Run a small write (`_small_body`) on the event loop when no other request is in
+    flight: on SQLite as it is (a POST /messages then costs about a quarter less than
+    with a hand-off), on PostgreSQL under the loop's bridge (`store_bridged`), its waits
+    on the server awaited. A larger write always runs in a thread: its CPU (parsing, token
+    counts, hashing, sealing) grows with its size, and on the loop a 4 MiB message held
+    every other request for seconds.
     It first yields to the loop once, so that the requests it has already received begin
     and are counted: without that, sixteen writes that arrived together each found itself
     alone, ran one after another on the loop, each waiting for its own fsync, and shared
@@ -107,11 +116,12 @@ async def short_write(request: Request, write: Callable[[], R]) -> R:
     many writers waiting together is what lets a group commit batch them, and what keeps
     a write's blocking parts (a quota's count, a lost race's back-off) off the loop."""
     await asyncio.sleep(0)
-    if _alone(request):
-        return write()
-    state = request.app.state
-    if state.store_bridged and state.metrics.in_flight <= 1:
-        return await bridged(write)
+    if await _small_body(request):
+        if _alone(request):
+            return write()
+        state = request.app.state
+        if state.store_bridged and state.metrics.in_flight <= 1:
+            return await bridged(write)
     return await run_in_threadpool(write)
 
 

@@ -57,8 +57,15 @@ class Settings(BaseSettings):
     default_tenant: str = Field("default", description="Tenant used by in-process calls.")
     tokenizer: str = Field(
         "cl100k_base",
-        description="Tokenizer for stored token counts: cl100k_base (tiktoken, offline "
-        "copy) or whitespace.",
+        description="Tokenizer for stored token counts: cl100k_base (tiktoken's counts, made "
+        "in linear time by the bpe crate where installed; offline) or whitespace.",
+    )
+    token_count_process_chars: int = Field(
+        256 * 1024,
+        ge=0,
+        description="A message at least this long (characters) is counted by cl100k_base in "
+        "a worker process: the count holds the GIL (40-80 ms for 4 MiB), and with it the "
+        "event loop. 0: every count in the server's process.",
     )
     token_limit: int = Field(3000, ge=1, description="Default token limit of `get`.")
     max_message_bytes: int = Field(
@@ -78,6 +85,13 @@ class Settings(BaseSettings):
     )
     max_body_bytes: int = Field(
         40 * 1024 * 1024, ge=1, description="Largest HTTP request body (bytes)."
+    )
+    loop_write_max_bytes: int = Field(
+        64 * 1024,
+        ge=0,
+        description="Largest request body of a write that may run on the event loop (bytes): "
+        "a larger one runs in a worker thread, since its parsing, token counts, hashing and "
+        "sealing grow with its size and would hold every other request meanwhile.",
     )
     max_page_messages: int = Field(
         1000,

@@ -16,8 +16,12 @@ from __future__ import annotations
 import functools
 import importlib.machinery
 import importlib.util
+import multiprocessing
 import re
+import threading
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from importlib.machinery import ModuleSpec
 from pathlib import Path
 from types import ModuleType
@@ -81,6 +85,7 @@ def _ordinary_counter() -> Callable[[str], int]:
     return count
 
 
+@functools.cache
 def counter() -> Callable[[str], int]:
     """The number of tokens LlamaIndex's default tokenizer makes of a text."""
     ordinary = _ordinary_counter()
@@ -101,3 +106,40 @@ def counter() -> Callable[[str], int]:
         return total + count_ordinary(text[start:])
 
     return count
+
+
+def count(text: str) -> int:
+    """`counter()(text)`: what a counting process runs."""
+    return counter()(text)
+
+
+class CountingProcess:
+    """Counts texts of at least `min_chars` in a worker process, smaller ones here.
+
+    The `bpe` crate holds the GIL while it counts (40-80 ms for 4 MiB), so a worker
+    thread counting a long message would still hold the event loop that long, at each
+    of the loop's turns. The process starts at the first long text (spawned: the server
+    runs threads); if it dies, the count is made here and the next long text starts
+    another."""
+
+    def __init__(self, min_chars: int) -> None:
+        self.min_chars = min_chars
+        self._count = counter()  # loaded now, not in the first write
+        self._lock = threading.Lock()
+        self._pool: ProcessPoolExecutor | None = None
+
+    def __call__(self, text: str) -> int:
+        if len(text) < self.min_chars:
+            return self._count(text)
+        with self._lock:
+            if self._pool is None:
+                context = multiprocessing.get_context("spawn")
+                self._pool = ProcessPoolExecutor(max_workers=1, mp_context=context)
+            pool = self._pool
+        try:
+            return pool.submit(count, text).result()
+        except BrokenProcessPool:
+            with self._lock:
+                if self._pool is pool:
+                    self._pool = None
+            return self._count(text)

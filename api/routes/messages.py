@@ -22,7 +22,6 @@ from session_ledger.domain.errors import InvalidInput, SessionNotFound
 from session_ledger.domain.ledger import Ledger
 from session_ledger.domain.ports import WriteResult as Written
 
-from ..access_log import AccessLoggedRoute
 from ..admission import new_session_counted
 from ..auth import READ
 from ..deps import (
@@ -40,12 +39,13 @@ from ..deps import (
     short_write,
 )
 from ..errors import ERROR_RESPONSES, PreconditionFailed
+from ..large_bodies import LargeBodyRoute
 from ..responses import message_list, message_page, written
 from ..schemas import AppendIn, ArchiveIn, MessageList, MessagePage, MessagesIn, WriteResult
 
 router = APIRouter(
     prefix="/v1/sessions", tags=["sessions"], responses=ERROR_RESPONSES,
-    route_class=AccessLoggedRoute,
+    route_class=LargeBodyRoute,
 )  # fmt: skip
 
 

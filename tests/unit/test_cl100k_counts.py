@@ -4,6 +4,7 @@ ChatMemoryBuffer counts with (`encode(text, allowed_special="all")`), on any tex
 
 from __future__ import annotations
 
+import multiprocessing
 import random
 import sys
 import unicodedata
@@ -104,3 +105,20 @@ def test_without_the_bpe_crate_tiktoken_counts(monkeypatch: pytest.MonkeyPatch) 
     count = cl100k.counter()
     for text in corpus(7, 300):
         assert count(text) == expected(text)
+
+
+def test_a_long_text_is_counted_in_a_worker_process() -> None:
+    """The `bpe` crate holds the GIL while it counts: a long text is counted in another
+    process, whose death only brings the count back here."""
+    counting = cl100k.CountingProcess(min_chars=1000)
+    before = set(multiprocessing.active_children())
+    long_text = "x" * 5000 + " <|endoftext|> " + " " * 3000
+    assert counting(long_text) == expected(long_text)
+    assert counting("short text") == expected("short text")
+    workers = set(multiprocessing.active_children()) - before
+    assert len(workers) == 1
+    for worker in workers:
+        worker.kill()
+        worker.join()
+    assert counting(long_text) == expected(long_text)  # counted here, the pool broken
+    assert counting(long_text) == expected(long_text)  # a new worker
