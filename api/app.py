@@ -22,9 +22,11 @@ from session_ledger.projections.async_bridge import bridged
 from . import errors
 from .admission import enforce_limits
 from .auth import bearer
+from .feed_cursors import FeedCursors
 from .inputs import document_inputs
 from .keystore import KeyStore, open_key_store
 from .live_hub import LiveHub
+from .live_tails import LiveTails
 from .logs import RequestIds
 from .metrics import Metrics, MetricsMiddleware
 from .middleware import BodyLimit, RawSessionPath
@@ -120,11 +122,19 @@ def create_app(
             app.state.ledger, settings.database_url, settings.tail_poll_ms / 1000
         )
         hub.start()
+        tails = app.state.live_tails = LiveTails(
+            app.state.key_store, per_key=settings.tail_max_per_key,
+            per_tenant=settings.tail_max_per_tenant, max_seconds=settings.tail_max_seconds,
+            check_seconds=settings.tail_key_check_ms / 1000,
+        )  # fmt: skip
+        tails.start()
+        app.state.feed_cursors = FeedCursors(settings.feed_cursor_key or settings.database_url)
         try:
             async with sweeping(app.state.ledger, settings.stream_timeout_seconds):
                 yield
         finally:
             try:
+                await tails.stop()
                 await hub.stop()
                 if opened_limiter:
                     app.state.limiter.store.close()

@@ -20,6 +20,7 @@ from session_ledger.domain import errors as domain
 
 from .auth import Forbidden, Unauthenticated
 from .keystore import KeyNotFound
+from .live_tails import TooManyTails
 from .ratelimit_budget import QuotaExceeded, RateLimited, Refused
 from .schemas import ErrorResponse
 
@@ -41,14 +42,20 @@ class PreconditionFailed(Exception):
     """`If-Match: *` on a session that does not exist (HTTP 412)."""
 
 
+class LastEventIdInvalid(Exception):
+    """A live tail's `Last-Event-ID` that is no id: the tail could have sent (HTTP 400)."""
+
+
 # Most specific class first wins (looked up along the exception's MRO).
 STATUS: dict[type[Exception], tuple[int, str]] = {
     Unauthenticated: (401, "unauthenticated"),
     Forbidden: (403, "forbidden"),
     KeyNotFound: (404, "key_not_found"),
     BodyTooLarge: (413, "body_too_large"),
+    LastEventIdInvalid: (400, "invalid_last_event_id"),
     PreconditionFailed: (412, "precondition_failed"),
     RateLimited: (429, "rate_limited"),
+    TooManyTails: (429, "too_many_tails"),
     QuotaExceeded: (429, "quota_exceeded"),
     domain.AnswerTooLarge: (413, "answer_too_large"),
     domain.PayloadTooLarge: (413, "payload_too_large"),
@@ -78,7 +85,8 @@ CONNECTION_ERRORS = (
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorResponse, "description": description}
     for status, description in {
-        400: "Malformed JSON body.",
+        400: "Malformed JSON body; a live tail's Last-Event-ID that is none of its id: "
+        "(invalid_last_event_id).",
         401: "No API key, or an unknown or revoked one.",
         403: "The key's role may not do this.",
         404: "No such session (in the caller's tenant), message, past version, key, "
@@ -89,7 +97,8 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         412: "If-Match / If-None-Match precondition failed; nothing written.",
         413: "Body, message or write over the configured limits.",
         422: "Invalid input: fields, headers, messages, session key.",
-        429: "Over a rate limit or quota of the API key or its tenant; see Retry-After.",
+        429: "Over a rate limit or quota of the API key or its tenant, or as many live tails "
+        "open as it may hold (too_many_tails); see Retry-After.",
         503: "The store is unreachable (store_unavailable, with Retry-After) or not "
         "migrated (store_not_ready).",
     }.items()

@@ -11,10 +11,16 @@ client holds back its own tail, not the server's memory.
 
 `GET /v1/events/live?prefix=` (auditor and admin keys) sends every event of the caller's
 tenant (of sessions whose key starts with `prefix`) in the store's feed order
-(`projections/feed.py`), from `Last-Event-ID` (or `?after=`, a feed position; none: from
-now). `id:` is the event's feed position; `data:` the `AuditEvent` JSON with its
-session `key`. A read that passed other tenants' events only sends an `id:` line at the
-next heartbeat, so a resumed tail does not look at them again.
+(`projections/feed.py`), from `Last-Event-ID` (or `?after=`, an `id:` it sent; none: from
+now). `id:` is an opaque cursor of the event's feed position (`feed_cursors.py`): it
+tells nothing of other tenants' writes. `data:` the `AuditEvent` JSON with its session
+`key`. Every heartbeat carries the cursor of where the tail has read to, so a resumed
+tail does not look again at the other tenants' events it passed.
+
+Either tail counts against its key's and tenant's tails (`live_tails.py`: 429 beyond
+them), ends after `tail_max_seconds` (the client reconnects with Last-Event-ID) or when
+its key is revoked, each time with a last comment line saying why. An auditor's or
+admin's tail is in the access log once, as it opens (a tail may never end).
 """
 
 from __future__ import annotations
@@ -22,43 +28,68 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
 from pydantic import Field
+from starlette.types import Receive, Scope, Send
 
 from session_ledger.domain.errors import InvalidInput, StoreNotReady
 from session_ledger.domain.feed import FeedPage
 from session_ledger.domain.ledger import Ledger
 from session_ledger.domain.session import session_id
+from session_ledger.projections.access_log import record_access
+from session_ledger.projections.views import SQLViews
 
-from ..access_log import AccessLoggedRoute, logged_query
-from ..deps import BIG, TEXT_PATTERN, ExporterDep, LedgerDep, ReadCall
-from ..errors import ERROR_RESPONSES
+from ..auth import Principal
+from ..deps import BIG, TEXT_PATTERN, ExporterDep, LedgerDep, ReadCall, mark_access
+from ..errors import ERROR_RESPONSES, LastEventIdInvalid
+from ..feed_cursors import MAX_CURSOR_CHARS, FeedCursors
 from ..inputs import RouteInputs
 from ..live_hub import LiveHub
+from ..live_tails import LiveTails, OpenTail
 from ..schemas import AuditEvent, FeedEvent
 from ..settings import Settings
 
 router = APIRouter(prefix="/v1", tags=["sessions"], responses=ERROR_RESPONSES)
 SSE = "text/event-stream"
+ACTION = "live tail"  # its access-log entries
+HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+MAX_HEADER_CHARS = 1024  # longer: refused by the model (422) before any check of ours
 
 
 class SessionTailInputs(RouteInputs):
     HEADERS = frozenset({"last_event_id"})
     after: int | None = Field(None, ge=0, le=BIG, description="Events after this version "
                               "(Last-Event-ID wins when both are sent).")  # fmt: skip
-    last_event_id: str | None = Field(None, max_length=32)
+    last_event_id: str | None = Field(None, max_length=MAX_HEADER_CHARS)
 
 
 class TenantTailInputs(RouteInputs):
     HEADERS = frozenset({"last_event_id"})
     prefix: str = Field("", max_length=1024, pattern=TEXT_PATTERN,
                         description="Only sessions whose key starts so.")  # fmt: skip
-    after: str | None = Field(None, max_length=64, description="Events after this feed "
-                              "position (an id:); Last-Event-ID wins.")  # fmt: skip
-    last_event_id: str | None = Field(None, max_length=64)
+    after: str | None = Field(
+        None, max_length=MAX_CURSOR_CHARS,
+        description="Events after this cursor (an id: the tail sent); Last-Event-ID wins.",
+    )  # fmt: skip
+    last_event_id: str | None = Field(None, max_length=MAX_HEADER_CHARS)
+
+
+class TailResponse(StreamingResponse):
+    """A tail's answer: its count in `LiveTails` ends with the answer, however it ends
+    (also when the client left before its first line)."""
+
+    def __init__(self, tails: LiveTails, tail: OpenTail, events: AsyncIterator[bytes]) -> None:
+        super().__init__(events, media_type=SSE, headers=HEADERS)
+        self.tails, self.tail = tails, tail
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.tails.closed(self.tail)
 
 
 @router.get(
@@ -73,42 +104,55 @@ async def tail_session(
     """The session's events as they commit (Server-Sent Events), resumable."""
     key, who, ledger = call
     start = _resume_at(inputs.last_event_id, inputs.after)
-    await asyncio.to_thread(ledger.head, key, tenant=who.tenant)  # 404 before the stream
+    hub, tails = _hub(request), _tails(request)
+    tail = tails.opened(who)  # 429 before any read
+    try:
+        await asyncio.to_thread(ledger.head, key, tenant=who.tenant)  # 404 before the stream
+        await _log_opened(request, who, key, {"after": start})
+    except BaseException:
+        tails.closed(tail)
+        raise
     settings: Settings = request.app.state.settings
-    hub = _hub(request)
-    events = _session_events(ledger, hub, settings, key, who.tenant, start)
-    headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
-    return StreamingResponse(events, media_type=SSE, headers=headers)
+    return TailResponse(tails, tail, _session_events(ledger, hub, settings, tail, key, start))
 
 
+@router.get(
+    "/events/live",
+    response_class=StreamingResponse,
+    responses={200: {"content": {SSE: {}}, "description": "Server-Sent Events, unending."}},
+)
 async def tail_tenant(
     ledger: LedgerDep, who: ExporterDep, request: Request,
     inputs: Annotated[TenantTailInputs, Depends(TenantTailInputs.parse)],
 ) -> StreamingResponse:  # fmt: skip
     """Every event of the caller's tenant as it commits (Server-Sent Events), resumable."""
+    hub, tails = _hub(request), _tails(request)
     settings: Settings = request.app.state.settings
-    hub = _hub(request)
-    prefix, last_event_id = inputs.prefix, inputs.last_event_id
-    start = last_event_id.strip() if last_event_id is not None else inputs.after
-    if start is None:
-        start = await asyncio.to_thread(ledger.feed_position)
-    # The first read before the answer starts: a position not of this store is a 4xx.
-    first = await asyncio.to_thread(
-        ledger.tenant_events, tenant=who.tenant, prefix=prefix, after=start,
-        limit=settings.tail_batch,
-    )  # fmt: skip
-    events = _tenant_events(ledger, hub, settings, who.tenant, prefix, start, first)
-    headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
-    return StreamingResponse(events, media_type=SSE, headers=headers)
-
-
-# A read across the tenant's sessions: an auditor's or admin's tail is in the access log,
-# its entry appended when the tail ends, with the number of events it sent.
-router.add_api_route(
-    "/events/live", tail_tenant, methods=["GET"], response_class=StreamingResponse,
-    responses={200: {"content": {SSE: {}}, "description": "Server-Sent Events, unending."}},
-    dependencies=[Depends(logged_query("live tail"))], route_class_override=AccessLoggedRoute,
-)  # fmt: skip
+    cursors: FeedCursors = request.app.state.feed_cursors
+    header = inputs.last_event_id is not None
+    given = inputs.last_event_id.strip() if inputs.last_event_id is not None else inputs.after
+    try:
+        start = None if given is None else cursors.open(who.tenant, given)
+    except InvalidInput as e:
+        raise (LastEventIdInvalid(f"Last-Event-ID: {e}") if header else e) from None
+    tail = tails.opened(who)  # 429 before any read
+    try:
+        if start is None:
+            start = await asyncio.to_thread(ledger.feed_position)
+        try:  # the first read before the answer starts: a position past the store's is a 4xx
+            first = await asyncio.to_thread(
+                ledger.tenant_events, tenant=who.tenant, prefix=inputs.prefix, after=start,
+                limit=settings.tail_batch,
+            )  # fmt: skip
+        except InvalidInput as e:
+            raise (LastEventIdInvalid(f"Last-Event-ID: {e}") if header else e) from None
+        resumed = {} if given is None else {"after": given}
+        await _log_opened(request, who, None, {"prefix": inputs.prefix, **resumed})
+    except BaseException:
+        tails.closed(tail)
+        raise
+    events = _tenant_events(ledger, hub, settings, cursors, tail, inputs.prefix, start, first)
+    return TailResponse(tails, tail, events)
 
 
 def _hub(request: Request) -> LiveHub:
@@ -118,11 +162,42 @@ def _hub(request: Request) -> LiveHub:
     return hub
 
 
+def _tails(request: Request) -> LiveTails:
+    tails: LiveTails | None = getattr(request.app.state, "live_tails", None)
+    if tails is None:
+        raise StoreNotReady("live tails need the server's lifespan, not started")
+    return tails
+
+
+async def _log_opened(
+    request: Request, who: Principal, key: str | None, parameters: dict[str, Any]
+) -> None:
+    """The tail's access-log entry, when its read is to be logged (`mark_access`): once,
+    as it opens, with its own parameters as validated (a tail may never end)."""
+    mark_access(request, who, ACTION, key)
+    if getattr(request.state, "access", None) is None:
+        return
+    views = request.app.state.ledger.views
+    assert isinstance(views, SQLViews)
+    await asyncio.to_thread(
+        record_access, views, who.tenant, who.actor, who.role, ACTION, key, parameters, 0
+    )
+
+
+def _ending(tail: OpenTail) -> bytes | None:
+    """The tail's last line, if it must end now (revoked, stopping, or its lifetime over)."""
+    why = tail.ended or ("its time is over" if tail.left() <= 0 else None)
+    if why is None:
+        return None
+    return f": tail ended: {why}; reconnect with Last-Event-ID\n\n".encode()
+
+
 async def _tenant_events(
-    ledger: Ledger, hub: LiveHub, settings: Settings, tenant: str, prefix: str,
-    sent: str, page: FeedPage,
+    ledger: Ledger, hub: LiveHub, settings: Settings, cursors: FeedCursors, tail: OpenTail,
+    prefix: str, position: str, page: FeedPage,
 ) -> AsyncIterator[bytes]:  # fmt: skip
-    woken = hub.subscribe_all()
+    tenant, woken = tail.who.tenant, tail.woken
+    hub.subscribe_tenant(tenant, woken)
     woken.set()  # a commit between the first read and the subscription: read again
     heartbeat, poll = settings.tail_heartbeat_seconds, settings.tail_poll_ms / 1000
     try:
@@ -131,52 +206,62 @@ async def _tenant_events(
         while True:
             for found in page.entries:
                 data = FeedEvent(key=found.key, **vars(found.entry)).model_dump_json()
-                yield (f"id: {found.position}\nevent: {found.entry.event_type}\n"
-                       f"data: {data}\n\n").encode()  # fmt: skip
-                sent = found.position
+                cursor = cursors.seal(tenant, found.position)
+                yield f"id: {cursor}\nevent: {found.entry.event_type}\ndata: {data}\n\n".encode()
             if page.entries:
                 sent_at = time.monotonic()
             position = page.position
             if not page.more:
-                due = heartbeat - (time.monotonic() - sent_at)
+                due = min(heartbeat - (time.monotonic() - sent_at), tail.left())
                 # Held back: the older transaction may end with no commit (no wake-up).
                 wait = min(due, poll) if page.held_back else due
-                if wait > 0:
+                if wait > 0 and _ending(tail) is None:
                     await _woken(woken, wait)
-                if time.monotonic() - sent_at >= heartbeat:
-                    moved = f"id: {position}\n" if position != sent else ""
-                    yield f"{moved}: heartbeat\n\n".encode()
-                    sent, sent_at = position, time.monotonic()
+                ending = _ending(tail)
+                if ending is not None or time.monotonic() - sent_at >= heartbeat:
+                    # (where it read to, with every heartbeat alike: nothing to compare)
+                    yield f"id: {cursors.seal(tenant, position)}\n: heartbeat\n\n".encode()
+                    sent_at = time.monotonic()
+                if ending is not None:
+                    yield ending
+                    return
             woken.clear()  # before the read: a commit after it sets it again
             page = await asyncio.to_thread(
                 ledger.tenant_events, tenant=tenant, prefix=prefix, after=position,
                 limit=settings.tail_batch,
             )  # fmt: skip
     finally:
-        hub.unsubscribe_all(woken)
+        hub.unsubscribe_tenant(tenant, woken)
 
 
 def _resume_at(last_event_id: str | None, after: int | None) -> int:
     if last_event_id is None:
         return after or 0
-    if not last_event_id.strip().isdigit():
-        raise InvalidInput(
-            f"Last-Event-ID must be a version (an event's id:); got {last_event_id!r}"
+    given = last_event_id.strip()
+    if not given.isascii() or not given.isdigit() or len(given) > len(str(BIG)) or int(given) > BIG:
+        raise LastEventIdInvalid(
+            f"Last-Event-ID must be a version of the session (an event's id:, 0 to {BIG}); "
+            f"got {last_event_id[:40]!r}"
         )
-    return int(last_event_id)
+    return int(given)
 
 
 async def _session_events(
-    ledger: Ledger, hub: LiveHub, settings: Settings, key: str, tenant: str, after: int
+    ledger: Ledger, hub: LiveHub, settings: Settings, tail: OpenTail, key: str, after: int
 ) -> AsyncIterator[bytes]:
+    tenant, woken = tail.who.tenant, tail.woken
     sid = session_id(tenant, key)
-    woken = hub.subscribe(sid)
+    hub.subscribe(sid, woken)
     heartbeat = settings.tail_heartbeat_seconds
     try:
         yield b": live\n\n"  # the headers and a first line now: the client knows it is on
         sent_at = time.monotonic()
         while True:
             woken.clear()  # before the read: a commit after it sets it again
+            ending = _ending(tail)
+            if ending is not None:
+                yield ending
+                return
             entries = await asyncio.to_thread(
                 ledger.audit, key, tenant=tenant, after_version=after, limit=settings.tail_batch
             )
@@ -188,7 +273,7 @@ async def _session_events(
                 sent_at = time.monotonic()
                 if len(entries) == settings.tail_batch:
                     continue
-            idle = heartbeat - (time.monotonic() - sent_at)
+            idle = min(heartbeat - (time.monotonic() - sent_at), tail.left())
             woke = idle > 0 and await _woken(woken, idle)
             if not woke and time.monotonic() - sent_at >= heartbeat:
                 yield b": heartbeat\n\n"

@@ -86,3 +86,8 @@ class Tail:
     def close(self) -> None:
         self._context.__exit__(None, None, None)
         self._client.close()
+
+    def ended(self, timeout: float) -> bool:
+        """Whether the server ended the stream within `timeout` seconds."""
+        self._thread.join(timeout)
+        return not self._thread.is_alive()

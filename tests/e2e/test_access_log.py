@@ -140,7 +140,6 @@ WRITES = {
 }  # fmt: skip
 CONTENT = [op for op in OPERATIONS if op not in NO_CONTENT | WRITES]  # a new route: walked
 TAILS = {("get", "/v1/sessions/{key}/events/live"), ("get", "/v1/events/live")}
-PENDING_TAILS = "a live tail is entered in the access log once, when it opens: api/routes/live.py"
 # Values of the inputs a route requires, by name; and what a route needs beyond them.
 REQUIRED = {"from_version": 1, "to_version": 3}
 NEEDS: dict[tuple[str, str], dict[str, Any]] = {("get", "/v1/events"): {"type": "MessagesAppended"}}
@@ -270,11 +269,7 @@ def test_the_routes_without_content_and_the_writes_are_routes_of_the_document() 
     assert all(method == "get" for method, _ in NO_CONTENT) and not NO_CONTENT & WRITES
 
 
-@pytest.mark.parametrize(
-    ("method", "path"),
-    [pytest.param(*op, marks=pytest.mark.xfail(reason=PENDING_TAILS, strict=True))
-     if op in TAILS else op for op in CONTENT],
-)  # fmt: skip
+@pytest.mark.parametrize(("method", "path"), CONTENT)
 def test_every_content_route_is_access_logged(walked: Walked, method: str, path: str) -> None:
     url, query, expected = _request(walked, method, path)
     watch = LogWatch(walked)
