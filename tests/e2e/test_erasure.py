@@ -176,6 +176,9 @@ def test_http_holds_are_released_each_by_its_reference(
         error = wrong.json()["error"]
         assert "'WRONG'" in error["message"]
         assert error["details"] == {"reference": "WRONG", "holds": ["CASE-1", "CASE-2"]}
+        cli = run_cli(server[0].env, "hold", "release", "m2", "--reference", "WRONG",
+                      "--reason", "closed")  # fmt: skip
+        assert cli.returncode == 1 and "no legal hold with reference 'WRONG'" in cli.stderr
         assert hold(http, "release", "CASE-1").status_code == 200
         erase = {"reason": "asked", "basis": "art. 17"}
         held = http.post("/v1/sessions/m2/erase", json=erase)
