@@ -61,6 +61,7 @@ from .views import SQLViews
 FORMATS = ("jsonl", "csv")
 EVENTS_PAGE = 500  # stored events per read
 MESSAGES_PAGE = 500  # history rows per read (CSV)
+CSV_CHUNK_CHARS = 64 * 1024  # CSV rows are sent once this much text is written
 CSV_COLUMNS = ("position", "role", "content", "blocks", "additional_kwargs")
 
 
@@ -134,11 +135,21 @@ def plan_proof(plan: ExportPlan, checkpoint_dir: Path | None) -> dict[str, Any] 
 def stored_events(
     ledger: Ledger, plan: ExportPlan, page: int = EVENTS_PAGE
 ) -> Iterator[StoredEvent]:
-    """The session's stored events, versions 1 to `plan.to_version`, `page` per read."""
+    """The session's stored events, versions 1 to `plan.to_version`, `page` per read, and
+    a read ending before `max_answer_bytes` of them (its first whatever its size): a few
+    writes of tens of megabytes each are read one at a time."""
+    views = ledger.views
+    assert isinstance(views, SQLViews)
     after = 0
     while after < plan.to_version:
+        sizes = views.event_sizes(plan.session_id, after, plan.to_version, page)
+        held, upto = 0, after
+        for size in sizes:
+            if upto > after and held + size > ledger.limits.max_answer_bytes:
+                break
+            held, upto = held + size, upto + 1
         rows = ledger.recorder.select_events(
-            plan.session_id, gt=after, lte=plan.to_version, limit=page
+            plan.session_id, gt=after, lte=upto if sizes else plan.to_version, limit=page
         )
         for stored in rows:
             if stored.originator_version != after + 1:
@@ -228,16 +239,19 @@ def export_csv(ledger: Ledger, plan: ExportPlan, *, page: int = MESSAGES_PAGE) -
 
     writer.writerow(CSV_COLUMNS)
     yield taken()
-    offset = 0
-    while True:
-        messages = ledger.views.history(
-            plan.session_id, ACTIVE, offset, page, plan.to_version
-        ).messages()
-        for position, m in enumerate(messages, offset):
+    position, after, most = 0, None, ledger.limits.max_answer_bytes
+    while True:  # pages of the history as the API answers them, sent a chunk at a time
+        read = ledger.views.history_page(
+            plan.session_id, ACTIVE, 0, page, most, plan.to_version, after
+        )
+        for m in read.messages():
             writer.writerow((position, m.role, m.content or "", json_text(list(m.blocks)),
                              json_text(m.additional_kwargs)))  # fmt: skip
-        if messages:
-            yield taken()
-        if len(messages) < page:
+            position += 1
+            if buffer.tell() >= CSV_CHUNK_CHARS:
+                yield taken()
+        if read.next_after is None:
+            if buffer.tell():
+                yield taken()
             return
-        offset += page
+        after = read.next_after

@@ -85,6 +85,18 @@ class SQLViews(ViewWrites, ContextReads, TranscriptReads, TimelineReads):
                 self._execute(cursor, f"DELETE FROM {table}", ())
             yield cursor, self._reader(cursor)
 
+    def event_sizes(self, session_id: uuid.UUID, after: int, upto: int, limit: int) -> list[int]:
+        """The stored sizes (bytes of state) of the session's events after version `after`,
+        up to `upto`, at most `limit` of them, in order: what a read of them would hold."""
+        with self._reading() as read:
+            rows = read.tuples(
+                "SELECT length(state) FROM ledger_events WHERE originator_id = ? AND "
+                "originator_version > ? AND originator_version <= ? "
+                "ORDER BY originator_version LIMIT ?",
+                (self._sid(session_id), after, upto, limit),
+            )
+        return [int(size) for (size,) in rows]
+
     def stored_events(self, read: Reader, page: int = 1000) -> Iterator[StoredEvent]:
         """Every stored event in log order, read a page at a time through `read`."""
         position, after = self.event_position, 0
