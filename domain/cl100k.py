@@ -16,16 +16,16 @@ from __future__ import annotations
 import functools
 import importlib.machinery
 import importlib.util
-import multiprocessing
 import re
+import struct
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from importlib.machinery import ModuleSpec
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 if TYPE_CHECKING:
     import tiktoken
@@ -108,38 +108,64 @@ def counter() -> Callable[[str], int]:
     return count
 
 
-def count(text: str) -> int:
-    """`counter()(text)`: what a counting process runs."""
-    return counter()(text)
-
-
 class CountingProcess:
     """Counts texts of at least `min_chars` in a worker process, smaller ones here.
 
     The `bpe` crate holds the GIL while it counts (40-80 ms for 4 MiB), so a worker
     thread counting a long message would still hold the event loop that long, at each
-    of the loop's turns. The process starts at the first long text (spawned: the server
-    runs threads); if it dies, the count is made here and the next long text starts
-    another."""
+    of the loop's turns. The worker (`python -m session_ledger.domain.cl100k`: not
+    multiprocessing, which would run the caller's main module again) starts at the first
+    long text and ends with this process (its input closes). If it fails, the count is
+    made here, and the next long text starts another. It counts one text at a time."""
 
     def __init__(self, min_chars: int) -> None:
         self.min_chars = min_chars
         self._count = counter()  # loaded now, not in the first write
         self._lock = threading.Lock()
-        self._pool: ProcessPoolExecutor | None = None
+        self._worker: subprocess.Popen[bytes] | None = None
 
     def __call__(self, text: str) -> int:
         if len(text) < self.min_chars:
             return self._count(text)
+        data = text.encode("utf-8", "surrogatepass")
         with self._lock:
-            if self._pool is None:
-                context = multiprocessing.get_context("spawn")
-                self._pool = ProcessPoolExecutor(max_workers=1, mp_context=context)
-            pool = self._pool
-        try:
-            return pool.submit(count, text).result()
-        except BrokenProcessPool:
-            with self._lock:
-                if self._pool is pool:
-                    self._pool = None
-            return self._count(text)
+            try:
+                worker = self._worker or self._start()
+                assert worker.stdin is not None and worker.stdout is not None
+                worker.stdin.write(_SIZE.pack(len(data)) + data)
+                worker.stdin.flush()
+                answer = worker.stdout.read(_SIZE.size)
+                if len(answer) != _SIZE.size:
+                    raise OSError("the counting process ended")
+                return int(_SIZE.unpack(answer)[0])
+            except OSError:
+                self._end()
+        return self._count(text)
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        self._worker = subprocess.Popen(
+            [sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
+        return self._worker
+
+    def _end(self) -> None:
+        if self._worker is not None:
+            self._worker.kill()
+            self._worker.wait()
+            self._worker = None
+
+
+_SIZE = struct.Struct(">Q")
+
+
+def _serve(requests: BinaryIO, answers: BinaryIO) -> None:
+    """The worker's loop: a text's UTF-8 length and bytes in, its count out."""
+    count = counter()
+    while len(header := requests.read(_SIZE.size)) == _SIZE.size:
+        data = requests.read(_SIZE.unpack(header)[0])
+        answers.write(_SIZE.pack(count(data.decode("utf-8", "surrogatepass"))))
+        answers.flush()
+
+
+if __name__ == "__main__":
+    _serve(sys.stdin.buffer, sys.stdout.buffer)
