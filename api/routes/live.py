@@ -211,20 +211,20 @@ async def _tenant_events(
             if page.entries:
                 sent_at = time.monotonic()
             position = page.position
-            if not page.more:
+            if not page.more and _ending(tail) is None:
                 due = min(heartbeat - (time.monotonic() - sent_at), tail.left())
                 # Held back: the older transaction may end with no commit (no wake-up).
                 wait = min(due, poll) if page.held_back else due
-                if wait > 0 and _ending(tail) is None:
+                if wait > 0:
                     await _woken(woken, wait)
-                ending = _ending(tail)
-                if ending is not None or time.monotonic() - sent_at >= heartbeat:
-                    # (where it read to, with every heartbeat alike: nothing to compare)
-                    yield f"id: {cursors.seal(tenant, position)}\n: heartbeat\n\n".encode()
-                    sent_at = time.monotonic()
-                if ending is not None:
-                    yield ending
-                    return
+            ending = _ending(tail)
+            if ending is not None or time.monotonic() - sent_at >= heartbeat:
+                # (where it read to, with every heartbeat alike: nothing to compare)
+                yield f"id: {cursors.seal(tenant, position)}\n: heartbeat\n\n".encode()
+                sent_at = time.monotonic()
+            if ending is not None:
+                yield ending
+                return
             woken.clear()  # before the read: a commit after it sets it again
             page = await asyncio.to_thread(
                 ledger.tenant_events, tenant=tenant, prefix=prefix, after=position,
