@@ -54,7 +54,8 @@ def test_abort_keeps_the_partial_out_of_the_history(
         assert last["event_type"] == "StreamAborted"
         assert last["changes"]["partial"] == "half an answer" and last["changes"]["aborted"]
         assert api.get(f"/v1/sessions/{quote(session_key, safe='')}/messages").json() == {
-            "messages": []
+            "messages": [],
+            "next_cursor": None,
         }
         bad = api.post(url(session_key, sid, "abort"), json={"cause": "bored"})
         assert bad.status_code == 422
