@@ -146,3 +146,35 @@ def _async_counted(counter: Counted, function: Any) -> Any:
         return await function(*args, **kwargs)
 
     return counted
+
+
+@pytest.mark.parametrize("store", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_a_large_write_alone_runs_in_a_worker_thread_its_body_decoded_in_one(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any, store: str
+) -> None:
+    """Over `loop_write_max_bytes` a write's CPU (its body's decoding, parsing, token
+    counts, hashing) never runs on the event loop, even alone; at or under it, it does."""
+    import anyio.to_thread
+
+    from tests.conftest import make_ledger, make_settings
+
+    settings = make_settings(store, tmp_path, loop_write_max_bytes=2048)
+    make_ledger(settings).close()  # the tables; the app opens its own (PostgreSQL: bridged)
+    keys = MemoryKeyStore()
+    _, secret = keys.create(settings.default_tenant, "agent")
+    app = create_app(settings, key_store=keys)
+    writes, decodes = Counted(), Counted()
+    to_thread = anyio.to_thread.run_sync
+    monkeypatch.setattr(anyio.to_thread, "run_sync", _async_counted(writes, to_thread))
+    monkeypatch.setattr(asyncio, "to_thread", _async_counted(decodes, asyncio.to_thread))
+    large = {"messages": [{"role": "user", "content": "word " * 600}]}
+    with TestClient(app, headers={"Authorization": f"Bearer {secret}"}) as client:
+        assert client.post("/v1/sessions/chat/messages", json=MESSAGE).status_code == 200
+        writes.calls = decodes.calls = 0  # a session's first write counts its quota aside
+        assert client.post("/v1/sessions/chat/messages", json=MESSAGE).status_code == 200
+        assert (writes.calls, decodes.calls) == (0, 0)  # small and alone: on the loop
+        answer = client.post("/v1/sessions/chat/messages", json=large)
+        assert answer.status_code == 200, answer.text
+        assert (writes.calls, decodes.calls) == (1, 1)
+        history = client.get("/v1/sessions/chat/messages").json()["messages"]
+        assert history[-1]["blocks"][0]["text"] == "word " * 600
