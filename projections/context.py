@@ -3,8 +3,10 @@ the newest rows only as far as the window reaches (O(window), not O(history)).""
 
 from __future__ import annotations
 
+import functools
+import itertools
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from session_ledger.domain.errors import AnswerTooLarge
@@ -72,9 +74,9 @@ class ContextReads(ViewStore):
         """The window's messages as stored, (role, body), and the versions of the session
         its statements read (now: one, unless a write came between them)."""
         # Bodies come with the tail: one statement for a window within the first batch.
-        # Rows are tuples that start like a TailEntry: (role, alone, joined, message, id,
-        # seen, size, most). A batch leaves out bodies over its share of TAIL_BODY_BYTES,
-        # read once the window is known and its bytes are within `max_bytes`.
+        # Rows are tuples that start like a TailEntry: (role, alone, joined, message, id, seen).
+        # A batch leaves out the bodies over its share of TAIL_BODY_BYTES (NULL), read once
+        # the window is known to hold them and to be within `max_bytes`.
         bound = ""
         bound_params: tuple[Any, ...] = ()
         if version is not None:  # ids from the next one on were written after `version`
@@ -88,49 +90,58 @@ class ContextReads(ViewStore):
             versions = {self._version_holding_none(read, sid, ACTIVE, 0)}
         else:
             versions = set()
-        read_rows: list[tuple[Any, ...]] = []
-        sizes = [0]  # sizes[n]: the bytes of the newest n bodies
+        batches: list[list[tuple[Any, ...]]] = [first]  # the batches read, in order
+        known = [0]  # the lengths the window is known to reach (window_length's `at_least`)
 
-        def within(n: int) -> None:
-            if max_bytes is not None and sizes[n] > max_bytes:
-                raise AnswerTooLarge(
-                    f"the window of token_limit {token_limit} holds over {max_bytes} bytes "
-                    "of messages, more than one answer holds: give a smaller token_limit, "
-                    "or read the history page by page"
-                )
+        def within(n: int) -> None:  # the newest n rows' bodies (those read) fit max_bytes
+            # (A batch holds at most TAIL_BODY_BYTES: a few batches cannot pass them.)
+            if max_bytes is None or TAIL_BODY_BYTES * len(batches) <= max_bytes:
+                return
+            if _held(batches, n) > max_bytes:
+                raise _too_large(token_limit, max_bytes)
 
-        def tail() -> Iterator[Sequence[Any]]:
-            for row in self._tail(read, sid, version, first, versions):
-                if tokenizer is not None and row[3] is None:  # its text is counted here
-                    row = (self._tail_bodies(read, sid, version or row[5], [row]) or [row])[0]
-                read_rows.append(row)
-                sizes.append(sizes[-1] + row[6])
-                if tokenizer is None:
-                    yield row
-                else:
-                    body = self._opened(session_id, [row], 3)[0][3]
-                    content = "" if body is None else decode_body(row[0], body).content
-                    yield TailEntry(row[0], *tokenizer.count(content))
-
-        k = window_length(tail(), token_limit, initial_token_count, within)
+        rows = self._tail(read, sid, version, versions, batches, lambda: within(known[-1]))
+        entries: Iterator[Sequence[Any]] = rows
+        if tokenizer is not None:
+            count = functools.partial(self._counted, read, sid, version, tokenizer, session_id)
+            entries = map(count, rows)
+        k = window_length(entries, token_limit, initial_token_count,
+                          None if max_bytes is None else known.append)  # fmt: skip
         within(k)
-        window = read_rows[:k]
+        window = list(itertools.islice(itertools.chain.from_iterable(batches), k))
         if version is None and len(versions) == 1:
             version = next(iter(versions))
         if version is not None:  # (else a write came between: the caller reads again)
-            window = self._tail_bodies(read, sid, version, window)
+            window = self._tail_bodies(read, sid, version, window, max_bytes, token_limit)
         return [(r[0], r[3]) for r in reversed(window)], versions
 
+    def _counted(
+        self, read: Reader, sid: Any, version: int | None, tokenizer: NamedTokenizer,
+        session_id: uuid.UUID, row: tuple[Any, ...],
+    ) -> TailEntry:  # fmt: skip
+        """The row's tokens by `tokenizer`, from its text (a body the tail left out is
+        read for it)."""
+        if row[3] is None:
+            row = (self._tail_bodies(read, sid, version or row[5], [row]) or [row])[0]
+        body = self._opened(session_id, [row], 3)[0][3]
+        content = "" if body is None else decode_body(row[0], body).content
+        return TailEntry(row[0], *tokenizer.count(content))
+
     def _tail_bodies(
-        self, read: Reader, sid: Any, version: int, rows: list[tuple[Any, ...]]
-    ) -> list[tuple[Any, ...]]:
-        """`rows` (newest first) with the bodies the tail left out read, at `version`; none
-        if one is not found (the session was erased since: the ledger says so)."""
-        left_out = [row for row in rows if row[3] is None]
+        self, read: Reader, sid: Any, version: int, rows: list[tuple[Any, ...]],
+        max_bytes: int | None = None, token_limit: int = 0,
+    ) -> list[tuple[Any, ...]]:  # fmt: skip
+        """`rows` (newest first) with the bodies the tail left out read, at `version`, if
+        all their bodies fit in `max_bytes` (else AnswerTooLarge); none if one is not
+        found (the session was erased since: the ledger says so)."""
+        left_out = [row[4] for row in rows if row[3] is None]
         if not left_out:
             return rows
-        bodies = self._large_bodies(read, sid, ACTIVE, version, left_out[-1][4],
-                                    left_out[0][4], min(row[7] for row in left_out))  # fmt: skip
+        if max_bytes is not None:
+            sizes = self._bodies(read, sid, ACTIVE, version, left_out, self.body_bytes)
+            if _held([rows], len(rows)) + sum(sizes.values()) > max_bytes:
+                raise _too_large(token_limit, max_bytes)
+        bodies = self._bodies(read, sid, ACTIVE, version, left_out)
         if len(bodies) < len(left_out):
             return []
         return [(*row[:3], bodies[row[4]], *row[4:]) if row[3] is None else row for row in rows]
@@ -145,17 +156,16 @@ class ContextReads(ViewStore):
         limit: int,
     ) -> list[tuple[Any, ...]]:
         """Up to `limit` active rows newest first, that meet `where`, as tuples (role,
-        alone, joined, message, id, seen, size, most): `seen` is the session's version as
-        read (a past version's rows never change: there it is NULL); `message` is NULL
-        where the body's `size` is over `most`."""
-        most = TAIL_BODY_BYTES // limit  # bodies over it are NULL here (see `_window`)
-        columns = f"role, tokens, tokens_joined, {self._inline_body(most)}, message_id"
-        sizes = f"{self.body_bytes} AS size, {most} AS most"
+        alone, joined, message, id, seen): `seen` is the session's version as read (a past
+        version's rows never change: there it is NULL); `message` is NULL where the body
+        is over the batch's share of TAIL_BODY_BYTES."""
+        inline = self._inline_body(TAIL_BODY_BYTES // limit)
+        columns = f"role, tokens, tokens_joined, {inline}, message_id"
         select: tuple[str, tuple[Any, ...]]
         if version is None:
-            select = (f"{columns}, {HEAD_VERSION} AS seen, {sizes}", (sid,))
+            select = (f"{columns}, {HEAD_VERSION} AS seen", (sid,))
         else:
-            select = (f"{columns}, NULL AS seen, {sizes}", ())
+            select = (f"{columns}, NULL AS seen", ())
         return self._rows(read, select, 4, sid, ACTIVE, version, where, params,
                           newest_first=True, batch=limit)  # fmt: skip
 
@@ -164,20 +174,38 @@ class ContextReads(ViewStore):
         read: Reader,
         sid: Any,
         version: int | None,
-        first: list[tuple[Any, ...]],
         versions: set[Any],
+        batches: list[list[tuple[Any, ...]]],
+        before_batch: Callable[[], None],
     ) -> Iterator[tuple[Any, ...]]:
-        """The messages newest first: the first batch, then growing batches read as they
-        are consumed (each notes the session version it saw in `versions`)."""
-        rows, batch = first, TAIL_BATCH
+        """The messages newest first: the first batch (`batches[0]`), then growing batches
+        read as they are consumed, each added to `batches` (and the session version it saw
+        to `versions`), each after `before_batch()` (which may raise to stop the read)."""
+        rows, batch = batches[0], TAIL_BATCH
         while True:
             yield from rows
             if len(rows) < batch:
                 return
+            before_batch()
             before, batch = rows[-1][4], min(batch * 2, MAX_TAIL_BATCH)
             rows = self._tail_rows(read, sid, version, " AND message_id < ?", (before,), batch)
             if not rows:  # an empty batch says no version: ask for it
                 rows = self._tuples(read, HEAD_VERSION_SELECT, (sid,))
                 versions.update(r[0] for r in rows)
                 return
+            batches.append(rows)
             versions.add(rows[0][5])
+
+
+def _held(batches: list[list[tuple[Any, ...]]], n: int) -> int:
+    """The bytes of the bodies the newest `n` rows of `batches` came with."""
+    rows = itertools.islice(itertools.chain.from_iterable(batches), n)
+    return sum(len(row[3]) for row in rows if row[3] is not None)
+
+
+def _too_large(token_limit: int, max_bytes: int) -> AnswerTooLarge:
+    return AnswerTooLarge(
+        f"the window of token_limit {token_limit} holds over {max_bytes} bytes of messages, "
+        "more than one answer holds: give a smaller token_limit, or read the history page "
+        "by page"
+    )

@@ -15,14 +15,14 @@ from session_ledger.domain.ports import ACTIVE
 
 from .changes import MessageRow
 from .sealing import DataKeys, open_bodies
-from .sql import ENDED_AT, HEAD_COUNTS_SELECT, LIVE, LIVE_AT, Reader
+from .sql import BODIES_BATCH, ENDED_AT, HEAD_COUNTS_SELECT, LIVE, LIVE_AT, Reader
 
 
 class ViewStore(ABC):
     """A store of the views in one SQL dialect; subclasses supply the dialect."""
 
     no_limit: Any = -1  # a LIMIT that takes all rows (needed before an OFFSET)
-    body_bytes = "length(message)"  # a row's body size (SQLite: characters, about its bytes)
+    body_bytes = "length(CAST(message AS BLOB))"  # a row's body size in bytes
     # Where rows that ended at a version are looked up (session_id, valid_to = ?).
     ended_rows = "ledger_ended_messages"
     rows_read = 0  # view rows this store fetched: the cost model the tests check
@@ -151,23 +151,25 @@ class ViewStore(ABC):
 
     def _inline_body(self, most: int) -> str:
         """The body column of a read that leaves out bodies over `most` bytes (NULL):
-        read after the answer is known to hold them (`_large_bodies`), so that no read
-        holds more bodies than its answer. A constant, as a batch size is (see `_rows`)."""
+        read after the answer is known to hold them (`_bodies`), so that no read holds
+        more bodies than its answer. A constant, as a batch size is (see `_rows`)."""
         return f"CASE WHEN {self.body_bytes} <= {int(most)} THEN message END"
 
-    def _large_bodies(
-        self, read: Reader, sid: Any, status: str, version: int, first: int, last: int,
-        most: int,
-    ) -> dict[int, str]:  # fmt: skip
-        """The bodies over `most` bytes of the `status` rows of `version` with ids from
-        `first` to `last`, by message id (a version's rows never change: any later read
-        finds them, unless the session was erased)."""
-        rows = self._rows(
-            read, ("message_id, message", ()), 0, sid, status, version,
-            f" AND message_id >= ? AND message_id <= ? AND {self.body_bytes} > {int(most)}",
-            (first, last),
-        )  # fmt: skip
-        return {row[0]: row[1] for row in rows}
+    def _bodies(
+        self, read: Reader, sid: Any, status: str, version: int, ids: Sequence[int],
+        column: str = "message",
+    ) -> dict[int, Any]:  # fmt: skip
+        """`column` (the body, or e.g. its size) of the `status` rows of `version` with
+        these message ids, by id (a version's rows never change: any later read finds
+        them, unless the session was erased)."""
+        found: dict[int, Any] = {}
+        for start in range(0, len(ids), BODIES_BATCH):
+            some = ids[start : start + BODIES_BATCH]
+            listed = f" AND message_id IN ({', '.join('?' * len(some))})"
+            rows = self._rows(read, (f"message_id, {column}", ()), 0, sid, status, version,
+                              listed, tuple(some))  # fmt: skip
+            found.update((row[0], row[1]) for row in rows)
+        return found
 
     def _opened(
         self, session_id: uuid.UUID, rows: Sequence[Sequence[Any]], at: int = 1

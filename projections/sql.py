@@ -32,6 +32,7 @@ MAX_TAIL_BATCH = 4096
 # hold them, so a read holds about as much as its answer, however long the session.
 TAIL_BODY_BYTES = 4 * 1024 * 1024  # a batch of 64: bodies up to 64 KiB come with it
 PAGE_INLINE_BYTES = 8192  # a page of 1,000 rows: 8 MiB
+BODIES_BATCH = 500  # message ids per read of the bodies left out
 MAX_CHAR = "\U0010ffff"
 
 SESSION_INSERT = (

@@ -101,8 +101,7 @@ class TranscriptReads(ViewStore):
         left_out = [row[2] for row in page if row[1] is None]
         if left_out:
             with self._reading_past() as read:
-                bodies = self._large_bodies(read, sid, status, version, left_out[0],
-                                            left_out[-1], PAGE_INLINE_BYTES)  # fmt: skip
+                bodies = self._bodies(read, sid, status, version, left_out)
             if len(bodies) < len(left_out):  # erased since: the ledger says so
                 return []
             page = [(r[0], bodies[r[2]]) if r[1] is None else r for r in page]
