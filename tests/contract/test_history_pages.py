@@ -133,6 +133,19 @@ def test_a_window_over_the_answer_bytes_is_refused(small: Ledger) -> None:
         small.get("s", token_limit=10**9, as_of_version=2)
 
 
+def test_a_long_window_over_the_answer_bytes_stops_reading_early(small: Ledger) -> None:
+    """Refused before the tail's next batch once the window reaches past the bytes: not
+    read to the start of the session."""
+    text = "w " * 500  # 1 KB: 64 of them pass ANSWER
+    for _ in range(4):
+        small.put_messages("s", [msg(text, role) for role in ("user", "assistant") * 250])
+    before = small.views.rows_read  # type: ignore[attr-defined]
+    with pytest.raises(AnswerTooLarge):
+        small.get("s", token_limit=10**9)
+    assert small.views.rows_read - before < 64 + 128 + 256 + 1  # type: ignore[attr-defined]
+    assert len(small.get("s", token_limit=500 * 40)) == 40
+
+
 def test_windows_under_the_answer_bytes_are_read_whole(store: str, tmp_path: Path) -> None:
     """Bodies over a tail batch's share are read after the window is known: the window is
     the same, now and at a past version, with the stored counts or a caller's tokenizer."""
