@@ -95,7 +95,8 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         "compliance command refused: legal_hold, hold_conflict, encryption_required.",
         410: "The session was erased (session_erased): when, why and on what basis.",
         412: "If-Match / If-None-Match precondition failed; nothing written.",
-        413: "Body, message or write over the configured limits.",
+        413: "Body, message or write over the configured limits; a context window over "
+        "LEDGER_MAX_ANSWER_BYTES (answer_too_large).",
         422: "Invalid input: fields, headers, messages, session key.",
         429: "Over a rate limit or quota of the API key or its tenant, or as many live tails "
         "open as it may hold (too_many_tails); see Retry-After.",
