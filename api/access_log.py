@@ -35,7 +35,6 @@ from .inputs import RouteInputs, route_inputs
 
 EVENT_LINE = b'{"record":"event"'  # an event line of a JSONL export (quotes are escaped inside)
 RECORDS_HEADER = "X-Ledger-Records"  # a streamed answer that counts its records itself
-SSE_EVENT = b"\nevent: "  # an event of a live tail (after its id: line)
 reader = require(READ)
 LISTS = ("messages", "events", "entries", "sessions", "keys")  # an answer's records, by name
 
@@ -64,11 +63,11 @@ class AccessLoggedRoute(APIRoute):
             record = _recorder(request, *access, await _parameters(request, models))
             if isinstance(response, StreamingResponse):
                 media = response.media_type or ""
-                marker = SSE_EVENT if media.startswith("text/event-stream") else EVENT_LINE
                 said = response.headers.get(RECORDS_HEADER)
                 known = None if said is None else int(said)
+                csv = media.startswith("text/csv")
                 response.body_iterator = _counted(
-                    response.body_iterator, record, media.startswith("text/csv"), marker, known
+                    response.body_iterator, record, csv, EVENT_LINE, known
                 )
                 return response
             count = records_in(json.loads(bytes(response.body)))

@@ -6,7 +6,8 @@ before its next request. How a process learns the version is the store's: SQLite
 its one-row version table (a primary-key read, about as cheap as a dict lookup on a
 local file), PostgreSQL keeps a connection LISTENing for the revoke's NOTIFY
 (`KeyNotices`), so no request waits for a round trip. Only active keys are cached; an
-unknown or revoked secret is looked up every time.
+unknown or revoked secret is looked up every time. Open live tails, authenticated once
+when they opened, follow the same version (`live_tails.py`) and end with their key.
 """
 
 from __future__ import annotations
