@@ -132,7 +132,8 @@ class CountingProcess:
             try:
                 worker = self._worker or self._start()
                 assert worker.stdin is not None and worker.stdout is not None
-                worker.stdin.write(_SIZE.pack(len(data)) + data)
+                worker.stdin.write(_SIZE.pack(len(data)))
+                worker.stdin.write(data)  # not joined to the header: no copy of the text
                 worker.stdin.flush()
                 answer = worker.stdout.read(_SIZE.size)
                 if len(answer) != _SIZE.size:
