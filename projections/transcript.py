@@ -66,6 +66,12 @@ class TranscriptReads(ViewStore):
         columns = f"role, {self._inline_body(PAGE_INLINE_BYTES)}, message_id, {self.body_bytes}"
         if version is not None:
             with self._reading_past() as read:
+                if offset:  # a past version's tables are merged here: to its offset, ids only
+                    last = self._rows(read, ("message_id", ()), 0, sid, status, version, where,
+                                      params, limit=1, offset=offset - 1)  # fmt: skip
+                    if not last:
+                        return StoredMessages(version, [])
+                    where, params, offset = f"{where} AND message_id > ?", (*params, last[0][0]), 0
                 rows = self._rows(read, (columns, ()), 2, sid, status, version, where, params,
                                   limit=limit + 1, offset=offset)  # fmt: skip
         else:  # as `history`: the version comes with the rows, or a second statement reads it

@@ -5,6 +5,7 @@ SQLite and PostgreSQL alike."""
 
 from __future__ import annotations
 
+import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -113,6 +114,23 @@ def test_a_past_version_is_paged_from_an_offset(small: Ledger) -> None:
     small.reset("s")
     found = [texts(p.messages()) for p in pages(small, "s", offset=2, as_of_version=2)]
     assert found == [["m2", "m3", "m4", "m5"], ["m6", "m7", "m8"]]
+
+
+def test_a_past_version_far_into_the_history_reads_no_body_before_its_page(
+    small: Ledger,
+) -> None:
+    """A past version's rows are merged in the process: up to the offset, ids alone."""
+    text = "w " * 2000  # 4 KB: under a page's inline share, so read with its row
+    small.put_messages("s", [msg(f"{i} {text}") for i in range(600)])
+    small.put("s", msg("later"))
+    tracemalloc.start()
+    try:
+        page = small.page("s", offset=595, as_of_version=2)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert [m.content.split()[0] for m in page.messages()] == ["595", "596", "597", "598"]
+    assert peak < 100 * len(text), peak  # the session holds 600
 
 
 def test_a_page_after_another_names_its_version(small: Ledger) -> None:
