@@ -118,3 +118,24 @@ def test_a_window_over_the_answer_bytes_is_413(http: TestClient) -> None:
     assert answer.status_code == 413, answer.text
     error = answer.json()["error"]
     assert error["code"] == "answer_too_large" and "token_limit" in error["message"]
+
+
+def test_the_diff_reads_histories_longer_than_a_page(http: TestClient) -> None:
+    put(http, *[f"m{i}" for i in range(7)])
+    assert http.delete(f"{PATH}/messages/1").status_code == 200
+    put(http, "later")
+    diff = http.get(f"{PATH}/diff", params={"from_version": 2, "to_version": 4})
+    assert diff.status_code == 200, diff.text
+    found = diff.json()
+    assert (found["from_count"], found["to_count"]) == (7, 7)
+    runs = [(c["kind"], c["from_position"], len(c["removed"]), len(c["added"]))
+            for c in found["changes"]]  # fmt: skip
+    assert runs == [("removed", 1, 1, 0), ("added", 7, 0, 1)]
+
+
+def test_a_diff_over_the_answer_bytes_is_413(http: TestClient) -> None:
+    put(http, "a" * 3000)
+    assert http.put(f"{PATH}/messages", json={"messages": [
+        {"role": "user", "content": "b" * 3000}]}).status_code == 200  # fmt: skip
+    answer = http.get(f"{PATH}/diff", params={"from_version": 2, "to_version": 3})
+    assert answer.status_code == 413 and answer.json()["error"]["code"] == "answer_too_large"
