@@ -10,7 +10,9 @@ may hold up to `workers` times its limit, each process loaded no more than the l
 A tail's key was good when it opened. The key table's version moves with every revoke
 (`key_cache.py`); every `tail_key_check_ms` the process looks at it, and when it moved
 (or tails opened since the last look) reads the keys of the tenants holding tails and
-ends the tails of a revoked key: each sends a last comment and the stream closes.
+ends the tails of a revoked key: each sends a last comment and the stream closes. The
+same look ends the tails whose lifetime is over. A tail whose client reads nothing (its
+answer waits for the client to take what was sent) is cut `END_GRACE_SECONDS` later.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from .ratelimit_budget import Refused
 
 log = logging.getLogger("session_ledger.api")
 RETRY_AFTER_SECONDS = 5.0  # a refused tail may ask again: one may have ended by then
+END_GRACE_SECONDS = 0.5  # how long an ended tail may take to say why before it is cut
 
 
 class TooManyTails(Refused):
@@ -45,9 +48,11 @@ class OpenTail:
     deadline: float  # time.monotonic() when its lifetime is over
     woken: asyncio.Event = field(default_factory=asyncio.Event)
     ended: str | None = None  # why it must end now (None: it goes on)
+    gone: asyncio.Event = field(default_factory=asyncio.Event)  # set with `ended`
 
     def end(self, why: str) -> None:
         self.ended = why
+        self.gone.set()
         self.woken.set()
 
     def left(self) -> float:
@@ -119,6 +124,9 @@ class LiveTails:
             fresh, self._unchecked = self._unchecked, set()
             if not self.open:
                 continue
+            for tail in list(self.open):
+                if tail.ended is None and tail.left() <= 0:
+                    tail.end("its time is over")
             try:
                 version = await asyncio.to_thread(self.keys.version)
                 holding = {t.who.tenant for t in self.open}

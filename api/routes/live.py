@@ -48,7 +48,7 @@ from ..errors import ERROR_RESPONSES, LastEventIdInvalid
 from ..feed_cursors import MAX_CURSOR_CHARS, FeedCursors
 from ..inputs import RouteInputs
 from ..live_hub import LiveHub
-from ..live_tails import LiveTails, OpenTail
+from ..live_tails import END_GRACE_SECONDS, LiveTails, OpenTail
 from ..schemas import AuditEvent, FeedEvent
 from ..settings import Settings
 
@@ -79,16 +79,29 @@ class TenantTailInputs(RouteInputs):
 
 class TailResponse(StreamingResponse):
     """A tail's answer: its count in `LiveTails` ends with the answer, however it ends
-    (also when the client left before its first line)."""
+    (also when the client left before its first line). Once the tail must end, the
+    answer has `END_GRACE_SECONDS` to say why and finish; one still waiting then for a
+    client that takes nothing is cut (uvicorn closes the connection)."""
 
     def __init__(self, tails: LiveTails, tail: OpenTail, events: AsyncIterator[bytes]) -> None:
         super().__init__(events, media_type=SSE, headers=HEADERS)
         self.tails, self.tail = tails, tail
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        answer = asyncio.ensure_future(super().__call__(scope, receive, send))
+        gone = asyncio.ensure_future(self.tail.gone.wait())
         try:
-            await super().__call__(scope, receive, send)
+            await asyncio.wait({answer, gone}, return_when=asyncio.FIRST_COMPLETED)
+            if not answer.done():
+                await asyncio.wait({answer}, timeout=END_GRACE_SECONDS)
+            if not answer.done():
+                answer.cancel()
+                await asyncio.wait({answer})
+            else:
+                answer.result()  # its error, if any, as the server would have had it
         finally:
+            answer.cancel()
+            gone.cancel()
             self.tails.closed(self.tail)
 
 

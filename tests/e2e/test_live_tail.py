@@ -5,6 +5,7 @@ across two API processes on one PostgreSQL; heartbeats when idle."""
 from __future__ import annotations
 
 import json
+import socket
 import time
 from collections.abc import Iterator
 from urllib.parse import quote
@@ -244,6 +245,37 @@ def test_a_revoked_keys_tails_end_within_a_second(limited: Server) -> None:
     finally:
         for tail in (*tails, kept):
             tail.close()
+
+
+def test_a_revoked_keys_tail_that_takes_nothing_is_cut(limited: Server) -> None:
+    """A client that reads nothing while its tail has much to send: the tail cannot send
+    its last line, so the server cuts the connection half a second after the tail ended
+    (the stream then lacks its last line and its chunked end)."""
+    _, admin = new_key(limited, "admin")
+    auditor_id, auditor = new_key(limited, "auditor")
+    with LedgerClient(limited.base_url, admin) as client:
+        for n in range(60):  # 7 MB of events: more than both sockets' buffers hold
+            many = [{"role": "user", "content": f"{n}.{m} " + "x" * 10_000} for m in range(12)]
+            client.put_messages("flooded", many)
+    host, port = limited.base_url.removeprefix("http://").split(":")
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect((host, int(port)))
+        sock.sendall(f"GET {live('flooded')} HTTP/1.1\r\nHost: {host}\r\n"
+                     f"Authorization: Bearer {auditor}\r\n\r\n".encode())  # fmt: skip
+        time.sleep(1)  # the tail has read a batch and waits for the client to take it
+        with httpx.Client(base_url=limited.base_url, timeout=60) as api:
+            gone = api.delete(
+                f"/v1/keys/{auditor_id}", headers={"Authorization": f"Bearer {admin}"}
+            )
+            assert gone.status_code == 200, gone.text
+        time.sleep(2)  # the check (250 ms) and the grace (500 ms), with room to spare
+        sock.settimeout(10)
+        received = bytearray()
+        while chunk := sock.recv(65536):  # what was sent before the cut, then the end
+            received += chunk
+    assert received.startswith(b"HTTP/1.1 200") and len(received) < 7_000_000
+    assert b"tail ended" not in received and not received.endswith(b"0\r\n\r\n")
 
 
 def _drained(tail: Tail) -> list[Message]:
