@@ -294,11 +294,9 @@ def test_a_tail_ends_at_its_lifetime_and_resumes_without_loss(short_lived: Serve
                       headers={"Authorization": f"Bearer {agent}"}) as api:  # fmt: skip
         write_turn(api, "lifetime", 0)  # 1-5
         tail = Tail(short_lived.base_url, live("lifetime"), auditor)
-        opened = time.monotonic()
         try:
             seen = [m.id for m in tail.events(5)]
             assert tail.ended(10)
-            assert time.monotonic() - opened >= 2.5
             comments = [m.comment for m in _drained(tail)]
             assert any("its time is over" in (c or "") for c in comments), comments
         finally:
