@@ -1,4 +1,5 @@
-"""Rate limits and quotas per API key and per tenant, shared by every API process.
+"""Rate limits and quotas per API key and per tenant, and failed authentications per
+client address, shared by every API process.
 
 Budgets are buckets kept by GCRA (the generic cell rate algorithm): a bucket's level is
 the theoretical arrival time (TAT) of its next request, in seconds since the epoch. A
