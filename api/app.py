@@ -96,7 +96,7 @@ def create_app(
         if ledger is None:
             # `serve` made the tables already unless LEDGER_MIGRATE_ON_START=false, which
             # asks for an explicit `migrate`: the server never makes them on its own.
-            app.state.ledger = open_ledger(settings, auto_migrate=False)
+            app.state.ledger = open_ledger(settings, auto_migrate=False, serving=True)
             app.state.ledger.observer = observer
         app.state.reads_in_process = reads_in_process(app.state.ledger)
         # Only a ledger this lifespan opens reads on its loop: its loop pool lives and is

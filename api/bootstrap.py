@@ -101,9 +101,14 @@ def master_keys_env(settings: Settings) -> dict[str, str]:
 
 
 def open_ledger(
-    settings: Settings, *, create_tables: bool = False, auto_migrate: bool | None = None
-) -> Ledger:
+    settings: Settings, *, create_tables: bool = False, auto_migrate: bool | None = None,
+    serving: bool = False,
+) -> Ledger:  # fmt: skip
     """A Ledger on the configured store.
+
+    `serving`: the ledger of a server, whose event loop other requests wait on: a long
+    message is token-counted in a worker process (`token_count_process_chars`). A ledger
+    in a host's process starts no process of its own.
 
     A store with no ledger tables yet gets them on first use (`migrate`, under its lock)
     when `auto_migrate` (default: `settings.auto_migrate`); otherwise, and for tables of
@@ -125,7 +130,8 @@ def open_ledger(
     return Ledger(
         env,
         tokenizer=load_tokenizer(
-            settings.tokenizer, process_min_chars=settings.token_count_process_chars
+            settings.tokenizer,
+            process_min_chars=settings.token_count_process_chars if serving else 0,
         ),
         limits=Limits(
             max_message_bytes=settings.max_message_bytes,

@@ -64,8 +64,9 @@ class Settings(BaseSettings):
         256 * 1024,
         ge=0,
         description="A message at least this long (characters) is counted by cl100k_base in "
-        "a worker process: the count holds the GIL (40-80 ms for 4 MiB), and with it the "
-        "event loop. 0: every count in the server's process.",
+        "a worker process of the server: the count holds the GIL (40-80 ms for 4 MiB), and "
+        "with it the event loop. 0: every count in the server's process. An in-process "
+        "ledger counts in its host's process.",
     )
     token_limit: int = Field(3000, ge=1, description="Default token limit of `get`.")
     max_message_bytes: int = Field(
