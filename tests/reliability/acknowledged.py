@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from session_ledger.api.client import session_path
+from tests.reliability.workload import audit_trail
 
 KEYED_DEADLINE_SECONDS = 60.0  # a keyed write is sent again until then (a restart between)
 RETRY_PAUSE_SECONDS = 0.05
@@ -168,21 +169,10 @@ class VersionedWriters:
         stored: Counter[str] = Counter()
         with httpx.Client(base_url=server, headers=self.headers, timeout=120) as client:
             for session in self.sessions:
-                after = 0
-                while True:
-                    answer = client.get(session_path(session, "/events"),
-                                        params={"after": after, "limit": 1000})  # fmt: skip
-                    if answer.status_code == 404:
-                        break
-                    answer.raise_for_status()
-                    page = answer.json()["events"]
-                    for event in page:
-                        events[session, event["version"]] = event
-                        if event["event_type"] != "SessionStarted":  # shares the first reason
-                            stored[str(event["reason"])] += 1
-                    if len(page) < 1000:
-                        break
-                    after = page[-1]["version"]
+                for event in audit_trail(client, session):
+                    events[session, event["version"]] = event
+                    if event["event_type"] != "SessionStarted":  # shares the first reason
+                        stored[str(event["reason"])] += 1
         report = Report(answers=self.answers)
         for ack in self.acks:
             report.acknowledged += 1

@@ -15,8 +15,9 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 
@@ -26,6 +27,23 @@ KEYED_ATTEMPTS = 8
 MESSAGE = {"role": "user", "content": "reliability"}
 # (operation, weight): appends most, as agents do.
 OPERATIONS = [("append", 6), ("set", 1), ("reset", 1), ("delete", 1), ("archive", 1)]
+
+
+def audit_trail(client: httpx.Client, session: str) -> Iterator[dict[str, Any]]:
+    """A session's audit entries over HTTP, page by page (none for an unknown session)."""
+    after = 0
+    while True:
+        answer = client.get(
+            session_path(session, "/events"), params={"after": after, "limit": 1000}
+        )
+        if answer.status_code == 404:
+            return
+        answer.raise_for_status()
+        page = answer.json()["events"]
+        yield from page
+        if len(page) < 1000:
+            return
+        after = page[-1]["version"]
 
 
 @dataclass
@@ -147,20 +165,9 @@ class Workload:
         seen: Counter[str] = Counter()
         with httpx.Client(base_url=server, headers=self.headers, timeout=120) as client:
             for session in {op.session for op in self.ops}:
-                after = 0
-                while True:
-                    answer = client.get(session_path(session, "/events"),
-                                        params={"after": after, "limit": 1000})  # fmt: skip
-                    if answer.status_code == 404:
-                        break
-                    answer.raise_for_status()
-                    events = answer.json()["events"]
-                    for event in events:
-                        if event["event_type"] != "SessionStarted":  # shares the first reason
-                            seen[event["reason"]] += 1
-                    if len(events) < 1000:
-                        break
-                    after = events[-1]["version"]
+                for event in audit_trail(client, session):
+                    if event["event_type"] != "SessionStarted":  # shares the first reason
+                        seen[event["reason"]] += 1
         tally = self.tally
         tally.operations = len(self.ops)
         tally.acknowledged = sum(op.acknowledged for op in self.ops)
