@@ -22,7 +22,7 @@ from session_ledger.projections.async_bridge import bridged
 from . import errors
 from .admission import enforce_limits
 from .auth import bearer
-from .feed_cursors import FeedCursors
+from .feed_cursors import ServerFeedCursors
 from .inputs import document_inputs
 from .keystore import KeyStore, open_key_store
 from .live_hub import LiveHub
@@ -128,7 +128,9 @@ def create_app(
             check_seconds=settings.tail_key_check_ms / 1000,
         )  # fmt: skip
         tails.start()
-        app.state.feed_cursors = FeedCursors(settings.feed_cursor_key or settings.database_url)
+        app.state.feed_cursors = ServerFeedCursors(
+            settings.feed_cursor_key, app.state.key_store.feed_cursor_secret
+        )
         try:
             async with sweeping(app.state.ledger, settings.stream_timeout_seconds):
                 yield

@@ -9,18 +9,23 @@ the same position never looks the same twice, and a cursor is good only for the 
 it was sent to. Opening it gives the position back exactly, so a resume is exactly where
 the tail was (no gap, no duplicate).
 
-The key derives from `feed_cursor_key`, which every server of a store must share (a
-cursor sent by one is resumed at another); unset, from the database URL, which they
-share already but which is no secret to one who knows it.
+Every server of a store must seal with the same key (a cursor sent by one is resumed at
+another). It derives from `feed_cursor_key` when set (several stores behind one cursor
+space, a rotation by hand); unset, from a random secret the store keeps beside the API
+keys, made by the first `migrate` (keystore_sql.py), so nothing an operator configures,
+a database URL least of all, tells it. The server reads that secret on the first tenant
+tail, not at start: a store not ready yet answers 503 there, as everywhere else.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import hashlib
 import os
 import struct
+from collections.abc import Callable
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -64,6 +69,21 @@ class FeedCursors:
         if not plain or len(plain) % 8:
             raise refused
         return ".".join(str(n) for n in struct.unpack(f">{len(plain) // 8}Q", plain))
+
+
+class ServerFeedCursors:
+    """The server's FeedCursors: of `key` when given, else of the store's secret, which
+    `stored_secret` reads (blocking) the first time they are asked for."""
+
+    def __init__(self, key: str | None, stored_secret: Callable[[], str]) -> None:
+        self._cursors = None if key is None else FeedCursors(key)
+        self._stored_secret = stored_secret
+
+    async def get(self) -> FeedCursors:
+        if self._cursors is None:
+            # Two first tails may both read it: the same secret, the same cursors.
+            self._cursors = FeedCursors(await asyncio.to_thread(self._stored_secret))
+        return self._cursors
 
 
 def _tenant(tenant: str) -> bytes:

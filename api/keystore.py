@@ -1,4 +1,5 @@
-"""Where API keys live: one table beside the ledger's, in the store its URL names.
+"""Where API keys live: one table beside the ledger's, in the store its URL names; and
+beside them the store's own secret that seals the tenant tail's cursors (feed_cursors.py).
 
 A key's secret is never stored: only sha256 of it (the secrets are 256-bit random, so a
 fast hash is enough; a user-chosen bootstrap key must be long for the same reason).
@@ -101,6 +102,11 @@ class KeyStore(ABC):
     def ping(self) -> None:
         """Raise StoreNotReady unless the key table can be read."""
 
+    @abstractmethod
+    def feed_cursor_secret(self) -> str:
+        """The store's secret for the tenant tail's cursors: 32 random bytes (hex), made
+        once per store by `migrate`, so every process of the store reads the same."""
+
     def close(self) -> None:  # noqa: B027 - only the pooled backend holds connections
         """Release connections."""
 
@@ -177,12 +183,16 @@ class MemoryKeyStore(KeyStore):
         self._keys: dict[str, KeyRecord] = {}
         self._lock = threading.Lock()
         self._revocations = 0
+        self._feed_cursor_secret = secrets.token_hex(32)  # the store lives in one process
 
     def migrate(self) -> None:
         return None
 
     def ping(self) -> None:
         return None
+
+    def feed_cursor_secret(self) -> str:
+        return self._feed_cursor_secret
 
     def _version(self) -> Hashable:
         return self._revocations

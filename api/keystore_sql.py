@@ -6,6 +6,7 @@ Both use the same statements; they differ in placeholders, connections and how
 
 from __future__ import annotations
 
+import secrets
 import sqlite3
 from abc import abstractmethod
 from collections.abc import Hashable, Iterator, Sequence
@@ -15,6 +16,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
+from session_ledger.domain.errors import StoreNotReady
+
 from .key_cache import NOTIFY_CHANNEL, KeyNotices
 from .keystore import KeyRecord, KeyStore
 from .sql_connections import SQLiteConnections, open_pool, postgres_cursor, sqlite_failure
@@ -23,6 +26,9 @@ TABLE = "ledger_api_keys"
 # One row: how many revokes the key table has seen. Processes keep active keys while it
 # stays where it was when they read them (key_cache.py).
 VERSION_TABLE = "ledger_api_keys_version"
+# The store's secrets by name; `migrate` makes each once (under its lock), never again.
+SECRET_TABLE = "ledger_api_secrets"
+FEED_CURSOR_SECRET = "feed cursor"
 COLUMNS = "id, tenant, role, name, key_hash, created_at, revoked_at"
 SCHEMA = (
     f"CREATE TABLE IF NOT EXISTS {TABLE} (id TEXT PRIMARY KEY, tenant TEXT NOT NULL, "
@@ -33,6 +39,7 @@ SCHEMA = (
     "version BIGINT NOT NULL)",
     f"INSERT INTO {VERSION_TABLE} (id, version) SELECT 1, 0 "
     f"WHERE NOT EXISTS (SELECT 1 FROM {VERSION_TABLE})",
+    f"CREATE TABLE IF NOT EXISTS {SECRET_TABLE} (name TEXT PRIMARY KEY, secret TEXT NOT NULL)",
 )
 READ_VERSION = f"SELECT version FROM {VERSION_TABLE} WHERE id = 1"
 # Any constant works; it only has to be the same in every process.
@@ -71,6 +78,22 @@ class _SQLKeyStore(KeyStore):
         with self._transaction(exclusive=True) as cur:
             for statement in SCHEMA:
                 cur.execute(statement)
+            cur.execute(
+                self._sql(f"INSERT INTO {SECRET_TABLE} (name, secret) VALUES (?, ?) "
+                          "ON CONFLICT (name) DO NOTHING"),
+                (FEED_CURSOR_SECRET, secrets.token_hex(32)),
+            )  # fmt: skip
+
+    def feed_cursor_secret(self) -> str:
+        with self._transaction() as cur:
+            cur.execute(
+                self._sql(f"SELECT secret FROM {SECRET_TABLE} WHERE name = ?"),
+                (FEED_CURSOR_SECRET,),
+            )
+            row = cur.fetchone()
+        if row is None:
+            raise StoreNotReady("the store has no feed cursor secret: run `session-ledger migrate`")
+        return str(row[0])
 
     def ping(self) -> None:
         with self._transaction() as cur:

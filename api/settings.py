@@ -336,6 +336,7 @@ class Settings(BaseSettings):
     feed_cursor_key: str | None = Field(
         None, min_length=16,
         description="Secret that seals the tenant tail's positions (`id:`) into opaque "
-        "cursors; every server of a store needs the same. Unset: derived from the "
-        "database URL, which hides nothing from one who knows that URL.",
+        "cursors; every server of a store needs the same. Unset: a random secret kept in "
+        "the store, made on first start (set it to share cursors across stores, or to "
+        "rotate them by hand).",
     )  # fmt: skip

@@ -45,7 +45,7 @@ from session_ledger.projections.views import SQLViews
 from ..auth import Principal
 from ..deps import BIG, TEXT_PATTERN, ExporterDep, LedgerDep, ReadCall, mark_access
 from ..errors import ERROR_RESPONSES, LastEventIdInvalid
-from ..feed_cursors import MAX_CURSOR_CHARS, FeedCursors
+from ..feed_cursors import MAX_CURSOR_CHARS, FeedCursors, ServerFeedCursors
 from ..inputs import RouteInputs
 from ..live_hub import LiveHub
 from ..live_tails import END_GRACE_SECONDS, LiveTails, OpenTail
@@ -141,7 +141,8 @@ async def tail_tenant(
     """Every event of the caller's tenant as it commits (Server-Sent Events), resumable."""
     hub, tails = _hub(request), _tails(request)
     settings: Settings = request.app.state.settings
-    cursors: FeedCursors = request.app.state.feed_cursors
+    server_cursors: ServerFeedCursors = request.app.state.feed_cursors
+    cursors = await server_cursors.get()
     header = inputs.last_event_id is not None
     given = inputs.last_event_id.strip() if inputs.last_event_id is not None else inputs.after
     try:

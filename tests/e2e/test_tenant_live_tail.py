@@ -4,14 +4,18 @@ Last-Event-ID with no gap and no duplicate; across two API processes on PostgreS
 
 from __future__ import annotations
 
+import contextlib
+import secrets
 import time
 import uuid
+from pathlib import Path
 from urllib.parse import quote
 
 import httpx
 import pytest
 
 from session_ledger.api.client import LedgerClient
+from session_ledger.api.feed_cursors import FeedCursors
 from tests.conftest import fresh_postgres_database
 
 from .conftest import Deployment, Server, run_cli, server_env
@@ -176,3 +180,49 @@ def test_two_processes_on_postgres_tail_a_tenant_without_gap_or_duplicate() -> N
     for key_, version, _ in keyed(seen + rest):
         versions.setdefault(key_, []).append(version)
     assert versions == {"s0": [1, 2, 3, 4], "s1": [1, 2, 3, 4], "s2": [1, 2, 3, 4]}
+
+
+@pytest.mark.parametrize("store", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_the_servers_of_a_store_share_its_cursor_secret_and_no_url_opens_one(
+    store: str, tmp_path: Path
+) -> None:
+    """Without LEDGER_FEED_CURSOR_KEY the servers of one store seal with the random secret
+    the store keeps: a cursor of one resumes at the other, whichever URL each names the
+    store by (a symlinked folder, a connection parameter), and a cursor sealed with a key
+    derived from either URL (the default before) is refused."""
+    with contextlib.ExitStack() as stack:
+        if store == "sqlite":
+            (tmp_path / "data").mkdir()
+            (tmp_path / "mount").symlink_to(tmp_path / "data")
+            urls = [f"sqlite:///{tmp_path / folder / 'ledger.db'}" for folder in ("data", "mount")]
+            start = "0"
+        else:
+            url = stack.enter_context(fresh_postgres_database("ledger_cursors"))
+            urls, start = [url, f"{url}?application_name=second"], "0.0"
+        admin = "sl_test_" + secrets.token_urlsafe(24)
+        first = Server(server_env(urls[0], LEDGER_BOOTSTRAP_KEY=admin)).start()
+        stack.callback(first.stop)
+        second = Server(server_env(urls[1])).start()
+        stack.callback(second.stop)
+        auth = {"Authorization": f"Bearer {admin}"}
+        tail = Tail(first.base_url, LIVE, admin)
+        with httpx.Client(base_url=first.base_url, timeout=60, headers=auth) as api:
+            try:
+                put(api, "s", "1")
+                got = tail.events(2)
+            finally:
+                tail.close()
+            put(api, "s", "2")
+        resumed = Tail(second.base_url, LIVE, admin, last_event_id=got[-1].id)
+        try:
+            assert resumed.response.status_code == 200
+            assert keyed(resumed.events(1)) == [("s", 3, "MessagesAppended")]
+        finally:
+            resumed.close()
+        with httpx.Client(timeout=60, headers=auth) as api:
+            for server in (first, second):
+                for url in urls:
+                    forged = FeedCursors(url).seal("default", start)
+                    with api.stream("GET", f"{server.base_url}{LIVE}",
+                                    headers={"Last-Event-ID": forged}) as refused:  # fmt: skip
+                        assert refused.status_code == 400, (server.base_url, url)

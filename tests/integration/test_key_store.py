@@ -118,10 +118,44 @@ def test_racing_servers_make_one_first_admin(shared_store_url: str) -> None:
             s.close()
 
 
+def test_racing_servers_read_one_feed_cursor_secret(shared_store_url: str) -> None:
+    """The secret the tenant tail's cursors are sealed with (feed_cursors.py) is made
+    once per store: every process of it reads the same."""
+    stores = [open_key_store(shared_store_url) for _ in range(6)]
+    try:
+        with ThreadPoolExecutor(len(stores)) as pool:
+            list(pool.map(lambda s: s.migrate(), stores))
+            read = set(pool.map(lambda s: s.feed_cursor_secret(), stores))
+        assert len(read) == 1 and len(read.pop()) == 64  # 32 random bytes, hex
+        stores[0].migrate()
+        assert stores[0].feed_cursor_secret() == stores[1].feed_cursor_secret()
+    finally:
+        for s in stores:
+            s.close()
+
+
+def test_a_feed_cursor_secret_is_not_derived_from_the_settings(tmp_path: Path) -> None:
+    """A store made again at the same path, or two in memory, get secrets of their own."""
+    url = f"sqlite:///{tmp_path / 'keys.db'}"
+    made: list[str] = []
+    for _ in range(2):
+        store = open_key_store(url)
+        try:
+            store.migrate()
+            made.append(store.feed_cursor_secret())
+        finally:
+            store.close()
+        (tmp_path / "keys.db").unlink()
+    memory = [open_key_store("memory://").feed_cursor_secret() for _ in range(2)]
+    assert len({*made, *memory}) == 4
+    assert not {*made, *memory} & {url, "memory://"}
+
+
 def test_an_unmigrated_store_is_not_ready(shared_store_url: str) -> None:
     fresh = open_key_store(shared_store_url, lock_timeout=2)
     try:
-        for call in (fresh.ping, lambda: fresh.authenticate("x"), lambda: fresh.list()):
+        calls = (fresh.ping, lambda: fresh.authenticate("x"), fresh.list, fresh.feed_cursor_secret)
+        for call in calls:
             with pytest.raises(StoreNotReady, match="migrate"):
                 call()
     finally:

@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from session_ledger.api.auth import Principal
-from session_ledger.api.feed_cursors import FeedCursors
+from session_ledger.api.feed_cursors import FeedCursors, ServerFeedCursors
 from session_ledger.api.keystore import MemoryKeyStore
 from session_ledger.api.live_tails import LiveTails, TooManyTails
 from session_ledger.domain.errors import InvalidInput
@@ -84,3 +84,24 @@ def test_cursors_are_opaque_and_of_one_tenant() -> None:
     for bad in ("", "123", "1.2", "yesterday", "é" * 10, "A" * 200, cursors.seal("a", "1")[:-2]):
         with pytest.raises(InvalidInput):
             cursors.open("a", bad)
+
+
+def test_the_servers_cursors_use_the_setting_else_the_stores_secret_read_once() -> None:
+    reads: list[str] = []
+
+    def stored_secret() -> str:
+        reads.append("read")
+        return "the store's own secret"
+
+    async def run() -> tuple[FeedCursors, FeedCursors, FeedCursors]:
+        configured = ServerFeedCursors("a secret of the operator's", stored_secret)
+        unset = ServerFeedCursors(None, stored_secret)
+        return await configured.get(), await unset.get(), await unset.get()
+
+    configured, first, again = asyncio.run(run())
+    assert reads == ["read"] and first is again  # read on first use, once
+    sealed = first.seal("a", "7")
+    assert FeedCursors("the store's own secret").open("a", sealed) == "7"
+    assert FeedCursors("a secret of the operator's").open("a", configured.seal("a", "7")) == "7"
+    with pytest.raises(InvalidInput):
+        configured.open("a", sealed)
