@@ -1,6 +1,6 @@
 """Where a request's time goes: a py-spy raw profile (`py-spy record -f raw`) of a
 `session-ledger serve` under load, each sample charged to the innermost part of the HTTP
-path on its stack (docs/performance.md, "The HTTP path, profiled").
+path on its stack (docs/performance.md, "Reads and writes on the event loop").
 
 `python -m bench.diagnostics.profile_share get.raw [post.raw ...]` prints one Markdown
 table per profile.

@@ -1,5 +1,5 @@
 """What one request costs in process, and how much of it is FastAPI solving the route's
-dependencies (docs/performance.md, "Fewer dependency nodes per request").
+dependencies (docs/performance.md, "Reads and writes on the event loop").
 
 The app is called as ASGI, without uvicorn or a socket, on a SQLite store (or, with
 `--store postgres`, a scratch database on LEDGER_BENCH_POSTGRES_URL's server): GET
