@@ -54,7 +54,7 @@ from .routes import (
     verify,
 )
 from .settings import Settings
-from .stream_sweeper import sweeping
+from .timers import sweeping
 from .tracing import TracingMiddleware, open_tracer_provider
 
 DISTRIBUTION = "session-audit-ledger"  # the package index name (pyproject.toml)

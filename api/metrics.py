@@ -2,9 +2,9 @@
 by type, write retries and version conflicts, store call latency), and rate-limit refusals.
 
 Each app gets its own registry (several apps in one test process must not collide).
-`serve` with several workers sets `PROMETHEUS_MULTIPROC_DIR` for them (cli.py): every
-worker then writes its numbers to files there, and `/metrics`, whichever worker answers,
-sums them all (prometheus_client's multiprocess mode).
+`serve` with several workers sets `PROMETHEUS_MULTIPROC_DIR` for them
+(cli/serve_commands.py): every worker then writes its numbers to files there, and
+`/metrics`, whichever worker answers, sums them all (prometheus_client's multiprocess mode).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from session_ledger.api.cli_compliance import start_retention_timer
+from session_ledger.api.timers import start_retention_timer
 from session_ledger.domain.compliance import RetentionAction, parse_retention
 from session_ledger.domain.errors import InvalidInput, SessionErased
 from session_ledger.domain.ledger import Ledger

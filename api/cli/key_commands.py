@@ -6,12 +6,11 @@ from typing import Annotated
 
 import typer
 
-from .cli import DatabaseUrl, Tenant, cli, failing_cleanly, key_store, load_settings
-from .keystore import ROLES
-from .terminal import echo
+from ..keystore import ROLES
+from ..terminal import echo
+from .common import DatabaseUrl, Tenant, failing_cleanly, key_store, load_settings
 
 keys_cli = typer.Typer(no_args_is_help=True, help="Create, list and revoke API keys.")
-cli.add_typer(keys_cli, name="keys")
 
 
 @keys_cli.command("create")

@@ -1,22 +1,25 @@
 """The commands that start a store and serve it: `migrate` (the tables and the first
-admin key) and `serve` (uvicorn, with the checkpoint and retention timers)."""
+admin key) and `serve` (uvicorn, with the checkpoint and retention timers of timers.py)."""
 
 from __future__ import annotations
 
 import os
+from contextlib import ExitStack
 from typing import Annotated
 
 import typer
 
-from .cli import DatabaseUrl, cli, failing_cleanly, key_store, load_settings
-from .keystore import KeyStore, open_key_store
-from .settings import Settings
+from ..keystore import KeyStore, open_key_store
+from ..settings import Settings
+from .common import DatabaseUrl, failing_cleanly, key_store, load_settings
+
+app = typer.Typer()
 
 
 def migrate_store(settings: Settings, store: KeyStore) -> None:
     """Create the store's tables (the key table too); on an empty key table, the first
     admin key."""
-    from .bootstrap import migrate
+    from ..bootstrap import migrate
 
     migrate(settings)
     secret = store.ensure_admin(settings.default_tenant, settings.bootstrap_key)
@@ -29,7 +32,7 @@ def migrate_store(settings: Settings, store: KeyStore) -> None:
         typer.echo("Created the first admin API key from LEDGER_BOOTSTRAP_KEY.")
 
 
-@cli.command()
+@app.command()
 def migrate(
     database_url: DatabaseUrl = None,
     partitions: Annotated[
@@ -46,7 +49,7 @@ def migrate(
     typer.echo("The store is ready.")
 
 
-@cli.command()
+@app.command()
 def serve(
     host: Annotated[str | None, typer.Option(help="Address to bind (LEDGER_HOST).")] = None,
     port: Annotated[int | None, typer.Option(help="Port to bind (LEDGER_PORT).")] = None,
@@ -56,12 +59,11 @@ def serve(
     """Serve the HTTP API (uvicorn); migrates first unless LEDGER_MIGRATE_ON_START=false."""
     import uvicorn
 
-    from .app import create_app
-    from .bootstrap import check_durability, store_env
-    from .cli_compliance import start_retention_timer
-    from .cli_evidence import start_checkpoint_timer
-    from .logs import log_config
-    from .metrics import shared_by_workers
+    from ..app import create_app
+    from ..bootstrap import check_durability, store_env
+    from ..logs import log_config
+    from ..metrics import shared_by_workers
+    from ..timers import serve_timers
 
     settings = load_settings(database_url, host=host, port=port, workers=workers)
     in_memory = settings.database_url.startswith("memory://")
@@ -83,18 +85,18 @@ def serve(
         "Authenticate with 'Authorization: Bearer <API key>': the admin key printed on first "
         "start (or LEDGER_BOOTSTRAP_KEY), or one made by `session-ledger keys create`."
     )
-    with failing_cleanly():
-        start_checkpoint_timer(settings)
-        start_retention_timer(settings)
-    logging = log_config(settings.log_format) or uvicorn.config.LOGGING_CONFIG
-    listen = {"host": settings.host, "port": settings.port, "access_log": settings.access_log,
-              "log_config": logging}  # fmt: skip
-    if settings.workers == 1:
-        uvicorn.run(create_app(settings, key_store=store, owns_process=True), **listen)
-        return
-    store.close()
-    for name in ("host", "port", "workers"):
-        os.environ[f"LEDGER_{name.upper()}"] = str(getattr(settings, name))
-    with shared_by_workers():  # /metrics sums every worker's numbers
-        uvicorn.run("session_ledger.api.app:app_from_env", factory=True,
-                    workers=settings.workers, **listen)  # fmt: skip
+    with ExitStack() as timers:
+        with failing_cleanly():
+            timers.enter_context(serve_timers(settings))
+        logging = log_config(settings.log_format) or uvicorn.config.LOGGING_CONFIG
+        listen = {"host": settings.host, "port": settings.port,
+                  "access_log": settings.access_log, "log_config": logging}  # fmt: skip
+        if settings.workers == 1:
+            uvicorn.run(create_app(settings, key_store=store, owns_process=True), **listen)
+            return
+        store.close()
+        for name in ("host", "port", "workers"):
+            os.environ[f"LEDGER_{name.upper()}"] = str(getattr(settings, name))
+        with shared_by_workers():  # /metrics sums every worker's numbers
+            uvicorn.run("session_ledger.api.app:app_from_env", factory=True,
+                        workers=settings.workers, **listen)  # fmt: skip

@@ -1,13 +1,12 @@
 """The compliance commands of `session-ledger`: erase a session, place or release a
-legal hold, and apply the retention policy (`LEDGER_RETENTION`). They work on the store
-directly, as `show` and `audit` do, and name the operator as the actor."""
+legal hold, and apply the retention policy (`LEDGER_RETENTION`; its timer in `serve` is in
+timers.py). They work on the store directly, as `show` and `audit` do, and name the
+operator as the actor."""
 
 from __future__ import annotations
 
 import getpass
 import sys
-import threading
-from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated
 
@@ -16,14 +15,12 @@ import typer
 from session_ledger.domain.compliance import parse_retention
 from session_ledger.domain.errors import InvalidInput
 
-from .cli import DatabaseUrl, Tenant, cli, failing_cleanly, load_settings, opened_ledger
-from .settings import Settings
-from .terminal import echo, secho
+from ..terminal import echo
+from .common import DatabaseUrl, Tenant, failing_cleanly, load_settings, opened_ledger
 
+app = typer.Typer()
 retention_cli = typer.Typer(no_args_is_help=True, help="Apply the retention policy.")
-cli.add_typer(retention_cli, name="retention")
 hold_cli = typer.Typer(no_args_is_help=True, help="Place or release a legal hold (by reference).")
-cli.add_typer(hold_cli, name="hold")
 
 Reason = Annotated[str, typer.Option(help="Why (kept in the audit trail).")]
 Reference = Annotated[str, typer.Option(help="The matter, case or ticket the hold is for.")]
@@ -33,7 +30,7 @@ def _operator() -> str:
     return f"cli:{getpass.getuser()}"
 
 
-@cli.command()
+@app.command()
 def erase(
     key: str,
     reason: Reason,
@@ -50,7 +47,7 @@ def erase(
     echo(f"erased {key!r}: SessionErased is version {result.version}")
 
 
-@cli.command("encrypt-existing")
+@app.command("encrypt-existing")
 def encrypt_existing(database_url: DatabaseUrl = None) -> None:
     """Seal every session stored clear (started before LEDGER_MASTER_KEY was set) under
     a key of its own, one transaction per session, with a SessionEncrypted event each;
@@ -131,31 +128,3 @@ def retention_apply(
                      f"{action.last_write:%Y-%m-%d %H:%M:%S}  {action.reason}")  # fmt: skip
     echo(f"{count} sessions past their retention{' (dry run)' if dry_run else ''}",
          err=True)  # fmt: skip
-
-
-def start_retention_timer(
-    settings: Settings, clock: Callable[[], datetime] = lambda: datetime.now(UTC)
-) -> threading.Event | None:
-    """When LEDGER_RETENTION_INTERVAL_MINUTES is set, a thread of `serve`'s own process
-    that applies the retention rules at that interval (at the time `clock` gives); set
-    the event returned to stop it. Several servers may each run one: an erasure is a
-    write like any other, and a session another server erased first is skipped."""
-    if not settings.retention_interval_minutes:
-        return None
-    rules = parse_retention(settings.retention)  # a bad rule stops serve at start-up
-    if not rules:
-        raise InvalidInput("LEDGER_RETENTION_INTERVAL_MINUTES needs LEDGER_RETENTION rules")
-    stop = threading.Event()
-
-    def run() -> None:
-        while not stop.wait(settings.retention_interval_minutes * 60):
-            try:
-                with opened_ledger(settings) as ledger:
-                    for action in ledger.retention(rules, clock(), dry_run=False):
-                        if action.action == "erased":
-                            echo(f"retention erased {action.tenant}/{action.key}", err=True)
-            except Exception as exc:  # the server goes on; the next round tries again
-                secho(f"retention failed: {type(exc).__name__}: {exc}", err=True)
-
-    threading.Thread(target=run, name="retention", daemon=True).start()
-    return stop

@@ -1,97 +1,26 @@
-"""The `session-ledger` command: the command group, what its commands share (settings,
-the store opened, refusals ended with a message), and the commands over a store's events:
-`audit`, `rebuild`, `verify` and `export`. The others live beside it by what they do:
-cli_serve.py (migrate, serve), cli_keys.py, cli_reads.py (show), cli_compliance.py (erase,
-holds, retention) and cli_evidence.py (checkpoints, event search, access log, verify-export).
-
-Every command reads the same `LEDGER_*` settings as the server; options override them.
-Key and show commands work on the store directly (whoever runs them can read the
-database anyway), so they need no API key.
-"""
+"""The `session-ledger` commands over a store's events: `audit`, `rebuild`, `verify` and
+`export` (`verify --checkpoint` and `export` without a key land in evidence_commands)."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
-from pydantic import ValidationError
 
-from session_ledger.domain.errors import LedgerError
-from session_ledger.domain.ledger import Ledger
 from session_ledger.domain.ports import ChainReport
 
-from .keystore import KeyNotFound, KeyStore, open_key_store
-from .settings import Settings
-from .terminal import echo, json_text, secho
+from ..terminal import echo, json_text
+from .common import DatabaseUrl, Tenant, failing_cleanly, load_settings, opened_ledger
+from .evidence_commands import export_package, verify_checkpoints
 
-cli = typer.Typer(name="session-ledger", no_args_is_help=True, add_completion=False,
-                  help="Event-sourced conversation memory for LLM agents.")  # fmt: skip
-
-DatabaseUrl = Annotated[
-    str | None, typer.Option(help="Store URL (default: LEDGER_DATABASE_URL).", show_default=False)
-]
-Tenant = Annotated[str | None, typer.Option(help="Tenant (default: LEDGER_DEFAULT_TENANT).")]
+app = typer.Typer()
 
 
-def load_settings(database_url: str | None = None, **overrides: Any) -> Settings:
-    if database_url is not None:
-        # Exported too, so uvicorn's worker processes read the same store.
-        os.environ["LEDGER_DATABASE_URL"] = database_url
-        overrides["database_url"] = database_url
-    try:
-        return Settings(**{k: v for k, v in overrides.items() if v is not None})
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors()
-        )
-        secho(f"error: invalid settings: {problems}", err=True, fg=typer.colors.RED)
-        raise typer.Exit(2) from None
-
-
-@contextmanager
-def key_store(settings: Settings) -> Iterator[KeyStore]:
-    store = open_key_store(
-        settings.database_url, pool_size=1, lock_timeout=settings.lock_timeout_seconds
-    )
-    try:
-        yield store
-    finally:
-        store.close()
-
-
-@contextmanager
-def failing_cleanly() -> Iterator[None]:
-    """Refusals and store problems end the command with a message, not a traceback."""
-    try:
-        yield
-    except (LedgerError, KeyNotFound) as exc:
-        secho(f"error: {exc}", err=True, fg=typer.colors.RED)
-        raise typer.Exit(1) from None
-
-
-@contextmanager
-def opened_ledger(settings: Settings) -> Iterator[Ledger]:
-    from .bootstrap import open_ledger
-
-    # An operator's command on a mistyped store path says so instead of making a new one.
-    ledger = open_ledger(settings, auto_migrate=False)
-    try:
-        yield ledger
-    finally:
-        ledger.close()
-
-
-# Registered here so that `migrate` and `serve` come first in the help.
-from . import cli_serve  # noqa: E402, F401
-
-
-@cli.command()
+@app.command()
 def audit(
     key: str,
     tenant: Tenant = None,
@@ -111,7 +40,7 @@ def audit(
         echo(f"    {json_text(e.changes)[:500]}")
 
 
-@cli.command()
+@app.command()
 def rebuild(
     check: Annotated[
         bool,
@@ -133,7 +62,7 @@ def rebuild(
         typer.echo(f"\r{events:,} events replayed", nl=False, err=True)
 
     with failing_cleanly(), opened_ledger(settings) as ledger:
-        views = ledger.recorder
+        views = ledger.views
         assert isinstance(views, SQLViews)
         if not check:
             count = rebuilding.rebuild(views, ledger.mapper, ledger.tokenizer, progress=progress)
@@ -149,7 +78,7 @@ def rebuild(
     echo("the views match the events", err=True)
 
 
-@cli.command()
+@app.command()
 def verify(
     key: Annotated[
         str | None, typer.Argument(help="One session; every session of every tenant if left out.")
@@ -172,8 +101,6 @@ def verify(
     hashes kept as they were written. Prints each session's head; exits 1 at any break."""
     settings = load_settings(database_url)
     if checkpoint:
-        from .cli_evidence import verify_checkpoints
-
         with failing_cleanly():
             problems = verify_checkpoints(settings, checkpoint, public_key, tenant)
         echo(f"{problems} problems found", err=True)
@@ -207,7 +134,7 @@ class ExportFormat(StrEnum):
     csv = "csv"
 
 
-@cli.command()
+@app.command()
 def export(
     key: Annotated[
         str | None, typer.Argument(help="One session; without it, a package of the tenant's.")
@@ -246,8 +173,6 @@ def export(
     settings = load_settings(database_url)
     tenant = tenant or settings.default_tenant
     if key is None:
-        from .cli_evidence import export_package
-
         with failing_cleanly():
             export_package(settings, tenant, output, prefix, start, end, actor, access_log)
         return
@@ -271,16 +196,3 @@ def export(
         finally:
             partial.unlink(missing_ok=True)
     echo(f"exported session {key!r} to {output}", err=True)
-
-
-def main() -> None:
-    """Entry point of the `session-ledger` script."""
-    cli()
-
-
-# The other command modules register their commands as they are imported, in the help's
-# order: the compliance, key and read commands, then the evidence's.
-from . import cli_compliance, cli_keys, cli_reads  # noqa: E402, F401
-
-# isort: split
-from . import cli_evidence  # noqa: E402, F401

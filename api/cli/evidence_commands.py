@@ -1,6 +1,6 @@
 """The `session-ledger` commands of evidence an auditor checks without trusting the
 operator: make a signing key pair, sign checkpoints and check the store against them
-(`verify --checkpoint`, an option of `verify` in cli.py that lands here), check exports
+(`verify --checkpoint`, an option of `verify` in store_commands.py that lands here), check exports
 and packages (`verify-export`), write a tenant's package (`export` without a key lands
 here), search events across sessions (`events`) and read the access log (`access-log`)."""
 
@@ -10,7 +10,6 @@ import getpass
 import itertools
 import json
 import sys
-import threading
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated
@@ -18,15 +17,17 @@ from typing import Annotated
 import typer
 
 from session_ledger.domain.errors import CheckpointError, InvalidInput
-from session_ledger.domain.ledger import Ledger
 from session_ledger.domain.ports import ChainReport
 
-from .cli import DatabaseUrl, cli, failing_cleanly, load_settings, opened_ledger
-from .settings import Settings
-from .terminal import echo, secho
+from ..settings import Settings
+from ..terminal import echo, secho
+from ..timers import make_checkpoints
+from .common import DatabaseUrl, failing_cleanly, load_settings, opened_ledger
+
+app = typer.Typer()
 
 
-@cli.command("checkpoint-keys")
+@app.command("checkpoint-keys")
 def checkpoint_keys(
     private: Annotated[Path, typer.Option(help="Write the private key here (PEM, mode 0600).")],
     public: Annotated[Path, typer.Option(help="Write the public key here (PEM).")],
@@ -43,7 +44,7 @@ def checkpoint_keys(
     echo(f"key id {fingerprint}\nprivate key: {private}\npublic key: {public}")
 
 
-@cli.command()
+@app.command()
 def checkpoint(
     tenant: Annotated[
         str | None, typer.Option(help="One tenant (default: every tenant with a session).")
@@ -56,42 +57,6 @@ def checkpoint(
     with failing_cleanly(), opened_ledger(settings) as ledger:
         for path in make_checkpoints(settings, ledger, tenant):
             echo(str(path))
-
-
-def make_checkpoints(settings: Settings, ledger: Ledger, tenant: str | None = None) -> list[Path]:
-    """One checkpoint per tenant (or of `tenant`): the files written."""
-    from session_ledger.projections.checkpoint import load_private_key, make_checkpoint
-    from session_ledger.projections.views import SQLViews
-
-    if settings.signing_key_file is None:
-        raise CheckpointError("set LEDGER_SIGNING_KEY_FILE to the checkpoint signing key")
-    key = load_private_key(settings.signing_key_file)
-    views = ledger.views
-    assert isinstance(views, SQLViews)
-    tenants = [tenant] if tenant is not None else views.tenants()
-    return [make_checkpoint(views, t, key, settings.checkpoint_dir)[0] for t in tenants]
-
-
-def start_checkpoint_timer(settings: Settings) -> threading.Event | None:
-    """When LEDGER_CHECKPOINT_INTERVAL_MINUTES is set, a thread of `serve`'s own process
-    (one per server, not per worker, so the files form one chain) that signs every
-    tenant's checkpoint at that interval; set the event returned to stop it."""
-    if not settings.checkpoint_interval_minutes:
-        return None
-    if settings.signing_key_file is None:
-        raise CheckpointError("LEDGER_CHECKPOINT_INTERVAL_MINUTES needs LEDGER_SIGNING_KEY_FILE")
-    stop = threading.Event()
-
-    def run() -> None:
-        while not stop.wait(settings.checkpoint_interval_minutes * 60):
-            try:
-                with opened_ledger(settings) as ledger:
-                    make_checkpoints(settings, ledger)
-            except Exception as exc:  # the server goes on; the next round tries again
-                secho(f"checkpoint failed: {type(exc).__name__}: {exc}", err=True)
-
-    threading.Thread(target=run, name="checkpoints", daemon=True).start()
-    return stop
 
 
 def verify_checkpoints(
@@ -148,7 +113,7 @@ def _show(report: ChainReport) -> int:
     return 1
 
 
-@cli.command()
+@app.command()
 def events(
     actor: Annotated[str | None, typer.Option(help="The events of this actor (key:<id>).")] = None,
     type: Annotated[str | None, typer.Option(help="The events of this type.")] = None,
@@ -225,7 +190,7 @@ def export_package(
          err=True)  # fmt: skip
 
 
-@cli.command("access-log")
+@app.command("access-log")
 def access_log(
     tenant: Annotated[str | None, typer.Option(help="Tenant (LEDGER_DEFAULT_TENANT).")] = None,
     after: Annotated[int, typer.Option(help="Only entries after this number.")] = 0,
@@ -255,7 +220,7 @@ def access_log(
         raise typer.Exit(1)
 
 
-@cli.command("verify-export")
+@app.command("verify-export")
 def verify_export(
     file: Annotated[str, typer.Argument(help="A JSONL export, or - for stdin.")],
     public_key: Annotated[

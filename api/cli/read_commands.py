@@ -7,11 +7,13 @@ from typing import Annotated
 
 import typer
 
-from .cli import DatabaseUrl, Tenant, cli, failing_cleanly, load_settings, opened_ledger
-from .terminal import echo, json_text
+from ..terminal import echo, json_text
+from .common import DatabaseUrl, Tenant, failing_cleanly, load_settings, opened_ledger
+
+app = typer.Typer()
 
 
-@cli.command()
+@app.command()
 def show(
     key: str,
     tenant: Tenant = None,

@@ -1,0 +1,40 @@
+"""The `session-ledger` command: one group made of the command modules beside it, each a
+Typer app of its own that names nothing here (so nothing imports back):
+serve_commands (migrate, serve), store_commands (audit, rebuild, verify, export),
+compliance_commands (erase, encrypt-existing, and the `retention` and `hold` groups),
+read_commands (show), evidence_commands (checkpoints, event search, access log,
+verify-export) and key_commands (the `keys` group); common.py holds what they share.
+
+Every command reads the same `LEDGER_*` settings as the server; options override them.
+Key and show commands work on the store directly (whoever runs them can read the
+database anyway), so they need no API key.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from . import (
+    compliance_commands,
+    evidence_commands,
+    key_commands,
+    read_commands,
+    serve_commands,
+    store_commands,
+)
+
+cli = typer.Typer(name="session-ledger", no_args_is_help=True, add_completion=False,
+                  help="Event-sourced conversation memory for LLM agents.")  # fmt: skip
+# Added without a name, a module's commands join the group's own, in this order (the
+# help's); the named groups follow them.
+for commands in (serve_commands, store_commands, compliance_commands, read_commands,
+                 evidence_commands):  # fmt: skip
+    cli.add_typer(commands.app)
+cli.add_typer(compliance_commands.retention_cli, name="retention")
+cli.add_typer(compliance_commands.hold_cli, name="hold")
+cli.add_typer(key_commands.keys_cli, name="keys")
+
+
+def main() -> None:
+    """Entry point of the `session-ledger` script."""
+    cli()
