@@ -10,16 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPBearer
 
 from .keystore import KeyRecord, KeyStore
-
-if TYPE_CHECKING:
-    from .ratelimit import Limiter
 
 READ, WRITE, MANAGE_KEYS = "read sessions", "write sessions", "manage API keys"
 EXPORT = "export sessions"  # a whole verifiable transcript: for compliance, not for agents
@@ -81,11 +78,21 @@ async def authenticate(request: Request) -> Principal:
     return principal
 
 
+class FailureLimits(Protocol):
+    """The limit of failed authentications per client address (ratelimit.py's Limiter)."""
+
+    def refuse_known_failures(self, address: str) -> None: ...
+
+    def admit_failure_in_memory(self, address: str) -> bool: ...
+
+    def admit_failure(self, address: str) -> None: ...
+
+
 async def _looked_up(request: Request, store: KeyStore, secret: str) -> KeyRecord:
     """The active key of `secret` from the store, within the client address's limit of
     failed authentications: an address over it is refused (429) before its key is looked
     up, and a failure beyond it answers 429, not 401."""
-    limiter: Limiter = request.app.state.limiter
+    limiter: FailureLimits = request.app.state.limiter
     address = request.client.host if request.client is not None else "unknown"
     limiter.refuse_known_failures(address)
     record = await run_in_threadpool(store.authenticate, secret)

@@ -15,10 +15,8 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Hashable
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .keystore import KeyRecord
+from datetime import datetime
+from typing import Generic, Protocol, TypeVar
 
 MAX_CACHED_KEYS = 10_000  # more keys than this in one process: the rest are looked up
 NOTIFY_CHANNEL = "ledger_api_keys"
@@ -28,15 +26,28 @@ POLL_SECONDS = 0.25  # how soon the listener sees close()
 log = logging.getLogger(__name__)
 
 
-class KeyCache:
+class CachedKey(Protocol):
+    """What the cache reads of a key (keystore.py's KeyRecord)."""
+
+    @property
+    def key_hash(self) -> str: ...
+
+    @property
+    def revoked_at(self) -> datetime | None: ...
+
+
+Key = TypeVar("Key", bound=CachedKey)
+
+
+class KeyCache(Generic[Key]):
     """Active keys by the hash of their secret, valid for one version of the key table."""
 
     def __init__(self, max_keys: int = MAX_CACHED_KEYS) -> None:
         self.max_keys = max_keys
         # One tuple, replaced whole: a reader never sees a version with another's keys.
-        self._held: tuple[Hashable, dict[str, KeyRecord]] = (None, {})
+        self._held: tuple[Hashable, dict[str, Key]] = (None, {})
 
-    def get(self, version: Hashable, key_hash: str) -> KeyRecord | None:
+    def get(self, version: Hashable, key_hash: str) -> Key | None:
         """The cached key, if the table is still at the version it was read at."""
         if version is None:
             return None
@@ -46,7 +57,7 @@ class KeyCache:
             return None
         return keys.get(key_hash)
 
-    def put(self, version: Hashable, record: KeyRecord) -> None:
+    def put(self, version: Hashable, record: Key) -> None:
         """Keep `record`, read while the table was at `version` (dropped if it moved)."""
         held_version, keys = self._held
         if version is None or version != held_version or record.revoked_at is not None:

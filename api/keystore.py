@@ -70,7 +70,7 @@ class KeyStore(ABC):
     the one they were read at (key_cache.py); a revoke moves it."""
 
     def __init__(self) -> None:
-        self.cache = KeyCache()
+        self.cache: KeyCache[KeyRecord] = KeyCache()
 
     @abstractmethod
     def migrate(self) -> None: ...
