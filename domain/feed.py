@@ -4,14 +4,18 @@ position. What the tenant-wide live tail serves."""
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import groupby
 from typing import Any
 
+from eventsourcing.persistence import EventStore
+
+from .addresses import SessionAddresses
 from .audit import audit_entry
 from .inputs import MAX_KEY_CHARS, check_limit, check_text
-from .ports import AuditEntry, FeedRow
-from .reads import Reads
+from .ports import AuditEntry, FeedRow, SessionViews
 
 MAX_POSITION_CHARS = 64
 
@@ -36,14 +40,17 @@ class FeedPage:
     held_back: bool  # committed events wait for an older transaction: read again soon
 
 
-class TenantFeed(Reads):
-    """The tenant feed (mixed into the ledger, which provides these attributes)."""
+class TenantFeed:
+    """The tenant feed of the ledger: positions from the views, entries from the events."""
 
-    events: Any  # the Application's event store
+    def __init__(
+        self, views: SessionViews, events: EventStore[uuid.UUID], addresses: SessionAddresses
+    ) -> None:
+        self._views, self._events, self._addresses = views, events, addresses
 
     def feed_position(self) -> str:
         """The feed's position now: a read from it gets the events committed later."""
-        return self.views.feed_position()
+        return self._views.feed_position()
 
     def tenant_events(
         self, *, tenant: str | None = None, prefix: str = "", after: str, limit: int = 100
@@ -53,14 +60,16 @@ class TenantFeed(Reads):
         check_limit("limit", limit, 1000)
         check_text(prefix, "prefix", MAX_KEY_CHARS, allow_empty=True)
         check_text(after, "position", MAX_POSITION_CHARS)
-        scan = self.views.feed_after(self._tenant(tenant), prefix, after, limit)
+        scan = self._views.feed_after(self._addresses.tenant(tenant), prefix, after, limit)
         entries: list[FeedEntry] = []
         # A run of one session's rows is a run of its versions: one read of its events.
         for sid, run in groupby(scan.rows, key=lambda r: r.session_id):
             rows: list[FeedRow] = list(run)
-            found = self.events.get(sid, gt=rows[0].version - 1, lte=rows[-1].version)
+            found: Iterable[Any] = self._events.get(  # (each a Session event)
+                sid, gt=rows[0].version - 1, lte=rows[-1].version
+            )
             by_version = {e.originator_version: e for e in found}
             for row in rows:
-                entry = audit_entry(self.views, sid, by_version[row.version])
+                entry = audit_entry(self._views, sid, by_version[row.version])
                 entries.append(FeedEntry(row.position, row.key, entry))
         return FeedPage(entries, scan.position, scan.more, scan.held_back)

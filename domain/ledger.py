@@ -10,31 +10,35 @@ from __future__ import annotations
 import asyncio
 import functools
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, ParamSpec, TypeVar
 
 from eventsourcing.application import Application
 from eventsourcing.utils import Environment
 
-from .audit import AuditTrail
+from .addresses import SessionAddresses
+from .audit_trail import AuditTrail
 from .compliance import Compliance
 from .errors import LedgerError, MessageNotFound
-from .feed import TenantFeed
+from .feed import FeedPage, TenantFeed
 from .inputs import Limits, check_int, check_tenant, parse_messages
 from .messages import ChatMessage
-from .observer import SILENT, LedgerObserver
+from .observer import LedgerObserver
 from .ports import (
     ACTIVE,
     AuditEntry,
+    ChainReport,
     MessagesRead,
     SessionHead,
     SessionViews,
+    StreamView,
     WriteResult,
 )
 from .reads import Reads
 from .session import Session
-from .streams import StreamCommands
+from .streams import OpenedStream, Streams, StreamWriter
 from .tokens import LazyCounts, NamedTokenizer, load_tokenizer
+from .tuning import Tuning
 from .write_loop import Command, WriteLoop
 
 P = ParamSpec("P")
@@ -50,11 +54,10 @@ def _async_twin(method: Callable[P, R]) -> Callable[P, Any]:
     return twin
 
 
-class Ledger(WriteLoop, Compliance, StreamCommands, AuditTrail, TenantFeed, Application[uuid.UUID]):
+class Ledger(WriteLoop, Compliance, Reads, Application[uuid.UUID]):
     """Sessions of chat history, addressed by (tenant, key), kept as event streams."""
 
     name = "ledger"
-    observer: LedgerObserver = SILENT  # the API sets its metrics and tracing here
 
     def __init__(
         self,
@@ -73,8 +76,7 @@ class Ledger(WriteLoop, Compliance, StreamCommands, AuditTrail, TenantFeed, Appl
         # Snapshots are taken by `_snapshot_if_due`, not by the library (which would read
         # the stream back to the version first): none in `snapshotting_intervals`.
         self.snapshot_interval = snapshot_interval
-        self.tokenizer = tokenizer or load_tokenizer("cl100k_base")
-        self.limits = limits or Limits()
+        self._tuning = Tuning(limits or Limits(), tokenizer or load_tokenizer("cl100k_base"))
         self.default_tenant = check_tenant(default_tenant)
         self.default_actor = default_actor
         self.token_limit = token_limit
@@ -85,6 +87,40 @@ class Ledger(WriteLoop, Compliance, StreamCommands, AuditTrail, TenantFeed, Appl
         if not isinstance(self.recorder, SessionViews):
             raise TypeError(f"{type(self.recorder).__name__} does not serve the session views")
         self.views: SessionViews = self.recorder
+        addresses = SessionAddresses(self.default_tenant)
+        self._audit_trail = AuditTrail(self.views, self.events, self.recorder, addresses)
+        self._feed = TenantFeed(self.views, self.events, addresses)
+        self._streams = Streams(self.views, self._write, self._tuning, addresses)
+
+    # What the collaborators read at each call; setting one here reaches every one of them.
+
+    @property
+    def limits(self) -> Limits:
+        """The size limits of writes and reads."""
+        return self._tuning.limits
+
+    @limits.setter
+    def limits(self, limits: Limits) -> None:
+        self._tuning.limits = limits
+
+    @property
+    def tokenizer(self) -> NamedTokenizer:
+        """The tokenizer whose counts the views keep."""
+        return self._tuning.tokenizer
+
+    @tokenizer.setter
+    def tokenizer(self, tokenizer: NamedTokenizer) -> None:
+        self._tuning.tokenizer = tokenizer
+
+    @property
+    def observer(self) -> LedgerObserver:
+        """What is told of the ledger's store calls and writes (the API's metrics and
+        tracing; silent by default)."""
+        return self._tuning.observer
+
+    @observer.setter
+    def observer(self, observer: LedgerObserver) -> None:
+        self._tuning.observer = observer
 
     def construct_env(self, name: str, env: Mapping[str, str] | None = None) -> Environment:
         # Only the composition root configures the store: no stray os.environ settings.
@@ -168,6 +204,87 @@ class Ledger(WriteLoop, Compliance, StreamCommands, AuditTrail, TenantFeed, Appl
 
         return command
 
+    # -- streams -------------------------------------------------------------------------
+
+    def stream(
+        self, key: str, *, role: str = "assistant", stream_id: str | None = None,
+        turn: str | None = None, parent: str | None = None, **kw: Any,
+    ) -> StreamWriter:  # fmt: skip
+        """A stream writer: `with ledger.stream(key) as s: s.write(delta)` opens the stream,
+        flushes its deltas in batches (`stream_flush_bytes`, `stream_flush_ms`), completes
+        it at the end of the block and aborts it (cause "error", or "client_gone" when the
+        block was cancelled) on an exception."""
+        return StreamWriter(self, key, role, stream_id, turn, parent, kw)
+
+    def open_stream(
+        self, key: str, *, role: str = "assistant", stream_id: str | None = None,
+        turn: str | None = None, parent: str | None = None, **kw: Any,
+    ) -> OpenedStream:  # fmt: skip
+        """Open a stream (the session is created if need be); its id is new to the session."""
+        return self._streams.open_stream(
+            key, role=role, stream_id=stream_id, turn=turn, parent=parent, **kw
+        )
+
+    def append_stream(
+        self, key: str, stream_id: str, deltas: Sequence[str], **kw: Any
+    ) -> WriteResult:
+        """Append a batch of deltas to an open stream."""
+        return self._streams.append_stream(key, stream_id, deltas, **kw)
+
+    def complete_stream(
+        self, key: str, stream_id: str, deltas: Sequence[str] = (),
+        additional_kwargs: dict[str, Any] | None = None, **kw: Any,
+    ) -> WriteResult:  # fmt: skip
+        """End a stream: its text (with these last deltas) becomes a message of the history."""
+        return self._streams.complete_stream(key, stream_id, deltas, additional_kwargs, **kw)
+
+    def abort_stream(
+        self, key: str, stream_id: str, cause: str, deltas: Sequence[str] = (),
+        keep_partial: bool = False, **kw: Any,
+    ) -> WriteResult:  # fmt: skip
+        """End a stream unfinished; `cause` is one of `streams.CAUSES` (`Streams.abort_stream`)."""
+        return self._streams.abort_stream(key, stream_id, cause, deltas, keep_partial, **kw)
+
+    def abort_idle_streams(self, idle_seconds: float, *, limit: int = 100) -> int:
+        """Abort (cause "timeout") the open streams with no event for `idle_seconds`; how
+        many this call aborted (`Streams.abort_idle_streams`)."""
+        return self._streams.abort_idle_streams(idle_seconds, limit=limit)
+
+    def stream_state(
+        self, key: str, stream_id: str, *, tenant: str | None = None
+    ) -> StreamView | None:
+        """The stream as its events left it, or None."""
+        return self._streams.stream_state(key, stream_id, tenant=tenant)
+
+    # -- the audit trail and the tenant feed ------------------------------------------------
+
+    def audit(
+        self, key: str, *, tenant: str | None = None, after_version: int = 0, limit: int = 100
+    ) -> list[AuditEntry]:
+        """The session's events after `after_version`, oldest first: who changed what, when."""
+        return self._audit_trail.audit(key, tenant=tenant, after_version=after_version, limit=limit)
+
+    def verify(
+        self, key: str, *, tenant: str | None = None, pinned: Mapping[int, bytes] | None = None
+    ) -> ChainReport:
+        """Check the session's hash chain against its stored events (`AuditTrail.verify`)."""
+        return self._audit_trail.verify(key, tenant=tenant, pinned=pinned)
+
+    def verify_all(self) -> Iterator[ChainReport]:
+        """`verify` of every session of every tenant, in (tenant, key) order."""
+        return self._audit_trail.verify_all()
+
+    def feed_position(self) -> str:
+        """The tenant feed's position now: a read from it gets the events committed later."""
+        return self._feed.feed_position()
+
+    def tenant_events(
+        self, *, tenant: str | None = None, prefix: str = "", after: str, limit: int = 100
+    ) -> FeedPage:
+        """The tenant's events (of sessions whose key starts with `prefix`) that follow
+        position `after` in the feed, oldest first; at most `limit` events looked at."""
+        return self._feed.tenant_events(tenant=tenant, prefix=prefix, after=after, limit=limit)
+
     aput = _async_twin(put)
     aput_messages = _async_twin(put_messages)
     aset = _async_twin(set)
@@ -175,19 +292,19 @@ class Ledger(WriteLoop, Compliance, StreamCommands, AuditTrail, TenantFeed, Appl
     adelete_message = _async_twin(delete_message)
     adelete_last_message = _async_twin(delete_last_message)
     aarchive_oldest = _async_twin(archive_oldest)
-    aaudit = _async_twin(AuditTrail.audit)
+    aaudit = _async_twin(audit)
     aerase = _async_twin(Compliance.erase)
     aplace_hold = _async_twin(Compliance.place_hold)
     arelease_hold = _async_twin(Compliance.release_hold)
-    averify = _async_twin(AuditTrail.verify)
+    averify = _async_twin(verify)
     aget = _async_twin(Reads.get)
     aget_all = _async_twin(Reads.get_all)
     ahead = _async_twin(Reads.head)
     akeys = _async_twin(Reads.keys)
-    aopen_stream = _async_twin(StreamCommands.open_stream)
-    aappend_stream = _async_twin(StreamCommands.append_stream)
-    acomplete_stream = _async_twin(StreamCommands.complete_stream)
-    aabort_stream = _async_twin(StreamCommands.abort_stream)
+    aopen_stream = _async_twin(open_stream)
+    aappend_stream = _async_twin(append_stream)
+    acomplete_stream = _async_twin(complete_stream)
+    aabort_stream = _async_twin(abort_stream)
 
 
 def _no_message(index: int, key: str, count: int) -> LedgerError:

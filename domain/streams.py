@@ -16,15 +16,17 @@ import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
+from .addresses import SessionAddresses
 from .errors import InvalidInput, PayloadTooLarge, StreamConflict
 from .inputs import Limits, parse_messages
 from .ports import SessionViews, StreamView, WriteResult
 from .session import Session, session_id
+from .tuning import Tuning
 
 if TYPE_CHECKING:
-    from .tokens import NamedTokenizer, TokenCount
+    from .tokens import TokenCount
 
 CAUSES = ("client_gone", "error", "timeout", "superseded")
 MAX_STREAM_ID_CHARS = 128
@@ -63,25 +65,16 @@ def check_deltas(deltas: Sequence[str], limits: Limits, *, allow_empty: bool) ->
     return list(deltas)
 
 
-class StreamCommands:
-    """The stream commands of the Ledger (which supplies these attributes)."""
+class Streams:
+    """The stream commands: each checks its arguments and hands the write loop what to do
+    to the session; a completion's message is assembled from the streams view."""
 
-    views: SessionViews
-    limits: Limits
-    tokenizer: NamedTokenizer
-    stream_flush_bytes: int
-    stream_flush_ms: int
-    _write: Callable[..., WriteResult]
-    _tenant: Any
-
-    def stream(
-        self, key: str, *, role: str = "assistant", stream_id: str | None = None,
-        turn: str | None = None, parent: str | None = None, **kw: Any,
-    ) -> StreamWriter:  # fmt: skip
-        """A stream writer: `with ledger.stream(key) as s: s.write(delta)` opens the stream,
-        flushes its deltas in batches, completes it at the end of the block and aborts it
-        (cause "error", or "client_gone" when the block was cancelled) on an exception."""
-        return StreamWriter(self, key, role, stream_id, turn, parent, kw)
+    def __init__(
+        self, views: SessionViews, write: Callable[..., WriteResult], tuning: Tuning,
+        addresses: SessionAddresses,
+    ) -> None:  # fmt: skip
+        self._views, self._write, self._tuning = views, write, tuning
+        self._addresses = addresses
 
     def open_stream(
         self, key: str, *, role: str = "assistant", stream_id: str | None = None,
@@ -89,13 +82,13 @@ class StreamCommands:
     ) -> OpenedStream:  # fmt: skip
         """Open a stream (the session is created if need be); its id is new to the session."""
         stream_id = check_stream_id(stream_id or f"s-{uuid.uuid4().hex}")
-        parse_messages([{"role": role, "content": ""}], self.limits, allow_empty=False)
+        parse_messages([{"role": role, "content": ""}], self._tuning.limits, allow_empty=False)
         for name, value in (("turn", turn), ("parent", parent)):
             if value is not None and not (isinstance(value, str) and len(value) <= 256):
                 raise InvalidInput(f"{name} must be a string of at most 256 characters")
 
         def command(s: Session, audit: dict[str, Any]) -> None:
-            if s.version and self.views.stream_view(s.id, stream_id) is not None:
+            if s.version and self._views.stream_view(s.id, stream_id) is not None:
                 raise StreamConflict(f"stream {stream_id!r} of session {key!r} exists already")
             s.start_stream(stream_id, role, turn, parent, **audit)
 
@@ -108,7 +101,7 @@ class StreamCommands:
     ) -> WriteResult:
         """Append a batch of deltas to an open stream."""
         check_stream_id(stream_id)
-        batch = check_deltas(deltas, self.limits, allow_empty=False)
+        batch = check_deltas(deltas, self._tuning.limits, allow_empty=False)
         return self._write(
             key, "stream_chunks", {"stream_id": stream_id, "deltas": batch},
             command=lambda s, a: s.append_chunks(stream_id, batch, **a), **kw,
@@ -120,7 +113,7 @@ class StreamCommands:
     ) -> WriteResult:  # fmt: skip
         """End a stream: its text (with these last deltas) becomes a message of the history."""
         check_stream_id(stream_id)
-        batch = check_deltas(deltas, self.limits, allow_empty=True)
+        batch = check_deltas(deltas, self._tuning.limits, allow_empty=True)
         counts: list[TokenCount] = []
 
         def command(s: Session, audit: dict[str, Any]) -> None:
@@ -140,7 +133,7 @@ class StreamCommands:
         check_stream_id(stream_id)
         if cause not in CAUSES:
             raise InvalidInput(f"cause must be one of {', '.join(CAUSES)}; got {cause!r}")
-        batch = check_deltas(deltas, self.limits, allow_empty=True)
+        batch = check_deltas(deltas, self._tuning.limits, allow_empty=True)
         counts: list[TokenCount] = []
 
         def command(s: Session, audit: dict[str, Any]) -> None:
@@ -158,7 +151,7 @@ class StreamCommands:
         Returns how many this call aborted (another process may abort some first)."""
         before = datetime.now(UTC) - timedelta(seconds=idle_seconds)
         aborted = 0
-        for tenant, key, stream_id in self.views.idle_streams(before, limit):
+        for tenant, key, stream_id in self._views.idle_streams(before, limit):
             try:
                 self.abort_stream(key, stream_id, "timeout", tenant=tenant, actor="ledger",
                                   reason=f"no event for {idle_seconds:g} s")  # fmt: skip
@@ -173,7 +166,7 @@ class StreamCommands:
         allow_empty: bool = True,
     ) -> dict[str, Any] | None:  # fmt: skip
         """The stream's message: its text so far and `deltas`, counted into `counts`."""
-        view = self.views.stream_view(s.id, stream_id) if s.version else None
+        view = self._views.stream_view(s.id, stream_id) if s.version else None
         if view is None or view.state != OPEN:
             s.check_open(stream_id)
             raise StreamConflict(f"stream {stream_id!r} of session {s.key!r} is not open")
@@ -182,24 +175,50 @@ class StreamCommands:
         if not text and not allow_empty:
             return None
         message = {"role": view.role, "content": text, "additional_kwargs": additional_kwargs or {}}
-        parsed = parse_messages([message], self.limits, allow_empty=False)
-        counts.append(self.tokenizer.count(parsed.messages[0].content))
+        parsed = parse_messages([message], self._tuning.limits, allow_empty=False)
+        counts.append(self._tuning.tokenizer.count(parsed.messages[0].content))
         return parsed.dicts[0]
 
     def stream_state(
         self, key: str, stream_id: str, *, tenant: str | None = None
     ) -> StreamView | None:
         """The stream as its events left it, or None."""
-        return self.views.stream_view(session_id(self._tenant(tenant), key), stream_id)
+        return self._views.stream_view(session_id(self._addresses.tenant(tenant), key), stream_id)
+
+
+class StreamTarget(Protocol):
+    """What a `StreamWriter` writes through: the ledger's stream commands and batching."""
+
+    stream_flush_bytes: int
+    stream_flush_ms: int
+
+    def open_stream(
+        self, key: str, *, role: str = ..., stream_id: str | None = ..., turn: str | None = ...,
+        parent: str | None = ..., **kw: Any,
+    ) -> OpenedStream: ...  # fmt: skip
+
+    def append_stream(
+        self, key: str, stream_id: str, deltas: Sequence[str], **kw: Any
+    ) -> WriteResult: ...
+
+    def complete_stream(
+        self, key: str, stream_id: str, deltas: Sequence[str] = ...,
+        additional_kwargs: dict[str, Any] | None = ..., **kw: Any,
+    ) -> WriteResult: ...  # fmt: skip
+
+    def abort_stream(
+        self, key: str, stream_id: str, cause: str, deltas: Sequence[str] = ...,
+        keep_partial: bool = ..., **kw: Any,
+    ) -> WriteResult: ...  # fmt: skip
 
 
 class StreamWriter:
-    """One stream of a session, written as its deltas arrive (see `StreamCommands.stream`).
+    """One stream of a session, written as its deltas arrive (see `Ledger.stream`).
     Deltas are held until `stream_flush_bytes` of them or `stream_flush_ms` since the last
     flush, checked at each write: a process killed mid-stream loses at most that."""
 
     def __init__(
-        self, ledger: StreamCommands, key: str, role: str, stream_id: str | None,
+        self, ledger: StreamTarget, key: str, role: str, stream_id: str | None,
         turn: str | None, parent: str | None, kw: dict[str, Any],
     ) -> None:  # fmt: skip
         self._ledger, self.key, self.role = ledger, key, role
