@@ -156,7 +156,7 @@ def reads_in_process(ledger: Ledger) -> bool:
     hand-off); PostgreSQL's wait on the network and on the pool, off the event loop."""
     from session_ledger.projections.sqlite import SQLiteLedgerRecorder
 
-    return isinstance(ledger.views, SQLiteLedgerRecorder)
+    return isinstance(ledger.recorder, SQLiteLedgerRecorder)
 
 
 def store_bridged(ledger: Ledger) -> bool:
@@ -166,8 +166,7 @@ def store_bridged(ledger: Ledger) -> bool:
     routing may pause for a standby to catch up."""
     from session_ledger.projections.postgres import PostgresLedgerRecorder
 
-    views = ledger.views
-    return isinstance(views, PostgresLedgerRecorder) and views.read_routing is None
+    return isinstance(ledger.recorder, PostgresLedgerRecorder) and ledger.views.read_routing is None
 
 
 def migrate(settings: Settings) -> None:

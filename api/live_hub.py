@@ -6,7 +6,7 @@ Every tail reads its session's events from the store by version (the audit trail
 wake-up is only a hint: a lost one delays delivery, never loses or repeats an event.
 Wake-ups come from three places:
 
-- this process's own commits (the recorder's `after_commit`), at once;
+- this process's own commits (the views' `after_commit`), at once;
 - PostgreSQL: other processes' commits by LISTEN/NOTIFY, each as `<session id>:<tag>`, the
   tag a short digest of its tenant (`tenant_tag`; a tenant name may be long, and two
   tenants that share a tag only wake each other's tails for nothing). A writer never sends NOTIFY in
@@ -119,7 +119,7 @@ class LiveHub:
     # -- news of commits ---------------------------------------------------------------------
 
     def committed(self, session_id: uuid.UUID, tenant: str) -> None:
-        """The recorder's `after_commit` (any thread): wake this process's tails of the
+        """The views' `after_commit` (any thread): wake this process's tails of the
         session and of its tenant, if any (waking the event loop from a writer's thread
         costs both threads), and add the session to the next NOTIFY, for the other
         processes."""
@@ -227,7 +227,7 @@ class LiveHub:
 
     @property
     def _views(self) -> SQLViews:
-        return cast(SQLViews, self.ledger.recorder)
+        return cast(SQLViews, self.ledger.views)
 
 
 def _commits(payload: str) -> list[Commit]:

@@ -84,9 +84,10 @@ class Ledger(WriteLoop, Compliance, Reads, Application[uuid.UUID]):
         self.stream_flush_bytes = stream_flush_bytes
         self.stream_flush_ms = stream_flush_ms
         super().__init__({**env, "IS_SNAPSHOTTING_ENABLED": "y"})
-        if not isinstance(self.recorder, SessionViews):
+        views = getattr(self.recorder, "views", None)  # the store's recorder holds its views
+        if not isinstance(views, SessionViews):
             raise TypeError(f"{type(self.recorder).__name__} does not serve the session views")
-        self.views: SessionViews = self.recorder
+        self.views: SessionViews = views
         addresses = SessionAddresses(self.default_tenant)
         self._audit_trail = AuditTrail(self.views, self.events, self.recorder, addresses)
         self._feed = TenantFeed(self.views, self.events, addresses)

@@ -63,14 +63,14 @@ def record_access(
                         actor, role, action, session_key, parameters, records)  # fmt: skip
     for _ in range(APPEND_RETRIES):
         try:
-            with views._appending() as cursor:
-                read = views._reader(cursor)
+            with views.dialect.appending() as cursor:
+                read = views.dialect.reader(cursor)
                 last = read("SELECT seq, chain FROM ledger_access_log WHERE tenant = ? "
                             "ORDER BY seq DESC LIMIT 1", (tenant,))  # fmt: skip
                 seq, previous = (last[0]["seq"], bytes(last[0]["chain"])) if last else (0, GENESIS)
                 entry = replace(entry, seq=seq + 1)
                 h = next_hash(previous, entry)
-                views._execute(
+                views.dialect.execute(
                     cursor, f"INSERT INTO ledger_access_log ({COLUMNS}) "
                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (tenant, entry.seq, entry.recorded_at, actor, role, action, session_key,
@@ -84,7 +84,7 @@ def record_access(
 
 def access_entries(views: SQLViews, tenant: str, after: int, limit: int) -> list[AccessEntry]:
     """The tenant's log after number `after`, oldest first."""
-    with views._reading() as read:
+    with views.dialect.reading() as read:
         rows = read(f"SELECT {COLUMNS} FROM ledger_access_log WHERE tenant = ? AND seq > ? "
                     "ORDER BY seq LIMIT ?", (tenant, after, limit))  # fmt: skip
     return _entries(rows)
@@ -94,7 +94,7 @@ def others_follow(views: SQLViews, tenant: str, after: int, reader: str) -> bool
     """Whether the tenant's log holds an entry after number `after` other than `reader`'s
     own reads of the log: those alone are no reason for it to read on (each read is
     entered, so a reader paging one entry at a time would never reach the end)."""
-    with views._reading() as read:
+    with views.dialect.reading() as read:
         found = read("SELECT seq FROM ledger_access_log WHERE tenant = ? AND seq > ? AND "
                      "(actor <> ? OR action <> ?) ORDER BY seq LIMIT 1",
                      (tenant, after, reader, LOG_READ))  # fmt: skip
@@ -107,7 +107,7 @@ def session_entries(
     """The entries about session `key` numbered in (after, up_to], oldest first, each with
     the hash of the entry before it (what an export needs to show each link)."""
     columns = ", ".join(f"a.{c.strip()}" for c in COLUMNS.split(","))
-    with views._reading() as read:
+    with views.dialect.reading() as read:
         rows = read(
             f"SELECT {columns}, p.chain AS previous FROM ledger_access_log a"
             " LEFT JOIN ledger_access_log p ON p.tenant = a.tenant AND p.seq = a.seq - 1"
@@ -138,7 +138,7 @@ def _entries(rows: list[Any]) -> list[AccessEntry]:
 
 def access_head(views: SQLViews, tenant: str) -> tuple[int, bytes]:
     """The tenant's log as it stands: (number of its last entry, its hash), (0, h_0) if empty."""
-    with views._reading() as read:
+    with views.dialect.reading() as read:
         last = read("SELECT seq, chain FROM ledger_access_log WHERE tenant = ? "
                     "ORDER BY seq DESC LIMIT 1", (tenant,))  # fmt: skip
     return (last[0]["seq"], bytes(last[0]["chain"])) if last else (0, GENESIS)

@@ -56,7 +56,7 @@ def search_events(
     start, end = (None if t is None else t if t.tzinfo else t.replace(tzinfo=UTC)
                   for t in (start, end))  # a time without a zone is UTC  # fmt: skip
     column, value = ("t.actor", actor) if actor is not None else ("t.event_type", event_type)
-    first = (views._time(FAR_PAST), views._sid(uuid.UUID(int=0)), 0)
+    first = (views.dialect.time(FAR_PAST), views.dialect.sid(uuid.UUID(int=0)), 0)
     after = _cursor(views, cursor) if cursor else first
     also = " AND t.event_type = ?" if actor is not None and event_type is not None else ""
     sql = (
@@ -67,17 +67,21 @@ def search_events(
         "AND s.tenant = ? AND s.session_key >= ? AND s.session_key < ? "
         "ORDER BY t.recorded_at, t.session_id, t.version LIMIT ?"
     )
-    params: list[Any] = [value, views._time(start or FAR_PAST), views._time(end or FAR_FUTURE)]
+    params: list[Any] = [
+        value,
+        views.dialect.time(start or FAR_PAST),
+        views.dialect.time(end or FAR_FUTURE),
+    ]
     params += [event_type] if also else []
     params += [*after, tenant, prefix, prefix + MAX_CHAR, limit]
-    with views._reading() as read:
-        rows = views._fetch(read, sql, params)
+    with views.dialect.reading() as read:
+        rows = views.rows.fetch(read, sql, params)
     found = [
         FoundEvent(
             r["session_key"],
             r["version"],
             r["event_type"],
-            views._datetime(r["recorded_at"]),
+            views.dialect.datetime(r["recorded_at"]),
             r["actor"],
             r["reason"],
         )
@@ -86,7 +90,7 @@ def search_events(
     if len(rows) < limit:
         return found, None
     last = rows[-1]
-    position = [views._datetime(last["recorded_at"]).isoformat(), str(last["session_id"]),
+    position = [views.dialect.datetime(last["recorded_at"]).isoformat(), str(last["session_id"]),
                 last["version"]]  # fmt: skip
     return found, base64.urlsafe_b64encode(json.dumps(position).encode()).decode()
 
@@ -96,6 +100,10 @@ def _cursor(views: SQLViews, cursor: str) -> tuple[Any, Any, int]:
         moment, sid, version = json.loads(base64.urlsafe_b64decode(cursor.encode()))
         if type(version) is not int:
             raise TypeError
-        return views._time(datetime.fromisoformat(moment)), views._sid(uuid.UUID(sid)), version
+        return (
+            views.dialect.time(datetime.fromisoformat(moment)),
+            views.dialect.sid(uuid.UUID(sid)),
+            version,
+        )
     except (ValueError, TypeError):
         raise InvalidInput("cursor is not one this search returned") from None

@@ -14,7 +14,7 @@ from session_ledger.domain.ports import ACTIVE
 from session_ledger.domain.tokens import NamedTokenizer, TailEntry, window_length
 
 from .bodies import StoredMessages, decode_body
-from .dialect import ViewStore
+from .dialect import Dialect, ViewRows
 from .sql import (
     HEAD_VERSION,
     HEAD_VERSION_SELECT,
@@ -26,8 +26,12 @@ from .sql import (
 )
 
 
-class ContextReads(ViewStore):
+class Context:
     """Reads of the context window, now or at a past version."""
+
+    def __init__(self, dialect: Dialect, rows: ViewRows) -> None:
+        self.dialect = dialect
+        self.rows = rows
 
     def context_window(
         self,
@@ -38,27 +42,27 @@ class ContextReads(ViewStore):
         version: int | None = None,
         max_bytes: int | None = None,
     ) -> StoredMessages:
-        sid = self._sid(session_id)
+        sid = self.dialect.sid(session_id)
         if version is not None:  # a past version's rows never change: any read is consistent
-            with self._reading_past() as read:
+            with self.dialect.reading_past() as read:
                 window, _ = self._window(read, sid, version, token_limit, initial_token_count,
                                          tokenizer, session_id, max_bytes)  # fmt: skip
-            return StoredMessages(version, self._opened(session_id, window))
+            return StoredMessages(version, self.rows.opened(session_id, window))
         # The live rows, in the key order of their own table (a plan no statistics can
         # spoil). Each statement also reads the session's version; versions only grow, so
         # equal versions at the first and the last statement mean no write came between,
         # without holding a transaction open. Otherwise (or where a statement saw a
         # version it cannot name: None) read again.
         for _ in range(READ_ATTEMPTS):
-            with self._reading() as read:
+            with self.dialect.reading() as read:
                 window, seen = self._window(read, sid, None, token_limit, initial_token_count,
                                             tokenizer, session_id, max_bytes)  # fmt: skip
             if len(seen) == 1 and None not in seen:
-                return StoredMessages(seen.pop(), self._opened(session_id, window))
-        with self.snapshot() as read:
+                return StoredMessages(seen.pop(), self.rows.opened(session_id, window))
+        with self.dialect.snapshot() as read:
             window, seen = self._window(read, sid, None, token_limit, initial_token_count,
                                         tokenizer, session_id, max_bytes)  # fmt: skip
-        return StoredMessages(max(v or 0 for v in seen), self._opened(session_id, window))
+        return StoredMessages(max(v or 0 for v in seen), self.rows.opened(session_id, window))
 
     def _window(
         self,
@@ -87,7 +91,7 @@ class ContextReads(ViewStore):
         if first:
             versions = {first[0][5]}
         elif version is None:  # no active message: the head's version, if it holds none
-            versions = {self._version_holding_none(read, sid, ACTIVE, 0)}
+            versions = {self.rows.version_holding_none(read, sid, ACTIVE, 0)}
         else:
             versions = set()
         batches: list[list[tuple[Any, ...]]] = [first]  # the batches read, in order
@@ -123,7 +127,7 @@ class ContextReads(ViewStore):
         read for it)."""
         if row[3] is None:
             row = (self._tail_bodies(read, sid, version or row[5], [row]) or [row])[0]
-        body = self._opened(session_id, [row], 3)[0][3]
+        body = self.rows.opened(session_id, [row], 3)[0][3]
         content = "" if body is None else decode_body(row[0], body).content
         return TailEntry(row[0], *tokenizer.count(content))
 
@@ -138,10 +142,10 @@ class ContextReads(ViewStore):
         if not left_out:
             return rows
         if max_bytes is not None:
-            sizes = self._bodies(read, sid, ACTIVE, version, left_out, self.body_bytes)
+            sizes = self.rows.bodies(read, sid, ACTIVE, version, left_out, self.dialect.body_bytes)
             if _held([rows], len(rows)) + sum(sizes.values()) > max_bytes:
                 raise _too_large(token_limit, max_bytes)
-        bodies = self._bodies(read, sid, ACTIVE, version, left_out)
+        bodies = self.rows.bodies(read, sid, ACTIVE, version, left_out)
         if len(bodies) < len(left_out):
             return []
         return [(*row[:3], bodies[row[4]], *row[4:]) if row[3] is None else row for row in rows]
@@ -159,15 +163,15 @@ class ContextReads(ViewStore):
         alone, joined, message, id, seen): `seen` is the session's version as read (a past
         version's rows never change: there it is NULL); `message` is NULL where the body
         is over the batch's share of TAIL_BODY_BYTES."""
-        inline = self._inline_body(TAIL_BODY_BYTES // limit)
+        inline = self.rows.inline_body(TAIL_BODY_BYTES // limit)
         columns = f"role, tokens, tokens_joined, {inline}, message_id"
         select: tuple[str, tuple[Any, ...]]
         if version is None:
             select = (f"{columns}, {HEAD_VERSION} AS seen", (sid,))
         else:
             select = (f"{columns}, NULL AS seen", ())
-        return self._rows(read, select, 4, sid, ACTIVE, version, where, params,
-                          newest_first=True, batch=limit)  # fmt: skip
+        return self.rows.matching(read, select, 4, sid, ACTIVE, version, where, params,
+                                  newest_first=True, batch=limit)  # fmt: skip
 
     def _tail(
         self,
@@ -190,7 +194,7 @@ class ContextReads(ViewStore):
             before, batch = rows[-1][4], min(batch * 2, MAX_TAIL_BATCH)
             rows = self._tail_rows(read, sid, version, " AND message_id < ?", (before,), batch)
             if not rows:  # an empty batch says no version: ask for it
-                rows = self._tuples(read, HEAD_VERSION_SELECT, (sid,))
+                rows = self.rows.tuples(read, HEAD_VERSION_SELECT, (sid,))
                 versions.update(r[0] for r in rows)
                 return
             batches.append(rows)

@@ -1,4 +1,5 @@
-"""What each SQL dialect supplies to the views, and the row reads they share."""
+"""What each SQL dialect supplies to the views (`Dialect`), and the row reads the views
+share (`ViewRows`)."""
 
 from __future__ import annotations
 
@@ -9,41 +10,38 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from session_ledger.domain.ports import ACTIVE
 
 from .changes import MessageRow
-from .sealing import DataKeys, open_bodies
 from .sql import BODIES_BATCH, ENDED_AT, HEAD_COUNTS_SELECT, LIVE, LIVE_AT, Reader
 
 
-class ViewStore(ABC):
-    """A store of the views in one SQL dialect; subclasses supply the dialect."""
+class Dialect(ABC):
+    """How one SQL dialect reaches its database: readers, write transactions, statements,
+    and the store's forms of ids and times. Every view part is given one."""
 
     no_limit: Any = -1  # a LIMIT that takes all rows (needed before an OFFSET)
     body_bytes = "length(CAST(message AS BLOB))"  # a row's body size in bytes
     # Where rows that ended at a version are looked up (session_id, valid_to = ?).
     ended_rows = "ledger_ended_messages"
-    rows_read = 0  # view rows this store fetched: the cost model the tests check
-    data_keys: DataKeys | None = None  # set when a master key is configured (sealing.py)
-
-    # -- dialect ----------------------------------------------------------------------------
+    event_position = "rowid"  # the column that orders the whole event log
 
     @abstractmethod
-    def _reading(self) -> AbstractContextManager[Reader]:
+    def reading(self) -> AbstractContextManager[Reader]:
         """A reader outside any transaction: each statement reads its own snapshot."""
 
-    def _reading_past(self) -> AbstractContextManager[Reader]:
+    def reading_past(self) -> AbstractContextManager[Reader]:
         """A reader for the rows of a past version (message id ranges, version filters)."""
-        return self._reading()
+        return self.reading()
 
     @abstractmethod
     def snapshot(self) -> AbstractContextManager[Reader]:
         """A read-only transaction: every statement sees the same state (long reads)."""
 
     @abstractmethod
-    def _execute(self, cursor: Any, sql: str, params: Sequence[Any]) -> None: ...
+    def execute(self, cursor: Any, sql: str, params: Sequence[Any]) -> None: ...
 
     @abstractmethod
     def drop_old_bytes(self) -> str:
@@ -51,40 +49,63 @@ class ViewStore(ABC):
         what the operator must do)."""
 
     @abstractmethod
-    def _write_transaction(self) -> AbstractContextManager[Any]:
+    def write_transaction(self) -> AbstractContextManager[Any]:
         """A write transaction that keeps other writers of events out until it ends."""
 
-    def _committing(self) -> AbstractContextManager[Any]:
+    def committing(self) -> AbstractContextManager[Any]:
         """A short transaction of its own that holds no other writer off for long."""
-        return self._write_transaction()
+        return self.write_transaction()
 
     @abstractmethod
-    def _appending(self) -> AbstractContextManager[Any]:
+    def appending(self) -> AbstractContextManager[Any]:
         """A write transaction of rows beside the events (the access log) that holds no
         event writer off; a duplicate key raises eventsourcing's IntegrityError."""
 
     @abstractmethod
-    def _reader(self, cursor: Any) -> Reader: ...
+    def reader(self, cursor: Any) -> Reader: ...
 
     @abstractmethod
-    def _stream(self, sql: str) -> AbstractContextManager[Iterator[Any]]:
+    def stream(self, sql: str) -> AbstractContextManager[Iterator[Any]]:
         """Rows of a query, fetched as iterated (for whole-table reads)."""
 
     @abstractmethod
-    def _insert_rows(
+    def insert_rows(
         self, cursor: Any, sid: Any, version: int, status: str, rows: Sequence[MessageRow]
     ) -> None: ...
 
     @abstractmethod
-    def _sid(self, session_id: uuid.UUID) -> Any: ...
+    def sid(self, session_id: uuid.UUID) -> Any: ...
 
     @abstractmethod
-    def _time(self, value: datetime) -> Any: ...
+    def time(self, value: datetime) -> Any: ...
 
     @abstractmethod
-    def _datetime(self, value: Any) -> datetime: ...
+    def datetime(self, value: Any) -> datetime: ...
 
-    def _rows(
+    @abstractmethod
+    def close(self) -> None:
+        """Close the connections (views that own theirs: a standby's)."""
+
+
+class BodyOpener(Protocol):
+    """Opens the sealed bodies of rows read (`key_rows.SessionContent`)."""
+
+    def opened(
+        self, session_id: uuid.UUID, rows: Sequence[Sequence[Any]], at: int = 1
+    ) -> Sequence[Any]: ...
+
+
+class ViewRows:
+    """The message rows' reads every view shares, through one dialect; bodies opened by
+    the session content's keys (`key_rows.SessionContent`). Counts the rows it fetched
+    (`rows_read`: the cost model the tests check)."""
+
+    def __init__(self, dialect: Dialect, content: BodyOpener) -> None:
+        self.dialect = dialect
+        self.content = content
+        self.rows_read = 0
+
+    def matching(
         self,
         read: Reader,
         select: tuple[str, tuple[Any, ...]],
@@ -122,7 +143,7 @@ class ViewStore(ABC):
         order = "DESC" if newest_first else "ASC"
         if version is None:
             page, page_params = self._page(limit, offset, batch)
-            return self._tuples(
+            return self.tuples(
                 read,
                 f"SELECT {columns} FROM ledger_messages WHERE {LIVE}{where} "
                 f"ORDER BY message_id {order}{page}",
@@ -132,7 +153,7 @@ class ViewStore(ABC):
         arms = (("ledger_messages", LIVE_AT, (version,)),
                 ("ledger_ended_messages", ENDED_AT, (version, version)))  # fmt: skip
         found = [
-            self._tuples(
+            self.tuples(
                 read,
                 f"SELECT {columns} FROM {table} WHERE {at}{where} "
                 f"ORDER BY message_id {order}{page}",
@@ -149,13 +170,13 @@ class ViewStore(ABC):
             return _read_through(rows, found, batch, key, newest_first)
         return rows[offset:] if limit is None else rows[offset : offset + limit]
 
-    def _inline_body(self, most: int) -> str:
+    def inline_body(self, most: int) -> str:
         """The body column of a read that leaves out bodies over `most` bytes (NULL):
-        read after the answer is known to hold them (`_bodies`), so that no read holds
-        more bodies than its answer. A constant, as a batch size is (see `_rows`)."""
-        return f"CASE WHEN {self.body_bytes} <= {int(most)} THEN message END"
+        read after the answer is known to hold them (`bodies`), so that no read holds
+        more bodies than its answer. A constant, as a batch size is (see `matching`)."""
+        return f"CASE WHEN {self.dialect.body_bytes} <= {int(most)} THEN message END"
 
-    def _bodies(
+    def bodies(
         self, read: Reader, sid: Any, status: str, version: int, ids: Sequence[int],
         column: str = "message",
     ) -> dict[int, Any]:  # fmt: skip
@@ -166,44 +187,44 @@ class ViewStore(ABC):
         for start in range(0, len(ids), BODIES_BATCH):
             some = ids[start : start + BODIES_BATCH]
             listed = f" AND message_id IN ({', '.join('?' * len(some))})"
-            rows = self._rows(read, (f"message_id, {column}", ()), 0, sid, status, version,
+            rows = self.matching(read, (f"message_id, {column}", ()), 0, sid, status, version,
                               listed, tuple(some))  # fmt: skip
             found.update((row[0], row[1]) for row in rows)
         return found
 
-    def _opened(
+    def opened(
         self, session_id: uuid.UUID, rows: Sequence[Sequence[Any]], at: int = 1
     ) -> Sequence[Any]:
         """`rows` with their body (column `at`) opened where sealed, after the read."""
-        return rows if self.data_keys is None else open_bodies(self.data_keys, session_id, rows, at)
+        return self.content.opened(session_id, rows, at)
 
     def _page(
         self, limit: int | None, offset: int, batch: int | None
     ) -> tuple[str, tuple[Any, ...]]:
-        """The LIMIT and OFFSET of a read (see `_rows`), and their parameters."""
+        """The LIMIT and OFFSET of a read (see `matching`), and their parameters."""
         if batch is not None:
             return f" LIMIT {int(batch)}", ()
         if offset:  # (SQLite takes an OFFSET only after a LIMIT)
-            return " LIMIT ? OFFSET ?", (self.no_limit if limit is None else limit, offset)
+            return " LIMIT ? OFFSET ?", (self.dialect.no_limit if limit is None else limit, offset)
         return ("", ()) if limit is None else (" LIMIT ?", (limit,))
 
-    def _version_holding_none(self, read: Reader, sid: Any, status: str, offset: int) -> int | None:
+    def version_holding_none(self, read: Reader, sid: Any, status: str, offset: int) -> int | None:
         """After a rows statement found no `status` message from position `offset` on: the
         session's version (0: no session), read with its counts in one statement, when that
         version holds none there either; None when it does: a write came between the two
         statements, and the empty rows are of an older version."""
-        head = self._tuples(read, HEAD_COUNTS_SELECT, (sid,))
+        head = self.tuples(read, HEAD_COUNTS_SELECT, (sid,))
         if not head:
             return 0
         version, active, archived = head[0]
         return version if (active if status == ACTIVE else archived) <= offset else None
 
-    def _tuples(self, read: Reader, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    def tuples(self, read: Reader, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         rows = read.tuples(sql, params)
         self.rows_read += len(rows)
         return rows
 
-    def _fetch(self, read: Reader, sql: str, params: Sequence[Any]) -> list[Any]:
+    def fetch(self, read: Reader, sql: str, params: Sequence[Any]) -> list[Any]:
         rows = read(sql, params)
         self.rows_read += len(rows)
         return rows

@@ -20,8 +20,8 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from session_ledger.domain.integrity import chain_hashes
 
-from .dialect import ViewStore
-from .sealing import SEALED_BODY, seal_body, seal_fields
+from .dialect import Dialect
+from .sealing import SEALED_BODY, DataKeys, seal_body, seal_fields
 
 # The body columns of the message tables, and the columns that name a row of each.
 MESSAGE_TABLES = {
@@ -30,10 +30,17 @@ MESSAGE_TABLES = {
 }
 
 
-class ClearSessionSealing(ViewStore):
-    """Seals a session stored clear, inside the write of its `SessionEncrypted`."""
+class ClearSessionSealing:
+    """Seals a session stored clear, inside the write of its `SessionEncrypted` (with the
+    data keys: none configured, nothing to seal with)."""
 
-    def _seal_session(self, cursor: Any, session_id: uuid.UUID, version: int) -> None:
+    def __init__(self, dialect: Dialect, data_keys: DataKeys | None) -> None:
+        self.data_keys = data_keys
+        self._execute = dialect.execute
+        self._sid = dialect.sid
+        self._time = dialect.time
+
+    def seal_session(self, cursor: Any, session_id: uuid.UUID, version: int) -> None:
         """Seal the records before `version` and the session's view rows under a new data
         key. Nothing to do when the session has a data key already (sealed since)."""
         keys, sid = self.data_keys, self._sid(session_id)

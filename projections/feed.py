@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import re
 import uuid
+from typing import Protocol
 
 from session_ledger.domain.errors import InvalidInput
 from session_ledger.domain.ports import FeedRow, FeedScan
 
-from .dialect import ViewStore
+from .dialect import Dialect
 from .sql import prefix_upper_bound
 
 SQLITE_POSITION = re.compile(r"\d{1,19}")
@@ -41,12 +42,23 @@ def _session_filter(alias: str, tenant: str, prefix: str) -> tuple[str, tuple[ob
     )
 
 
-class SQLiteFeedReads(ViewStore):
+class Feed(Protocol):
+    """The tenant feed of one store."""
+
+    def feed_position(self) -> str: ...
+
+    def feed_after(self, tenant: str, prefix: str, position: str, limit: int) -> FeedScan: ...
+
+
+class SQLiteFeed:
     """The feed in rowid order (SQLite commits one writer at a time)."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self.dialect = dialect
 
     def feed_position(self) -> str:
         """The position of the newest event: a tail that starts here sees what follows."""
-        with self._reading() as read:
+        with self.dialect.reading() as read:
             rows = read.tuples("SELECT max(rowid) FROM ledger_events", ())
         return str(rows[0][0] or 0)
 
@@ -57,7 +69,7 @@ class SQLiteFeedReads(ViewStore):
             raise InvalidInput(f"not a position of this store's feed: {position!r}")
         after = int(position)
         mine, params = _session_filter("s", tenant, prefix)
-        with self._reading() as read:
+        with self.dialect.reading() as read:
             newest = read.tuples("SELECT max(rowid) FROM ledger_events", ())[0][0] or 0
             if after > newest:
                 raise InvalidInput(f"position {position!r} is past this store's newest event")
@@ -77,13 +89,16 @@ class SQLiteFeedReads(ViewStore):
         return FeedScan(found, end, more=len(rows) == limit, held_back=False)
 
 
-class PostgresFeedReads(ViewStore):
+class PostgresFeed:
     """The feed in (transaction id, notification id) order, below the snapshot's xmin."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self.dialect = dialect
 
     def feed_position(self) -> str:
         """A position before every transaction still running: a tail that starts here
         sees those and all later ones."""
-        with self._reading() as read:
+        with self.dialect.reading() as read:
             rows = read.tuples("SELECT pg_snapshot_xmin(pg_current_snapshot())::text", ())
         return f"{rows[0][0]}.0"
 
@@ -97,7 +112,7 @@ class PostgresFeedReads(ViewStore):
             raise InvalidInput(f"not a position of this store's feed: {position!r}")
         tx, nid = parsed.group(1), int(parsed.group(2))
         mine, params = _session_filter("s", tenant, prefix)
-        with self.snapshot() as read:  # one snapshot: xmin and the rows agree
+        with self.dialect.snapshot() as read:  # one snapshot: xmin and the rows agree
             ((xmin, xmax, held),) = read.tuples(
                 "SELECT pg_snapshot_xmin(n)::text, pg_snapshot_xmax(n)::text, EXISTS (SELECT 1"
                 " FROM ledger_events WHERE tx >= pg_snapshot_xmin(n)) FROM pg_current_snapshot() n",

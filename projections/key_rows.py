@@ -1,39 +1,53 @@
-"""The data key table: each session's data key, wrapped by a master key (`sealing.py`),
-and what a session's erasure removes in the transaction that records it."""
+"""The data key table (each session's data key, wrapped by a master key: `sealing.py`),
+and the session content as the views keep it: sealed on its way in, opened on its way
+out."""
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 from session_ledger.domain.ports import WriteBatch
 
 from .changes import ExtendStream, InsertMessages, ViewChanges, view_changes
-from .dialect import ViewStore
-from .sealing import SEALED_BODY, open_bodies, seal_body
+from .dialect import Dialect
+from .sealing import SEALED_BODY, DataKeys, open_bodies, seal_body
 
 # Tables whose rows hold a session's content (its message bodies): erasure deletes them.
 CONTENT_TABLES = ("ledger_messages", "ledger_ended_messages", "ledger_streams")
 
 
-class DataKeyRows(ViewStore):
-    """Reads and writes of `ledger_data_keys`; seals and opens view bodies."""
+class DataKeyTable:
+    """Reads and writes of `ledger_data_keys` (the `KeyTable` of `sealing.DataKeys`)."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self.dialect = dialect
 
     def data_key_row(self, session_id: uuid.UUID) -> tuple[str, bytes] | None:
-        with self._reading() as read:
+        d = self.dialect
+        with d.reading() as read:
             rows = read("SELECT master_key_id, wrapped FROM ledger_data_keys WHERE "
-                        "session_id = ?", (self._sid(session_id),))  # fmt: skip
+                        "session_id = ?", (d.sid(session_id),))  # fmt: skip
         return (rows[0]["master_key_id"], bytes(rows[0]["wrapped"])) if rows else None
 
     def add_data_key_row(
         self, session_id: uuid.UUID, kid: str, wrapped: bytes, created: datetime
     ) -> None:
-        with self._committing() as cursor:
-            self._execute(cursor, "INSERT INTO ledger_data_keys (session_id, master_key_id, "
-                          "wrapped, created_at) VALUES (?, ?, ?, ?) ON CONFLICT (session_id) "
-                          "DO NOTHING", (self._sid(session_id), kid, wrapped,
-                                         self._time(created)))  # fmt: skip
+        d = self.dialect
+        with d.committing() as cursor:
+            d.execute(cursor, "INSERT INTO ledger_data_keys (session_id, master_key_id, "
+                      "wrapped, created_at) VALUES (?, ?, ?, ?) ON CONFLICT (session_id) "
+                      "DO NOTHING", (d.sid(session_id), kid, wrapped, d.time(created)))  # fmt: skip
+
+
+class SessionContent:
+    """Seals view bodies and opens them, with the sessions' data keys (None: no master key
+    configured, content stays clear)."""
+
+    def __init__(self, data_keys: DataKeys | None) -> None:
+        self.data_keys = data_keys
 
     def sealed(self, session_id: uuid.UUID) -> bool:
         return self.data_keys is not None and self.data_keys.key(session_id) is not None
@@ -41,7 +55,7 @@ class DataKeyRows(ViewStore):
     def can_seal(self) -> bool:
         return self.data_keys is not None
 
-    def _view_changes(self, batch: WriteBatch) -> ViewChanges:
+    def view_changes(self, batch: WriteBatch) -> ViewChanges:
         """The write's row changes, sealed (`sealed_changes`)."""
         return self.sealed_changes(view_changes(batch))
 
@@ -67,6 +81,12 @@ class DataKeyRows(ViewStore):
 
         return vc._replace(changes=tuple(sealed(c) for c in vc.changes))
 
+    def opened(
+        self, session_id: uuid.UUID, rows: Sequence[Sequence[Any]], at: int = 1
+    ) -> Sequence[Any]:
+        """`rows` with their body (column `at`) opened where sealed, after the read."""
+        return rows if self.data_keys is None else open_bodies(self.data_keys, session_id, rows, at)
+
     def open_stream_text(self, session_id: uuid.UUID, text: str) -> str:
         """A stream row's text, its sealed lines opened."""
         if not text.startswith(SEALED_BODY):
@@ -74,13 +94,7 @@ class DataKeyRows(ViewStore):
         lines = [(line,) for line in text.split("\n") if line]
         return "".join(row[0] for row in open_bodies(self.data_keys, session_id, lines, at=0))
 
-    def _erase_content(self, cursor: Any, session_id: uuid.UUID) -> None:
-        """Drop every row that held the session's content, its data key, and the token
-        counts that were measured from it."""
-        sid = self._sid(session_id)
-        for table in (*CONTENT_TABLES, "ledger_data_keys"):
-            self._execute(cursor, f"DELETE FROM {table} WHERE session_id = ?", (sid,))
-        self._execute(cursor, "UPDATE ledger_timeline SET token_total = 0 WHERE session_id = ?",
-                      (sid,))  # fmt: skip
+    def forget(self, session_id: uuid.UUID) -> None:
+        """The session's content was erased: its data key is gone."""
         if self.data_keys is not None:
             self.data_keys.forget(session_id)

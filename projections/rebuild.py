@@ -22,9 +22,11 @@ from session_ledger.domain.session import HistoryReplaced, MessagesAppended, Ses
 from session_ledger.domain.tokens import NamedTokenizer
 
 from .changes import stream_message, view_changes
-from .sqlite import SQLiteLedgerRecorder
+from .key_rows import SessionContent
+from .sqlite import SQLiteDialect, SQLiteLedgerRecorder, sqlite_views
 from .view_writes import EventsDisagree
 from .views import SQLViews
+from .write_turns import WriteTurns
 
 Progress = Callable[[int], None]
 
@@ -83,8 +85,8 @@ def _replay_into(
     records, decoded = itertools.tee(stored)  # read in step: tee holds one record
     events = (mapper.to_domain_event(s) for s in decoded)
     for record, batch in zip(records, write_batches(events, tokenizer), strict=True):
-        target.apply_changes(cursor, target.sealed_changes(view_changes(batch)), (record,),
-                             check_kept=True)  # fmt: skip
+        target.writer.apply_changes(cursor, target.content.sealed_changes(view_changes(batch)),
+                                    (record,), check_kept=True)  # fmt: skip
         count += 1
         if progress is not None and count % 1000 == 0:
             progress(count)
@@ -100,8 +102,10 @@ def check(
     """Rebuild into scratch tables and list where the live views differ (empty: none)."""
     with tempfile.TemporaryDirectory(prefix="ledger-check-") as scratch_dir:
         datastore = SQLiteDatastore(str(Path(scratch_dir) / "views.db"))
-        scratch = SQLiteLedgerRecorder(datastore)
-        scratch.create_table()
+        dialect = SQLiteDialect(datastore, WriteTurns(None, 5))  # (a file no one else opens)
+        recorder = SQLiteLedgerRecorder(dialect, sqlite_views(dialect, SessionContent(None)))
+        recorder.create_table()
+        scratch = recorder.views
         try:
             differences: list[str] = []
             try:

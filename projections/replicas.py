@@ -141,12 +141,12 @@ class ReplicaSet:
     def _renew(self, standby: Standby) -> None:
         """A fresh pool for a standby that answers again (its old connections are gone)."""
         old, standby.views = standby.views, self._make_views(standby.url)
-        old.datastore.close()
+        old.close()
 
     def close(self) -> None:
         self.monitor.close()
         for standby in self.standbys:
-            standby.views.datastore.close()
+            standby.views.close()
 
 
 def redact(url: str) -> str:
@@ -156,27 +156,27 @@ def redact(url: str) -> str:
     return make_conninfo("", **{k: v for k, v in params.items() if v is not None})
 
 
-def open_replicas(env: Mapping[str, str], primary: Any) -> ReplicaSet | None:
+def open_replicas(
+    env: Mapping[str, str], primary: SessionViews,
+    standby_views: Callable[[PostgresDatastore], SessionViews],
+) -> ReplicaSet | None:  # fmt: skip
     """The standbys named in the environment (`READ_REPLICA_URLS`, comma separated) of the
-    recorder `primary` (None: no standbys), with the primary's pool size and data keys."""
+    views `primary` (None: no standbys), each with views that `standby_views` makes on a
+    datastore of the primary's pool size."""
     urls = [u.strip() for u in (env.get("READ_REPLICA_URLS") or "").split(",") if u.strip()]
     if not urls:
         return None
     pool_size = int(env.get("POSTGRES_POOL_SIZE") or 5)
-    recorder_class = type(primary)
 
-    def make_views(url: str) -> Any:
+    def make_views(url: str) -> SessionViews:
         params = conninfo_to_dict(url)
-        datastore = PostgresDatastore(
+        return standby_views(PostgresDatastore(
             dbname=str(params.get("dbname") or "postgres"),
             host=str(params.get("host") or "127.0.0.1"), port=str(params.get("port") or 5432),
             user=str(params.get("user") or "postgres"), password=str(params.get("password") or ""),
             connect_timeout=POOL_WAIT_SECONDS, pool_size=pool_size, max_overflow=pool_size,
             idle_in_transaction_session_timeout=5,
-        )  # fmt: skip
-        views = recorder_class(datastore)
-        views.data_keys = primary.data_keys  # the keys are read on the primary
-        return views
+        ))  # fmt: skip
 
     primary_conninfo = make_conninfo(
         dbname=env.get("POSTGRES_DBNAME") or "postgres", host=env.get("POSTGRES_HOST"),

@@ -96,7 +96,7 @@ class MasterKeys:
 
 
 class KeyTable(Protocol):
-    """Where wrapped data keys are kept (the recorder: `view_writes.DataKeyRows`)."""
+    """Where wrapped data keys are kept (`key_rows.DataKeyTable`)."""
 
     def data_key_row(self, session_id: uuid.UUID) -> tuple[str, bytes] | None: ...
 
@@ -111,10 +111,10 @@ class DataKeys:
 
     cache_size = 10_000
 
-    def __init__(self, master: MasterKeys) -> None:
+    def __init__(self, master: MasterKeys, table: KeyTable, transcoder: Any) -> None:
         self.master = master
-        self.table: KeyTable | None = None  # set when the recorder is made
-        self.transcoder: Any = None  # the stored events' (set with the mapper)
+        self.table = table
+        self.transcoder = transcoder  # the stored events' (encrypt-existing reseals with it)
         self._cache: dict[uuid.UUID, AESGCM] = {}
         self._erased: set[uuid.UUID] = set()
 
@@ -123,7 +123,6 @@ class DataKeys:
         erased). `create`: make one if it has none (a session that starts)."""
         if session_id in self._cache:
             return self._cache[session_id]
-        assert self.table is not None
         row = self.table.data_key_row(session_id)
         if row is None and create:
             kid, wrapped = self.master.wrap(session_id, AESGCM.generate_key(bit_length=256))
@@ -263,28 +262,17 @@ class SealingMapper(Mapper[uuid.UUID]):
 
 class SealingFactory:
     """What the ledger's persistence modules add to the library's factories: with
-    `MASTER_KEYS` in the environment, the sealing mapper and a recorder that seals view
-    bodies, sharing one `DataKeys`."""
+    `MASTER_KEYS` in the environment, one `DataKeys` that the sealing mapper and the
+    views' content share."""
 
     env: Any
     _data_keys: DataKeys | None
 
-    def data_keys(self) -> DataKeys | None:
+    def data_keys(self, table: KeyTable, transcoder: Any) -> DataKeys | None:
+        """The data keys (None: no master key configured), made once, with the store's key
+        table and the stored events' transcoder (the mapper's: the library makes the mapper
+        before the recorder)."""
         if not hasattr(self, "_data_keys"):
             text = self.env.get("MASTER_KEYS")
-            self._data_keys = DataKeys(MasterKeys.parse(text)) if text else None
+            self._data_keys = DataKeys(MasterKeys.parse(text), table, transcoder) if text else None
         return self._data_keys
-
-    def sealing_mapper(self, transcoder: Any) -> SealingMapper | None:
-        keys = self.data_keys()
-        if keys is None:
-            return None
-        keys.transcoder = transcoder  # encrypt-existing reseals stored records with it
-        return SealingMapper(transcoder, keys)
-
-    def sealing(self, recorder: Any) -> None:
-        """Give `recorder` the data keys, and the keys their table."""
-        keys = self.data_keys()
-        if keys is not None:
-            recorder.data_keys = keys
-            keys.table = recorder

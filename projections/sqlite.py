@@ -1,4 +1,5 @@
-"""SQLite storage: the event recorder that writes the views in the same transaction.
+"""SQLite storage: the event recorder that writes the views in the same transaction, and
+SQLite's dialect of the views' statements.
 
 The embedded default (a file in WAL mode with synchronous=FULL) and the in-memory
 store (`memory://`, a private in-memory database) both use it. Tables: `sqlite_schema.py`.
@@ -36,13 +37,15 @@ from eventsourcing.sqlite import (
 )
 
 from .changes import MessageRow
+from .dialect import Dialect
 from .eventsourcing_compat import DurableSQLitePool
-from .feed import SQLiteFeedReads
+from .feed import SQLiteFeed
 from .group_commit import GroupCommit
-from .sealing import SealingFactory
+from .key_rows import DataKeyTable, SessionContent
+from .sealing import SealingFactory, SealingMapper
 from .sql import LIVE_COLUMNS, TIME_FORMAT, Reader, utc_text
 from .sqlite_schema import LATEST, migrate, schema_version
-from .views import SQLViews
+from .views import SQLViews, view_parts
 from .write_turns import WriteTurns, lock_file_of
 
 MESSAGE_INSERT = f"INSERT INTO ledger_messages ({LIVE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
@@ -56,25 +59,112 @@ LIBRARY_ERRORS: tuple[tuple[type[Exception], type[Exception]], ...] = (
 )  # fmt: skip
 
 
-class SQLiteLedgerRecorder(SQLiteApplicationRecorder, SQLViews, SQLiteFeedReads):
-    """Stores events and their view rows atomically in one SQLite database."""
+class SQLiteDialect(Dialect):
+    """SQLite's statements and connections: writers take turns (`write_turns.py`), ids are
+    hex text, times UTC text."""
 
     # Without ANALYZE statistics SQLite may prefer the primary key (session_id = ?,
     # status = ?) to the index of end versions, and then read every ended row of the
     # session to find the few that ended at one version.
     ended_rows = "ledger_ended_messages INDEXED BY ledger_ended_messages_at"
 
-    def __init__(self, datastore: SQLiteDatastore, events_table_name: str = "ledger_events"):
-        super().__init__(datastore, events_table_name)
-        self.rows_read = 0
-        pool = datastore.pool
-        self.turns = WriteTurns(
-            None if pool.is_sqlite_memory_mode else lock_file_of(pool.db_name),
-            pool.lock_timeout or 5,
-        )
+    def __init__(self, datastore: SQLiteDatastore, turns: WriteTurns) -> None:
+        self.datastore = datastore
+        self.turns = turns
+
+    def close(self) -> None:
+        self.datastore.close()
+
+    def drop_old_bytes(self) -> str:
+        """After content was rewritten in place (encrypt-existing): rebuild the file, so no
+        freed page keeps the bytes it held, and empty the WAL. What was done."""
+        name = self.datastore.pool.db_name
+        with closing(sqlite3.connect(name, uri=True, isolation_level=None)) as conn:
+            conn.execute("VACUUM")
+            busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+        if busy:
+            return (
+                "the database file was rebuilt (VACUUM), but a reader kept its WAL from "
+                "being emptied: run `PRAGMA wal_checkpoint(TRUNCATE)` when it is idle"
+            )
+        return "the database file was rebuilt (VACUUM) and its WAL emptied"
+
+    @contextmanager
+    def reading(self) -> Iterator[Reader]:
+        with self.datastore.get_connection(commit=False) as conn, conn.cursor() as raw:
+            yield _Reader(raw)
+
+    @contextmanager
+    def snapshot(self) -> Iterator[Reader]:
+        with self.datastore.transaction(commit=False) as c, c as raw:
+            yield _Reader(raw)
+
+    def execute(self, cursor: Any, sql: str, params: Sequence[Any]) -> None:
+        cursor.execute(sql, params)
+
+    @contextmanager
+    def taking_turn(self) -> Iterator[Any]:
+        """A write transaction, begun once this writer's turn came (write_turns.py)."""
+        with self.turns.held(), self.datastore.transaction(commit=True) as c:
+            yield c
+
+    @contextmanager
+    def write_transaction(self) -> Iterator[Any]:
+        with self.taking_turn() as c, c as raw:
+            yield raw
+
+    def appending(self) -> AbstractContextManager[Any]:
+        return self.write_transaction()
+
+    def reader(self, cursor: Any) -> Reader:
+        return _Reader(cursor)
+
+    @contextmanager
+    def stream(self, sql: str) -> Iterator[Iterator[Any]]:
+        with self.datastore.transaction(commit=False) as c:
+            c.execute(sql, ())
+            yield iter(c.fetchone, None)
+
+    def insert_rows(
+        self, cursor: Any, sid: Any, version: int, status: str, rows: Sequence[MessageRow]
+    ) -> None:
+        cursor.executemany(
+            MESSAGE_INSERT,
+            [(sid, status, r.message_id, version, r.role, r.tokens, r.tokens_joined, r.body)
+             for r in rows],
+        )  # fmt: skip
+
+    def sid(self, session_id: Any) -> Any:
+        return session_id.hex
+
+    def time(self, value: datetime) -> Any:
+        return utc_text(value)
+
+    def datetime(self, value: Any) -> datetime:
+        return datetime.strptime(value, TIME_FORMAT).replace(tzinfo=UTC)
+
+
+def sqlite_views(dialect: SQLiteDialect, content: SessionContent) -> SQLViews:
+    """The views of a SQLite store, made of their parts."""
+    return SQLViews(view_parts(dialect, content, SQLiteFeed(dialect)))
+
+
+class SQLiteLedgerRecorder(SQLiteApplicationRecorder):
+    """Stores events and their view rows atomically in one SQLite database: the library's
+    recorder, and the views (`views`) written in its transaction."""
+
+    def __init__(
+        self, dialect: SQLiteDialect, views: SQLViews, events_table_name: str = "ledger_events"
+    ) -> None:
+        super().__init__(dialect.datastore, events_table_name)
+        self.dialect = dialect
+        self.views = views
+        self.turns = dialect.turns
+        self._view_changes = views.content.view_changes
+        self._apply_changes = views.writer.apply_changes
         # SQLite has one writer at a time: writers queued behind a commit share the next.
         self.group_commit = GroupCommit(
-            self._taking_turn,
+            dialect.taking_turn,
             lambda cursor, statement: cursor.execute(statement),
             _library_error,
         )
@@ -86,8 +176,9 @@ class SQLiteLedgerRecorder(SQLiteApplicationRecorder, SQLViews, SQLiteFeedReads)
         # transaction it may share with other writers (group_commit.py).
         ids = self.group_commit.run(lambda c: self._insert_events(c, stored_events, **kwargs))
         batch = kwargs.get("ledger_batch")
-        if self.after_commit is not None and batch is not None:
-            self.after_commit(batch.session_id, batch.tenant)
+        after_commit = self.views.after_commit
+        if after_commit is not None and batch is not None:
+            after_commit(batch.session_id, batch.tenant)
         return ids
 
     def create_table(self) -> None:
@@ -111,76 +202,8 @@ class SQLiteLedgerRecorder(SQLiteApplicationRecorder, SQLViews, SQLiteFeedReads)
         ids = super()._insert_events(c, stored_events, **kwargs)
         batch = kwargs.get("ledger_batch")
         if batch is not None:
-            self.apply_changes(c, self._view_changes(batch), stored_events)
+            self._apply_changes(c, self._view_changes(batch), stored_events)
         return ids
-
-    def drop_old_bytes(self) -> str:
-        """After content was rewritten in place (encrypt-existing): rebuild the file, so no
-        freed page keeps the bytes it held, and empty the WAL. What was done."""
-        name = self.datastore.pool.db_name
-        with closing(sqlite3.connect(name, uri=True, isolation_level=None)) as conn:
-            conn.execute("VACUUM")
-            busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
-        if busy:
-            return (
-                "the database file was rebuilt (VACUUM), but a reader kept its WAL from "
-                "being emptied: run `PRAGMA wal_checkpoint(TRUNCATE)` when it is idle"
-            )
-        return "the database file was rebuilt (VACUUM) and its WAL emptied"
-
-    @contextmanager
-    def _reading(self) -> Iterator[Reader]:
-        with self.datastore.get_connection(commit=False) as conn, conn.cursor() as raw:
-            yield _Reader(raw)
-
-    @contextmanager
-    def snapshot(self) -> Iterator[Reader]:
-        with self.datastore.transaction(commit=False) as c, c as raw:
-            yield _Reader(raw)
-
-    def _execute(self, cursor: Any, sql: str, params: Sequence[Any]) -> None:
-        cursor.execute(sql, params)
-
-    @contextmanager
-    def _taking_turn(self) -> Iterator[Any]:
-        """A write transaction, begun once this writer's turn came (write_turns.py)."""
-        with self.turns.held(), self.datastore.transaction(commit=True) as c:
-            yield c
-
-    @contextmanager
-    def _write_transaction(self) -> Iterator[Any]:
-        with self._taking_turn() as c, c as raw:
-            yield raw
-
-    def _appending(self) -> AbstractContextManager[Any]:
-        return self._write_transaction()
-
-    def _reader(self, cursor: Any) -> Reader:
-        return _Reader(cursor)
-
-    @contextmanager
-    def _stream(self, sql: str) -> Iterator[Iterator[Any]]:
-        with self.datastore.transaction(commit=False) as c:
-            c.execute(sql, ())
-            yield iter(c.fetchone, None)
-
-    def _insert_rows(
-        self, cursor: Any, sid: Any, version: int, status: str, rows: Sequence[MessageRow]
-    ) -> None:
-        cursor.executemany(
-            MESSAGE_INSERT,
-            [(sid, status, r.message_id, version, r.role, r.tokens, r.tokens_joined, r.body)
-             for r in rows],
-        )  # fmt: skip
-
-    def _sid(self, session_id: Any) -> Any:
-        return session_id.hex
-
-    def _time(self, value: datetime) -> Any:
-        return utc_text(value)
-
-    def _datetime(self, value: Any) -> datetime:
-        return datetime.strptime(value, TIME_FORMAT).replace(tzinfo=UTC)
 
 
 def _library_error(error: BaseException) -> BaseException:
@@ -227,11 +250,16 @@ class SQLiteLedgerFactory(SealingFactory, SQLiteFactory):
             db_name=pool.db_name, lock_timeout=pool.lock_timeout
         )
         pool.close()
-        self.lock_files: list[WriteTurns] = []  # the recorders' turns, closed with the store
+        pool = self.datastore.pool
+        # The store's write turns (a lock file beside the database), closed with it.
+        self.turns = WriteTurns(
+            None if pool.is_sqlite_memory_mode else lock_file_of(pool.db_name),
+            pool.lock_timeout or 5,
+        )
+        self.dialect = SQLiteDialect(self.datastore, self.turns)
 
     def close(self) -> None:
-        for turns in self.lock_files:
-            turns.close()
+        self.turns.close()
         super().close()
 
     def aggregate_recorder(self, purpose: str = "events") -> AggregateRecorder:
@@ -243,13 +271,15 @@ class SQLiteLedgerFactory(SealingFactory, SQLiteFactory):
         return recorder
 
     def mapper(self, transcoder: Any = None, mapper_class: Any = None) -> Mapper[Any]:
-        sealing = self.sealing_mapper(transcoder or self.transcoder())
-        return sealing or super().mapper(transcoder, mapper_class)
+        transcoder = transcoder or self.transcoder()
+        keys = self.data_keys(DataKeyTable(self.dialect), transcoder)
+        if keys is None:
+            return super().mapper(transcoder, mapper_class)
+        return SealingMapper(transcoder, keys)
 
     def application_recorder(self) -> ApplicationRecorder:
-        recorder = SQLiteLedgerRecorder(self.datastore)
-        self.lock_files.append(recorder.turns)
-        self.sealing(recorder)
+        content = SessionContent(self.data_keys(DataKeyTable(self.dialect), self.transcoder()))
+        recorder = SQLiteLedgerRecorder(self.dialect, sqlite_views(self.dialect, content))
         if self.env_create_table():
             recorder.create_table()
         return recorder

@@ -12,12 +12,16 @@ from session_ledger.domain.messages import ChatMessage
 from session_ledger.domain.ports import ACTIVE
 
 from .bodies import StoredMessages, decode_body
-from .dialect import ViewStore
+from .dialect import Dialect, ViewRows
 from .sql import HEAD_VERSION, LIVE, PAGE_INLINE_BYTES
 
 
-class TranscriptReads(ViewStore):
+class Transcript:
     """Reads of the transcript."""
+
+    def __init__(self, dialect: Dialect, rows: ViewRows) -> None:
+        self.dialect = dialect
+        self.rows = rows
 
     def history(
         self,
@@ -27,23 +31,31 @@ class TranscriptReads(ViewStore):
         limit: int | None,
         version: int | None = None,
     ) -> StoredMessages:
-        sid = self._sid(session_id)
+        sid = self.dialect.sid(session_id)
         if version is not None:  # (the id orders the merge of a past version's tables)
-            with self._reading() as read:
-                rows = self._rows(read, ("role, message, message_id", ()), 2, sid, status,
-                                  version, limit=limit, offset=offset)  # fmt: skip
-            return StoredMessages(version, self._opened(session_id, rows))
+            with self.dialect.reading() as read:
+                rows = self.rows.matching(read, ("role, message, message_id", ()), 2, sid, status,
+                                          version, limit=limit, offset=offset)  # fmt: skip
+            return StoredMessages(version, self.rows.opened(session_id, rows))
         # One statement: the rows and the version they are of. No rows name no version: a
         # second statement reads it, and if a write came between the two, both are read
         # again in one snapshot.
         past_the_end = offset if limit != 0 else sys.maxsize  # (no row is in a page of 0)
-        for reading in (self._reading, self.snapshot):
+        for reading in (self.dialect.reading, self.dialect.snapshot):
             with reading() as read:
-                rows = self._rows(read, (f"role, message, {HEAD_VERSION} AS seen", (sid,)), 2,
-                                  sid, status, None, limit=limit, offset=offset)  # fmt: skip
+                rows = self.rows.matching(
+                    read,
+                    (f"role, message, {HEAD_VERSION} AS seen", (sid,)),
+                    2,
+                    sid,
+                    status,
+                    None,
+                    limit=limit,
+                    offset=offset,
+                )
                 if rows:
-                    return StoredMessages(rows[0][2], self._opened(session_id, rows))
-                seen = self._version_holding_none(read, sid, status, past_the_end)
+                    return StoredMessages(rows[0][2], self.rows.opened(session_id, rows))
+                seen = self.rows.version_holding_none(read, sid, status, past_the_end)
             if seen is not None:  # (in one snapshot it always is)
                 break
         return StoredMessages(seen or 0, rows)
@@ -60,30 +72,60 @@ class TranscriptReads(ViewStore):
     ) -> StoredMessages:
         if limit == 0:
             return self.history(session_id, status, offset, 0, version)
-        sid = self._sid(session_id)
+        sid = self.dialect.sid(session_id)
         where, params = ("", ()) if after is None else (" AND message_id > ?", (after,))
         # Rows (role, small body or NULL, id, size); one more than the page: is there more?
-        columns = f"role, {self._inline_body(PAGE_INLINE_BYTES)}, message_id, {self.body_bytes}"
+        inline, body_bytes = self.rows.inline_body(PAGE_INLINE_BYTES), self.dialect.body_bytes
+        columns = f"role, {inline}, message_id, {body_bytes}"
         if version is not None:
-            with self._reading_past() as read:
+            with self.dialect.reading_past() as read:
                 if offset:  # a past version's tables are merged here: to its offset, ids only
-                    last = self._rows(read, ("message_id", ()), 0, sid, status, version, where,
-                                      params, limit=1, offset=offset - 1)  # fmt: skip
+                    last = self.rows.matching(
+                        read,
+                        ("message_id", ()),
+                        0,
+                        sid,
+                        status,
+                        version,
+                        where,
+                        params,
+                        limit=1,
+                        offset=offset - 1,
+                    )
                     if not last:
                         return StoredMessages(version, [])
                     where, params, offset = f"{where} AND message_id > ?", (*params, last[0][0]), 0
-                rows = self._rows(read, (columns, ()), 2, sid, status, version, where, params,
-                                  limit=limit + 1, offset=offset)  # fmt: skip
+                rows = self.rows.matching(
+                    read,
+                    (columns, ()),
+                    2,
+                    sid,
+                    status,
+                    version,
+                    where,
+                    params,
+                    limit=limit + 1,
+                    offset=offset,
+                )
         else:  # as `history`: the version comes with the rows, or a second statement reads it
-            for reading in (self._reading, self.snapshot):
+            for reading in (self.dialect.reading, self.dialect.snapshot):
                 with reading() as read:
-                    rows = self._rows(read, (f"{columns}, {HEAD_VERSION} AS seen", (sid,)), 2,
-                                      sid, status, None, where, params, limit=limit + 1,
-                                      offset=offset)  # fmt: skip
+                    rows = self.rows.matching(
+                        read,
+                        (f"{columns}, {HEAD_VERSION} AS seen", (sid,)),
+                        2,
+                        sid,
+                        status,
+                        None,
+                        where,
+                        params,
+                        limit=limit + 1,
+                        offset=offset,
+                    )
                     if rows:
                         version = rows[0][4]
                         break
-                    version = self._version_holding_none(read, sid, status, offset)
+                    version = self.rows.version_holding_none(read, sid, status, offset)
                 if version is not None:
                     return StoredMessages(version, [])
             else:
@@ -106,23 +148,25 @@ class TranscriptReads(ViewStore):
         """(role, body) of the page's rows, the bodies it left out read now."""
         left_out = [row[2] for row in page if row[1] is None]
         if left_out:
-            with self._reading_past() as read:
-                bodies = self._bodies(read, sid, status, version, left_out)
+            with self.dialect.reading_past() as read:
+                bodies = self.rows.bodies(read, sid, status, version, left_out)
             if len(bodies) < len(left_out):  # erased since: the ledger says so
                 return []
             page = [(r[0], bodies[r[2]]) if r[1] is None else r for r in page]
-        return self._opened(session_id, [(row[0], row[1]) for row in page])
+        return self.rows.opened(session_id, [(row[0], row[1]) for row in page])
 
     def ended_at(self, session_id: uuid.UUID, version: int) -> list[tuple[str, ChatMessage]]:
         """The messages (with their status) that left the history at `version`."""
-        with self._reading() as read:
-            rows = self._fetch(
+        with self.dialect.reading() as read:
+            rows = self.rows.fetch(
                 read,
-                f"SELECT status, role, message FROM {self.ended_rows} WHERE session_id = ? "
+                f"SELECT status, role, message FROM {self.dialect.ended_rows} WHERE session_id = ? "
                 "AND valid_to = ? ORDER BY status, message_id",
-                (self._sid(session_id), version),
+                (self.dialect.sid(session_id), version),
             )
-        opened = self._opened(session_id, [(r["status"], r["message"], r["role"]) for r in rows])
+        opened = self.rows.opened(
+            session_id, [(r["status"], r["message"], r["role"]) for r in rows]
+        )
         return [(status, decode_body(role, body)) for status, body, role in opened]
 
     def message_at(
@@ -132,16 +176,20 @@ class TranscriptReads(ViewStore):
         # (A position past `count` is looked for from the start: a writer elsewhere may
         # have added it since `count`, and this write then fails on its version.)
         from_end = count // 2 <= position < count
-        with self._reading() as read:
-            rows = self._fetch(
+        with self.dialect.reading() as read:
+            rows = self.rows.fetch(
                 read,
                 f"SELECT message_id, role, message FROM ledger_messages WHERE {LIVE} "
                 f"ORDER BY message_id {'DESC' if from_end else 'ASC'} LIMIT 1 OFFSET ?",
-                (self._sid(session_id), ACTIVE, count - 1 - position if from_end else position),
+                (
+                    self.dialect.sid(session_id),
+                    ACTIVE,
+                    count - 1 - position if from_end else position,
+                ),
             )
         if not rows:
             return None
-        ((message_id, role, body),) = self._opened(
+        ((message_id, role, body),) = self.rows.opened(
             session_id, [(rows[0]["message_id"], rows[0]["role"], rows[0]["message"])], 2
         )
         return message_id, decode_body(role, body)

@@ -30,8 +30,9 @@ from .changes import (
     TimelineRow,
     ViewChanges,
 )
+from .dialect import Dialect, ViewRows
 from .encrypt_existing import ClearSessionSealing
-from .key_rows import DataKeyRows
+from .key_rows import CONTENT_TABLES, SessionContent
 from .sql import (
     ADDED_TOKENS,
     CHAIN_AT,
@@ -41,7 +42,7 @@ from .sql import (
     SESSION_INSERT,
     TIMELINE_COLUMNS,
 )
-from .streams import StreamViews
+from .streams import OPEN, STREAM_COLUMNS
 
 
 def _records(stored: Iterable[StoredEvent]) -> Iterator[tuple[int, str, bytes]]:
@@ -55,8 +56,24 @@ class EventsDisagree(LedgerError):
     code = "events_disagree"
 
 
-class ViewWrites(DataKeyRows, ClearSessionSealing, StreamViews):
-    """Writes the view rows of a write (and of `rebuild`, event by event)."""
+class ViewWriter:
+    """Writes the view rows of a write (and of `rebuild`, event by event), through one
+    dialect; bodies come sealed (`SessionContent.sealed_changes`), and a session stored
+    clear is sealed by `sealing`."""
+
+    def __init__(
+        self, dialect: Dialect, rows: ViewRows, content: SessionContent,
+        sealing: ClearSessionSealing,
+    ) -> None:  # fmt: skip
+        self.dialect = dialect
+        self.rows = rows
+        self.content = content
+        # The dialect's statements, bound once: a write runs them a few times each.
+        self._execute = dialect.execute
+        self._insert_rows = dialect.insert_rows
+        self._sid = dialect.sid
+        self._time = dialect.time
+        self._seal_session = sealing.seal_session
 
     # -- inline writes ----------------------------------------------------------------------
 
@@ -76,9 +93,9 @@ class ViewWrites(DataKeyRows, ClearSessionSealing, StreamViews):
         rows it keeps, byte for byte, else `EventsDisagree`."""
         sid = self._sid(vc.session_id)
         run = self._execute
-        times = self._times(vc)
+        times = self.times(vc)
         if vc.started:
-            run(cursor, SESSION_INSERT, self._session_params(vc, times))
+            run(cursor, SESSION_INSERT, self.session_params(vc, times))
         for c in vc.changes:
             if isinstance(c, InsertMessages):
                 self._insert_rows(cursor, sid, c.version, c.status, c.rows)
@@ -102,10 +119,10 @@ class ViewWrites(DataKeyRows, ClearSessionSealing, StreamViews):
                 self._extend_stream(cursor, sid, c)
         chains = self._chains(cursor, vc.session_id, records, chain_before)
         rows = zip(
-            self._timeline_params(vc, times, sid),
+            self.timeline_params(vc, times, sid),
             chains,
             vc.timeline,
-            self._token_totals(vc, sid),
+            self.token_totals(vc, sid),
             strict=True,
         )
         for row, chain, t, (tokens, token_params) in rows:
@@ -120,7 +137,7 @@ class ViewWrites(DataKeyRows, ClearSessionSealing, StreamViews):
         string per expression: a write builds none)."""
         return f"INSERT INTO ledger_timeline ({TIMELINE_COLUMNS}) VALUES ({'?, ' * 12}{tokens})"
 
-    def _token_totals(self, vc: ViewChanges, sid: Any) -> list[tuple[str, tuple[Any, ...]]]:
+    def token_totals(self, vc: ViewChanges, sid: Any) -> list[tuple[str, tuple[Any, ...]]]:
         """Each timeline row's token total, as an SQL expression and its parameters. A
         write that starts its session knows them (nothing came before, and a new session
         has no rows to end); any other adds to the total before it, less the tokens of
@@ -144,7 +161,7 @@ class ViewWrites(DataKeyRows, ClearSessionSealing, StreamViews):
 
     @functools.cached_property
     def _less_ended(self) -> str:
-        return f"{ADDED_TOKENS} - {ENDED_TOKENS.format(ended=self.ended_rows)}"
+        return f"{ADDED_TOKENS} - {ENDED_TOKENS.format(ended=self.dialect.ended_rows)}"
 
     def _chains(
         self,
@@ -166,7 +183,7 @@ class ViewWrites(DataKeyRows, ClearSessionSealing, StreamViews):
             return [None] * len(records)
         return list(chain_hashes(session_id, _records(records), previous))
 
-    def _times(self, vc: ViewChanges) -> dict[datetime, Any]:
+    def times(self, vc: ViewChanges) -> dict[datetime, Any]:
         """Each distinct time of a write in the store's form (the session's creation time
         is its first event's)."""
         times: dict[datetime, Any] = {}
@@ -175,11 +192,11 @@ class ViewWrites(DataKeyRows, ClearSessionSealing, StreamViews):
                 times[moment] = self._time(moment)
         return times
 
-    def _session_params(self, vc: ViewChanges, times: dict[datetime, Any]) -> tuple[Any, ...]:
+    def session_params(self, vc: ViewChanges, times: dict[datetime, Any]) -> tuple[Any, ...]:
         s = vc.session
         return (self._sid(vc.session_id), s.tenant, s.key, times[s.created_at])
 
-    def _timeline_params(
+    def timeline_params(
         self, vc: ViewChanges, times: dict[datetime, Any], sid: Any
     ) -> list[tuple[Any, ...]]:
         return [self._timeline_values(sid, t, times[t.recorded_at]) for t in vc.timeline]
@@ -224,8 +241,8 @@ class ViewWrites(DataKeyRows, ClearSessionSealing, StreamViews):
     def _check_kept(self, cursor: Any, sid: Any, session_id: uuid.UUID, c: CloseHistory) -> None:
         self._execute(cursor, "SELECT message FROM ledger_messages WHERE session_id = ? AND "
                       "status = ? ORDER BY message_id LIMIT ?", (sid, ACTIVE, c.kept))  # fmt: skip
-        held = [r[1] for r in self._opened(session_id, [(0, row["message"]) for row in
-                                                            cursor.fetchall()])]  # fmt: skip
+        held = [r[1] for r in self.rows.opened(session_id, [(0, row["message"]) for row in
+                                                                cursor.fetchall()])]  # fmt: skip
         for i, message in enumerate(c.kept_messages):
             expected = stored_body(message, canonical_json(message))
             if i >= len(held) or held[i] != expected:
@@ -254,3 +271,30 @@ class ViewWrites(DataKeyRows, ClearSessionSealing, StreamViews):
         self._execute(cursor, sql, params)
         row = cursor.fetchone()
         return None if row is None else row["id"]
+
+    def _erase_content(self, cursor: Any, session_id: uuid.UUID) -> None:
+        """Drop every row that held the session's content, its data key, and the token
+        counts that were measured from it."""
+        sid = self._sid(session_id)
+        for table in (*CONTENT_TABLES, "ledger_data_keys"):
+            self._execute(cursor, f"DELETE FROM {table} WHERE session_id = ?", (sid,))
+        self._execute(cursor, "UPDATE ledger_timeline SET token_total = 0 WHERE session_id = ?",
+                      (sid,))  # fmt: skip
+        self.content.forget(session_id)
+
+    def _open_stream(self, cursor: Any, sid: Any, c: OpenStream) -> None:
+        self._execute(
+            cursor,
+            f"INSERT INTO ledger_streams ({STREAM_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, '', ?,"
+            " NULL, NULL)",
+            (sid, c.stream_id, c.version, c.role, c.turn, c.parent, OPEN, self._time(c.at)),
+        )
+
+    def _extend_stream(self, cursor: Any, sid: Any, c: ExtendStream) -> None:
+        ended = None if c.state == OPEN else c.version
+        self._execute(
+            cursor,
+            "UPDATE ledger_streams SET text = text || ?, state = ?, updated_at = ?,"
+            " ended_version = ?, cause = ? WHERE session_id = ? AND stream_id = ?",
+            (c.text, c.state, self._time(c.at), ended, c.cause, sid, c.stream_id),
+        )

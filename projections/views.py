@@ -1,7 +1,10 @@
-"""The session views in SQL, shared by the SQLite and PostgreSQL recorders: the reads of
-each view (`context`, `transcript`, `timeline`), the inline writes (`view_writes`), and
-what `rebuild` and `check` need (emptying, the event log in order, table dumps).
-Statements are written with `?` placeholders; a dialect converts them (`sql.py`).
+"""The session views in SQL, shared by the SQLite and PostgreSQL recorders: one `SQLViews`
+object (the domain's `SessionViews`) made of small parts, each given the store's
+`Dialect`: the reads of each view (`Context`, `Transcript`, `Timeline`, `Streams`, the
+tenant feed), the inline writes (`ViewWriter`), the session content's keys
+(`SessionContent`), and what `rebuild` and `check` need (emptying, the event log in
+order, table dumps). Statements are written with `?` placeholders; a dialect converts
+them (`sql.py`).
 """
 
 from __future__ import annotations
@@ -10,18 +13,23 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from eventsourcing.persistence import StoredEvent
 
 from session_ledger.domain.ports import ReadRouting
 
 from .bodies import body_json
-from .context import ContextReads
+from .context import Context
+from .dialect import Dialect, ViewRows
+from .encrypt_existing import ClearSessionSealing
+from .feed import Feed
+from .key_rows import SessionContent
 from .sql import Reader, utc_text
-from .timeline import TimelineReads
-from .transcript import TranscriptReads
-from .view_writes import ViewWrites
+from .streams import Streams
+from .timeline import Timeline
+from .transcript import Transcript
+from .view_writes import ViewWriter
 
 
 def _portable(value: Any) -> Any:
@@ -32,8 +40,32 @@ def _portable(value: Any) -> Any:
     return value
 
 
-class SQLViews(ViewWrites, ContextReads, TranscriptReads, TimelineReads):
-    """Reads and inline writes of the views; subclasses supply the SQL dialect."""
+class ViewParts(NamedTuple):
+    """The parts of a store's views, made in the order they use each other."""
+
+    dialect: Dialect
+    content: SessionContent
+    rows: ViewRows
+    context: Context
+    transcript: Transcript
+    timeline: Timeline
+    streams: Streams
+    feed: Feed
+    writer: ViewWriter
+
+
+def view_parts(dialect: Dialect, content: SessionContent, feed: Feed) -> ViewParts:
+    """The views' parts over `dialect`, with the session content's keys and the store's feed."""
+    rows = ViewRows(dialect, content)
+    return ViewParts(
+        dialect, content, rows, Context(dialect, rows), Transcript(dialect, rows),
+        Timeline(dialect, rows), Streams(dialect, content), feed,
+        ViewWriter(dialect, rows, content, ClearSessionSealing(dialect, content.data_keys)),
+    )  # fmt: skip
+
+
+class SQLViews:
+    """The session views of one store (`SessionViews`): each read answered by its part."""
 
     view_tables = (
         "ledger_sessions", "ledger_messages", "ledger_ended_messages", "ledger_timeline",
@@ -47,25 +79,67 @@ class SQLViews(ViewWrites, ContextReads, TranscriptReads, TimelineReads):
         "ledger_timeline": "session_id, version",
         "ledger_streams": "session_id, stream_id",
     }
-    event_position = "rowid"  # the column that orders the whole event log
-    # Told each session id and its tenant once its write committed (the live tails' hub).
-    after_commit: Callable[[uuid.UUID, str], None] | None = None
-    # Where the queries may be served instead (PostgreSQL standbys: `replicas.py`).
-    read_routing: ReadRouting | None = None
+
+    def __init__(self, parts: ViewParts, read_routing: ReadRouting | None = None) -> None:
+        """`read_routing`: where the queries may be served instead (PostgreSQL standbys:
+        `replicas.py`), which reads the primary through views over the same parts."""
+        self.parts = parts
+        self.dialect = parts.dialect
+        self.rows = parts.rows
+        self.writer = parts.writer
+        self.content = parts.content
+        self.read_routing = read_routing
+        # Told each session id and its tenant once its write committed (the live tails' hub).
+        self.after_commit: Callable[[uuid.UUID, str], None] | None = None
+        context, transcript, timeline = parts.context, parts.transcript, parts.timeline
+        streams, feed, content = parts.streams, parts.feed, parts.content
+        # The port's reads, each its part's (bound once: a read goes straight there).
+        self.context_window = context.context_window
+        self.history = transcript.history
+        self.history_page = transcript.history_page
+        self.ended_at = transcript.ended_at
+        self.message_at = transcript.message_at
+        self.version_at = timeline.version_at
+        self.head_version = timeline.head_version
+        self.session_head = timeline.session_head
+        self.session_keys = timeline.session_keys
+        self.prior_write = timeline.prior_write
+        self.stored_chain = timeline.stored_chain
+        self.all_sessions = timeline.all_sessions
+        self.session_count = timeline.session_count
+        self.tenants = timeline.tenants
+        self.tenant_heads = timeline.tenant_heads
+        self.stream_view = streams.stream_view
+        self.idle_streams = streams.idle_streams
+        self.feed_position = feed.feed_position
+        self.feed_after = feed.feed_after
+        self.sealed = content.sealed
+        self.can_seal = content.can_seal
+        self.snapshot = parts.dialect.snapshot
+        self.drop_old_bytes = parts.dialect.drop_old_bytes
+
+    def close(self) -> None:
+        """Close the connections of views that own theirs (a standby's)."""
+        self.dialect.close()
+
+    @property
+    def rows_read(self) -> int:
+        """View rows these views fetched: the cost model the tests check."""
+        return self.rows.rows_read
 
     # -- the live tails' watcher ------------------------------------------------------------
 
     def last_event_position(self) -> int:
-        with self._reading() as read:
-            rows = read.tuples(f"SELECT max({self.event_position}) FROM ledger_events", ())
+        with self.dialect.reading() as read:
+            rows = read.tuples(f"SELECT max({self.dialect.event_position}) FROM ledger_events", ())
         return int(rows[0][0] or 0)
 
     def events_written_after(self, position: int, limit: int) -> list[tuple[int, uuid.UUID, str]]:
         """(position, session id, tenant) of the events after `position` in the log, in
         log order (on PostgreSQL an id may commit after a higher one: a hint, not a
         cursor)."""
-        p = self.event_position
-        with self._reading() as read:
+        p = self.dialect.event_position
+        with self.dialect.reading() as read:
             rows = read.tuples(
                 f"SELECT e.{p}, e.originator_id, s.tenant FROM (SELECT {p}, originator_id"
                 f" FROM ledger_events WHERE {p} > ? ORDER BY {p} LIMIT ?) e LEFT JOIN"
@@ -80,26 +154,26 @@ class SQLViews(ViewWrites, ContextReads, TranscriptReads, TimelineReads):
     def rebuilding(self) -> Iterator[tuple[Any, Reader]]:
         """Empty views in a transaction that holds writers off; readers keep the old ones
         until it commits."""
-        with self._write_transaction() as cursor:
+        with self.dialect.write_transaction() as cursor:
             for table in self.view_tables:
-                self._execute(cursor, f"DELETE FROM {table}", ())
-            yield cursor, self._reader(cursor)
+                self.dialect.execute(cursor, f"DELETE FROM {table}", ())
+            yield cursor, self.dialect.reader(cursor)
 
     def event_sizes(self, session_id: uuid.UUID, after: int, upto: int, limit: int) -> list[int]:
         """The stored sizes (bytes of state) of the session's events after version `after`,
         up to `upto`, at most `limit` of them, in order: what a read of them would hold."""
-        with self._reading() as read:
+        with self.dialect.reading() as read:
             rows = read.tuples(
                 "SELECT length(state) FROM ledger_events WHERE originator_id = ? AND "
                 "originator_version > ? AND originator_version <= ? "
                 "ORDER BY originator_version LIMIT ?",
-                (self._sid(session_id), after, upto, limit),
+                (self.dialect.sid(session_id), after, upto, limit),
             )
         return [int(size) for (size,) in rows]
 
     def stored_events(self, read: Reader, page: int = 1000) -> Iterator[StoredEvent]:
         """Every stored event in log order, read a page at a time through `read`."""
-        position, after = self.event_position, 0
+        position, after = self.dialect.event_position, 0
         while True:
             rows = read(
                 f"SELECT {position} AS position, originator_id, originator_version, topic, "
@@ -121,15 +195,17 @@ class SQLViews(ViewWrites, ContextReads, TranscriptReads, TimelineReads):
         """A view table's rows in key order, in a form equal across backends (and a
         message body as its canonical JSON, a stream's text as read, whichever form a
         store keeps them in)."""
-        with self._stream(f"SELECT * FROM {table} ORDER BY {self.view_order[table]}") as rows:
+        with self.dialect.stream(
+            f"SELECT * FROM {table} ORDER BY {self.view_order[table]}"
+        ) as rows:
             for row in rows:
                 # sqlite3.Row iterates its values, psycopg's dict rows their keys
                 values = {k: _portable(row[k]) for k in row.keys()}  # noqa: SIM118
                 if "message" in values:
-                    ((body,),) = self._opened(uuid.UUID(values["session_id"]),
-                                              [(values["message"],)], 0)  # fmt: skip
+                    ((body,),) = self.rows.opened(uuid.UUID(values["session_id"]),
+                                                  [(values["message"],)], 0)  # fmt: skip
                     values["message"] = body_json(values["role"], body)
                 if table == "ledger_streams":  # a stream's text: its sealed lines opened
                     sid = uuid.UUID(values["session_id"])
-                    values["text"] = self.open_stream_text(sid, values["text"])
+                    values["text"] = self.content.open_stream_text(sid, values["text"])
                 yield tuple(values.values())

@@ -41,7 +41,7 @@ def ledger_rate(workdir: Path, threads: int, puts: int, n: int) -> dict[str, flo
     settings = Settings(database_url=f"sqlite:///{workdir / f'ledger-{n}.db'}")
     migrate(settings)
     ledger = open_ledger(settings)
-    recorder = ledger.views
+    recorder = ledger.recorder
     assert isinstance(recorder, SQLiteLedgerRecorder)
     for t in range(threads):  # the sessions exist: the timed puts are appends
         ledger.put(f"s{t}", {"role": "user", "content": BODY})

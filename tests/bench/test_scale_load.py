@@ -41,7 +41,7 @@ def test_a_bulk_load_equals_live_writes(
     assert len(indexes) >= 5 and secondary_indexes(fresh_postgres_url) == indexes
     assert raw > 3_000 * 400
     assert the_plan.giants and sum(n for _, _, n in the_plan.sessions) + 30 == 3_000
-    views = ledger.recorder
+    views = ledger.views
     assert isinstance(views, SQLViews)
     assert check(views, ledger.mapper, ledger.tokenizer) == []
     reports = list(ledger.verify_all())

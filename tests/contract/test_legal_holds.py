@@ -76,7 +76,7 @@ def test_two_matters_hold_a_session_each_released_by_its_own_reference(sealed: L
                 other.release_hold(KEY, reference="CASE-1", reason="replayed")
         finally:
             other.close()
-    assert check(sealed.recorder, sealed.mapper, sealed.tokenizer) == []  # type: ignore[arg-type]
+    assert check(sealed.views, sealed.mapper, sealed.tokenizer) == []  # type: ignore[arg-type]
 
     sealed.release_hold(KEY, reference="CASE-2", reason="closed")
     with pytest.raises(HoldNotFound, match="its holds: none"):

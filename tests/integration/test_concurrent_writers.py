@@ -105,7 +105,7 @@ def test_a_write_that_lost_the_race_retries_and_leaves_random_alone(
             # (the jitter of its expiry), in its own threads while it fills: wait until
             # both pools are full, so only the ledger's code runs while the seed holds.
             for ledger in (first, second):
-                ledger.views.datastore.pool.wait(timeout=30)
+                ledger.recorder.datastore.pool.wait(timeout=30)
         random.seed(42)
         seeded = random.getstate()
         # An idempotency key takes the general path, which saves from the cached state.

@@ -14,8 +14,8 @@ from tests.conftest import make_ledger, make_settings
 def _write_before_the_second_statement(ledger: Any, write: Any) -> Any:
     """Patch the views so that `write()` lands between a read's first and second
     statements; returns the statements seen and a function that restores the views."""
-    views: Any = ledger.views
-    fetch, calls = views._tuples, []
+    rows: Any = ledger.views.rows  # type: ignore[attr-defined]
+    fetch, calls = rows.tuples, []
 
     def fetch_with_a_write_between(read: Any, sql: str, params: Any) -> Any:
         calls.append(sql)
@@ -23,8 +23,8 @@ def _write_before_the_second_statement(ledger: Any, write: Any) -> Any:
             write()
         return fetch(read, sql, params)
 
-    views._tuples = fetch_with_a_write_between
-    return calls, lambda: setattr(views, "_tuples", fetch)
+    rows.tuples = fetch_with_a_write_between
+    return calls, lambda: setattr(rows, "tuples", fetch)
 
 
 @pytest.mark.parametrize("store", ["sqlite", "postgres"])

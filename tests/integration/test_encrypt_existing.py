@@ -98,7 +98,7 @@ def test_a_clear_store_is_sealed_in_place_and_can_then_be_erased(
         assert stream.text == f"partial {canary} "
         ledger.append_stream("victim", opened_stream.stream_id, ["more"])  # sealed from now on
         assert ledger.stream_state("victim", opened_stream.stream_id).text.endswith(" more")
-        assert check(ledger.recorder, ledger.mapper, ledger.tokenizer) == []  # type: ignore[arg-type]
+        assert check(ledger.views, ledger.mapper, ledger.tokenizer) == []  # type: ignore[arg-type]
         assert list(ledger.encrypt_all()) == [
             (ledger.default_tenant, "bystander", False), (ledger.default_tenant, "victim", False)
         ]  # fmt: skip

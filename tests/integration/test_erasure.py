@@ -120,7 +120,7 @@ def test_erased_canary_is_nowhere_and_the_chain_still_verifies(sealed: Ledger) -
     assert sealed.keys() == ["bystander", "victim"]
     assert sealed.keys(exclude_cleared=True) == ["bystander"]  # reads as absent to LlamaIndex
     # The views derived again from the log are the live ones (the erased rows stay gone).
-    assert check(sealed.recorder, sealed.mapper, sealed.tokenizer) == []  # type: ignore[arg-type]
+    assert check(sealed.views, sealed.mapper, sealed.tokenizer) == []  # type: ignore[arg-type]
     # The other session reads as before.
     assert other in sealed.get_all("bystander")[0].content  # type: ignore[operator]
     assert (

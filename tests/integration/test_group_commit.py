@@ -56,7 +56,7 @@ def test_queued_writes_share_one_commit_and_each_gets_its_own_answer(
     sqlite_ledger: Ledger, tmp_path: Path
 ) -> None:
     ledger = sqlite_ledger
-    recorder = ledger.views
+    recorder = ledger.recorder
     assert isinstance(recorder, SQLiteLedgerRecorder)
     group = recorder.group_commit
     for n in range(WRITERS):  # session n holds n + 1 messages, so every answer differs

@@ -102,7 +102,7 @@ def test_migrate_moves_the_head_onto_the_timeline(store: str, own_store_settings
 
     ledger = make_ledger(settings)  # migrate again: a second run changes nothing
     assert reads(ledger, keys) == before
-    views = ledger.recorder
+    views = ledger.views
     assert isinstance(views, SQLViews)
     # Only the heads' totals were kept: the older timeline rows wait for `rebuild`.
     differences = check(views, ledger.mapper, ledger.tokenizer)

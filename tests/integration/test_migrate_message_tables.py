@@ -138,7 +138,7 @@ def test_migrate_moves_ended_rows_to_their_own_table(
 
     ledger = make_ledger(settings)  # migrate again: a second run changes nothing
     assert reads(ledger, keys) == before
-    views = ledger.recorder
+    views = ledger.views
     assert isinstance(views, SQLViews)
     assert check(views, ledger.mapper, ledger.tokenizer) == []
 

@@ -57,8 +57,8 @@ def reads(ledger: Ledger, keys: list[str]) -> list[object]:
 
 
 def views(ledger: Ledger) -> SQLViews:
-    assert isinstance(ledger.recorder, SQLViews)
-    return ledger.recorder
+    assert isinstance(ledger.views, SQLViews)
+    return ledger.views
 
 
 def test_migrate_makes_a_new_store_partitioned(settings: Settings) -> None:

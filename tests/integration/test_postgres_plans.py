@@ -23,7 +23,7 @@ READS = 20
 
 def _plans(ledger: Ledger) -> dict[str, list[tuple[int, int]]]:
     """Per prepared statement: (generic, custom) plans made on each pooled connection."""
-    pool: Any = ledger.views.datastore.pool  # type: ignore[attr-defined]
+    pool: Any = ledger.recorder.datastore.pool  # type: ignore[attr-defined]
     taken = [pool.getconn() for _ in range(pool.get_stats()["pool_available"])]
     try:
         found: dict[str, list[tuple[int, int]]] = {}

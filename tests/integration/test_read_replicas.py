@@ -79,7 +79,7 @@ def writer(pair: PostgresPair, reader: Ledger, tmp_path: Path) -> Iterator[Ledge
 
 def rows_read(ledger: Ledger) -> tuple[int, int]:
     """View rows read so far on (the primary, the standby)."""
-    return ledger.recorder.rows_read, replicas(ledger).standbys[0].views.rows_read  # type: ignore[attr-defined]
+    return ledger.views.rows_read, replicas(ledger).standbys[0].views.rows_read  # type: ignore[attr-defined]
 
 
 def message(i: int) -> dict[str, str]:

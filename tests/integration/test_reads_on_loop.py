@@ -38,9 +38,9 @@ def small_pool(tmp_path: Path) -> Iterator[Ledger]:
 
 
 def recorder(ledger: Ledger) -> PostgresLedgerRecorder:
-    views = ledger.views
-    assert isinstance(views, PostgresLedgerRecorder)
-    return views
+    recorder = ledger.recorder
+    assert isinstance(recorder, PostgresLedgerRecorder)
+    return recorder
 
 
 def in_a_loop(ledger: Ledger, main: Callable[[], Awaitable[T]]) -> T:

@@ -14,8 +14,8 @@ from tests.conftest import make_ledger, make_settings
 
 
 def views(ledger: Ledger) -> SQLViews:
-    assert isinstance(ledger.recorder, SQLViews)
-    return ledger.recorder
+    assert isinstance(ledger.views, SQLViews)
+    return ledger.views
 
 
 def all_rows(ledger: Ledger) -> dict[str, list[tuple[object, ...]]]:
@@ -61,7 +61,7 @@ def test_check_reports_no_difference_on_an_untouched_store(store: str, busy_ledg
 def test_check_reports_a_row_altered_by_hand(tmp_path: Path) -> None:
     ledger = make_ledger(make_settings("sqlite", tmp_path))
     write_a_bit_of_everything(ledger, "s")
-    with views(ledger).datastore.transaction(commit=True) as c:  # type: ignore[attr-defined]
+    with ledger.recorder.datastore.transaction(commit=True) as c:  # type: ignore[attr-defined]
         c.execute("UPDATE ledger_messages SET message = replace(message, 'fresh', 'forged')")
     differences = check(views(ledger), ledger.mapper, ledger.tokenizer)
     assert len(differences) == 1
@@ -92,7 +92,7 @@ AS_BEFORE = (
 
 
 def plain_bodies(ledger: Ledger) -> int:
-    with views(ledger).datastore.transaction(commit=False) as c:  # type: ignore[attr-defined]
+    with ledger.recorder.datastore.transaction(commit=False) as c:  # type: ignore[attr-defined]
         c.execute("SELECT count(*) AS n FROM ledger_ended_messages WHERE message LIKE '\"%'")
         ended = c.fetchone()
         c.execute("SELECT count(*) AS n FROM ledger_messages WHERE message LIKE '\"%'")
@@ -123,7 +123,7 @@ def test_a_store_of_canonical_bodies_reads_alike_and_rebuild_makes_them_plain(
         ]
 
     before = reads()
-    with views(ledger).datastore.transaction(commit=True) as c:  # type: ignore[attr-defined]
+    with ledger.recorder.datastore.transaction(commit=True) as c:  # type: ignore[attr-defined]
         for table in ("ledger_messages", "ledger_ended_messages"):
             c.execute(AS_BEFORE.format(table=table))
     assert plain_bodies(ledger) == 0
