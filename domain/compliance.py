@@ -10,11 +10,16 @@ still hold; their content can no longer be opened.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from eventsourcing.application import Repository
+from eventsourcing.persistence import EventStore
+
+from .addresses import SessionAddresses
+from .erasure import ERASED_EVENT
 from .errors import (
     EncryptionRequired,
     HoldConflict,
@@ -29,7 +34,6 @@ from .ports import SessionViews, WriteResult
 from .session import LegalHoldPlaced, LegalHoldReleased, Session, session_id
 from .session_events import UNNAMED_HOLD, holds_of
 
-ERASED_EVENT = "SessionErased"
 ENCRYPTED_EVENT = "SessionEncrypted"
 
 
@@ -94,13 +98,16 @@ class _SealedAlready(Exception):
 
 
 class Compliance:
-    """Erasure, holds and retention (mixed into the Ledger, which sets these)."""
+    """Erasure, holds, encryption of existing sessions and retention: commands handed to
+    the write loop, and the reads of the views and events they decide on."""
 
-    views: SessionViews
-    events: Any
-    repository: Any
-    _write: Callable[..., WriteResult]
-    _tenant: Callable[[str | None], str]
+    def __init__(
+        self, views: SessionViews, events: EventStore[uuid.UUID],
+        repository: Repository[uuid.UUID], write: Callable[..., WriteResult],
+        addresses: SessionAddresses,
+    ) -> None:  # fmt: skip
+        self._views, self._events, self._repository = views, events, repository
+        self._write, self._addresses = write, addresses
 
     def erase(
         self, key: str, *, reason: str, basis: str, tenant: str | None = None,
@@ -119,7 +126,7 @@ class Compliance:
                 raise LegalHold(
                     f"session {key!r} is under legal hold ({held}): release each before erasing"
                 )
-            if not self.views.sealed(s.id):
+            if not self._views.sealed(s.id):
                 raise EncryptionRequired(
                     f"session {key!r} is not stored encrypted under a key of its own, so it "
                     "cannot be erased: configure LEDGER_MASTER_KEY before sessions start"
@@ -172,7 +179,8 @@ class Compliance:
         if UNNAMED_HOLD not in held:
             return held
         folded = _Holds()
-        for e in self.events.get(s.id, lte=s.version):
+        found: Iterable[Any] = self._events.get(s.id, lte=s.version)
+        for e in found:
             if isinstance(e, LegalHoldPlaced | LegalHoldReleased):
                 e.apply(folded)
         return folded.holds
@@ -185,15 +193,15 @@ class Compliance:
         records and its view rows are rewritten sealed, its hash chain computed again over
         them, and a `SessionEncrypted` event records the head before. None when there is
         nothing to do (sealed already, or erased). EncryptionRequired without a master key."""
-        if not self.views.can_seal():
+        if not self._views.can_seal():
             raise EncryptionRequired("no master key is configured: set LEDGER_MASTER_KEY")
-        if self.views.sealed(session_id(self._tenant(tenant), key)):
+        if self._views.sealed(session_id(self._addresses.tenant(tenant), key)):
             return None
 
         def command(s: Session, audit: dict[str, Any]) -> None:
-            if self.views.sealed(s.id):  # sealed by another process meanwhile
+            if self._views.sealed(s.id):  # sealed by another process meanwhile
                 raise _SealedAlready
-            stored = self.views.stored_chain(s.id, s.version - 1, 1)
+            stored = self._views.stored_chain(s.id, s.version - 1, 1)
             head = stored[0][1] if stored else None
             s.encrypt(previous_head=None if head is None else head.hex(), **audit)
 
@@ -208,19 +216,10 @@ class Compliance:
         order: (tenant, key, whether it was sealed now). Stopped at any point and run
         again, it seals what is left: each session is sealed whole or not at all."""
         after: tuple[str, str] | None = None
-        while page := self.views.all_sessions(after, 1000):
+        while page := self._views.all_sessions(after, 1000):
             after = page[-1]
             for tenant, key in page:
                 yield tenant, key, self.encrypt(key, tenant=tenant, actor=actor) is not None
-
-    def erasure(self, session_id: uuid.UUID, key: str) -> SessionErased | None:
-        """The SessionErased error of an erased session (when, why, on what basis), else
-        None. An erased session's last event is its erasure: nothing is written after it."""
-        head = self.views.session_head(session_id)
-        if head is None or head.last_event != ERASED_EVENT:
-            return None
-        (event,) = self.events.get(session_id, gt=head.version - 1, limit=1)
-        return SessionErased(key, event.timestamp, event.reason, event.basis)
 
     def retention(
         self, rules: list[RetentionRule], now: datetime, *, dry_run: bool = True
@@ -231,7 +230,7 @@ class Compliance:
         for rule in rules:
             cutoff = now - timedelta(days=rule.days)
             after: str | None = None
-            while page := self.views.session_keys(rule.tenant, rule.prefix, after, 1000):
+            while page := self._views.session_keys(rule.tenant, rule.prefix, after, 1000):
                 after = page[-1]
                 for key in page:
                     action = self._retain(rule, key, cutoff, dry_run)
@@ -242,15 +241,15 @@ class Compliance:
         self, rule: RetentionRule, key: str, cutoff: datetime, dry_run: bool
     ) -> RetentionAction | None:
         sid = session_id(rule.tenant, key)
-        head = self.views.session_head(sid)
+        head = self._views.session_head(sid)
         if head is not None and head.last_event == ENCRYPTED_EVENT:
             # sealing the content in place is no write of the session's: its age is older
-            head = self.views.session_head(sid, head.version - 1)
+            head = self._views.session_head(sid, head.version - 1)
         if head is None or head.updated_at >= cutoff or head.last_event == ERASED_EVENT:
             return None
-        if not self.views.sealed(sid):  # stored clear: erasure would be refused
+        if not self._views.sealed(sid):  # stored clear: erasure would be refused
             return RetentionAction(rule.tenant, key, head.updated_at, "clear", rule.reason)
-        held = bool(self.repository.get(sid).held)
+        held = bool(self._repository.get(sid).held)
         action = "held" if held else ("erase" if dry_run else "erased")
         if action == "erased":
             try:

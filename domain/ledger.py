@@ -11,6 +11,7 @@ import asyncio
 import functools
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from datetime import datetime
 from typing import Any, ParamSpec, TypeVar
 
 from eventsourcing.application import Application
@@ -18,7 +19,8 @@ from eventsourcing.utils import Environment
 
 from .addresses import SessionAddresses
 from .audit_trail import AuditTrail
-from .compliance import Compliance
+from .compliance import Compliance, RetentionAction, RetentionRule
+from .erasure import Erasures
 from .errors import LedgerError, MessageNotFound
 from .feed import FeedPage, TenantFeed
 from .inputs import Limits, check_int, check_tenant, parse_messages
@@ -26,6 +28,7 @@ from .messages import ChatMessage
 from .observer import LedgerObserver
 from .ports import (
     ACTIVE,
+    KEY_ORDER,
     AuditEntry,
     ChainReport,
     MessagesRead,
@@ -34,7 +37,7 @@ from .ports import (
     StreamView,
     WriteResult,
 )
-from .reads import Reads
+from .reads import Reads, Tokenizer
 from .session import Session
 from .streams import OpenedStream, Streams, StreamWriter
 from .tokens import LazyCounts, NamedTokenizer, load_tokenizer
@@ -54,7 +57,7 @@ def _async_twin(method: Callable[P, R]) -> Callable[P, Any]:
     return twin
 
 
-class Ledger(WriteLoop, Compliance, Reads, Application[uuid.UUID]):
+class Ledger(WriteLoop, Application[uuid.UUID]):
     """Sessions of chat history, addressed by (tenant, key), kept as event streams."""
 
     name = "ledger"
@@ -88,7 +91,12 @@ class Ledger(WriteLoop, Compliance, Reads, Application[uuid.UUID]):
         if not isinstance(views, SessionViews):
             raise TypeError(f"{type(self.recorder).__name__} does not serve the session views")
         self.views: SessionViews = views
-        addresses = SessionAddresses(self.default_tenant)
+        addresses = self._addresses = SessionAddresses(self.default_tenant)
+        erasures = self._erasures = Erasures(self.views, self.events)
+        self._reads = Reads(self.views, self._tuning, addresses, erasures, token_limit)
+        self._compliance = Compliance(
+            self.views, self.events, self.repository, self._write, addresses
+        )
         self._audit_trail = AuditTrail(self.views, self.events, self.recorder, addresses)
         self._feed = TenantFeed(self.views, self.events, addresses)
         self._streams = Streams(self.views, self._write, self._tuning, addresses)
@@ -205,6 +213,131 @@ class Ledger(WriteLoop, Compliance, Reads, Application[uuid.UUID]):
 
         return command
 
+    # -- reads ---------------------------------------------------------------------------
+
+    def get(
+        self, key: str, *, tenant: str | None = None, token_limit: int | None = None,
+        initial_token_count: int = 0, tokenizer: Tokenizer = None,
+        as_of_version: int | None = None, as_of: datetime | None = None,
+    ) -> list[ChatMessage]:  # fmt: skip
+        """The context window: the newest messages that fit `token_limit` (ChatMemoryBuffer.get),
+        now or as the agent would have been given it at `as_of_version` / `as_of`."""
+        return self._reads.get(
+            key, tenant=tenant, token_limit=token_limit, initial_token_count=initial_token_count,
+            tokenizer=tokenizer, as_of_version=as_of_version, as_of=as_of,
+        )  # fmt: skip
+
+    def window(
+        self, key: str, *, tenant: str | None = None, token_limit: int | None = None,
+        initial_token_count: int = 0, tokenizer: Tokenizer = None,
+        as_of_version: int | None = None, as_of: datetime | None = None,
+        min_version: int | None = None,
+    ) -> MessagesRead:  # fmt: skip
+        """`get` as one read, with the version it is the window of (`Reads.window`)."""
+        return self._reads.window(
+            key, tenant=tenant, token_limit=token_limit, initial_token_count=initial_token_count,
+            tokenizer=tokenizer, as_of_version=as_of_version, as_of=as_of,
+            min_version=min_version,
+        )  # fmt: skip
+
+    def get_all(
+        self, key: str, *, tenant: str | None = None, status: str = "active", offset: int = 0,
+        limit: int | None = None, as_of_version: int | None = None,
+        as_of: datetime | None = None,
+    ) -> list[ChatMessage]:  # fmt: skip
+        """The whole history in order (or a page of it); `status="archived"` for the archive;
+        as it stood at `as_of_version` or at time `as_of` when given."""
+        return self._reads.get_all(
+            key, tenant=tenant, status=status, offset=offset, limit=limit,
+            as_of_version=as_of_version, as_of=as_of,
+        )  # fmt: skip
+
+    def history(
+        self, key: str, *, tenant: str | None = None, status: str = "active", offset: int = 0,
+        limit: int | None = None, as_of_version: int | None = None,
+        as_of: datetime | None = None, min_version: int | None = None,
+    ) -> MessagesRead:  # fmt: skip
+        """`get_all` as one read, with the version its messages are of (`Reads.history`)."""
+        return self._reads.history(
+            key, tenant=tenant, status=status, offset=offset, limit=limit,
+            as_of_version=as_of_version, as_of=as_of, min_version=min_version,
+        )  # fmt: skip
+
+    def page(
+        self, key: str, *, tenant: str | None = None, status: str = "active", offset: int = 0,
+        limit: int | None = None, after: int | None = None, as_of_version: int | None = None,
+        as_of: datetime | None = None, min_version: int | None = None,
+    ) -> MessagesRead:  # fmt: skip
+        """A page of the history, as one answer holds it (`Reads.page`)."""
+        return self._reads.page(
+            key, tenant=tenant, status=status, offset=offset, limit=limit, after=after,
+            as_of_version=as_of_version, as_of=as_of, min_version=min_version,
+        )  # fmt: skip
+
+    def head(
+        self, key: str, *, tenant: str | None = None, as_of_version: int | None = None,
+        as_of: datetime | None = None, min_version: int | None = None, latest: bool = False,
+    ) -> SessionHead:  # fmt: skip
+        """The session's version, counts and times (`Reads.head`); SessionNotFound if none."""
+        return self._reads.head(
+            key, tenant=tenant, as_of_version=as_of_version, as_of=as_of,
+            min_version=min_version, latest=latest,
+        )  # fmt: skip
+
+    def keys(
+        self, *, tenant: str | None = None, prefix: str = "", after: str | None = None,
+        limit: int = 100, exclude_cleared: bool = False, order: str = KEY_ORDER,
+    ) -> list[str]:  # fmt: skip
+        """Session keys of a tenant, in `order`, from after `after` (`Reads.keys`)."""
+        return self._reads.keys(
+            tenant=tenant, prefix=prefix, after=after, limit=limit,
+            exclude_cleared=exclude_cleared, order=order,
+        )  # fmt: skip
+
+    # -- compliance ------------------------------------------------------------------------
+
+    def erase(
+        self, key: str, *, reason: str, basis: str, tenant: str | None = None,
+        actor: str | None = None, idempotency_key: str | None = None,
+    ) -> WriteResult:  # fmt: skip
+        """Erase the session's content for good (`Compliance.erase`)."""
+        return self._compliance.erase(key, reason=reason, basis=basis, tenant=tenant, actor=actor,
+                                      idempotency_key=idempotency_key)  # fmt: skip
+
+    def place_hold(
+        self, key: str, *, reference: str, reason: str, tenant: str | None = None,
+        actor: str | None = None,
+    ) -> WriteResult:  # fmt: skip
+        """Put the session under a legal hold (`reference`: the matter or ticket), beside
+        any it holds already. HoldConflict if it holds one under this reference."""
+        return self._compliance.place_hold(key, reference=reference, reason=reason,
+                                           tenant=tenant, actor=actor)  # fmt: skip
+
+    def release_hold(
+        self, key: str, *, reference: str, reason: str, tenant: str | None = None,
+        actor: str | None = None,
+    ) -> WriteResult:  # fmt: skip
+        """Release the hold placed under `reference`; the others stay. HoldNotFound if the
+        session holds none under it."""
+        return self._compliance.release_hold(key, reference=reference, reason=reason,
+                                             tenant=tenant, actor=actor)  # fmt: skip
+
+    def encrypt(
+        self, key: str, *, tenant: str | None = None, actor: str | None = None
+    ) -> WriteResult | None:
+        """Seal the content of a session stored clear (`Compliance.encrypt`)."""
+        return self._compliance.encrypt(key, tenant=tenant, actor=actor)
+
+    def encrypt_all(self, actor: str | None = None) -> Iterator[tuple[str, str, bool]]:
+        """`encrypt` every session of every tenant (`Compliance.encrypt_all`)."""
+        return self._compliance.encrypt_all(actor)
+
+    def retention(
+        self, rules: list[RetentionRule], now: datetime, *, dry_run: bool = True
+    ) -> Iterator[RetentionAction]:
+        """Apply each retention rule at time `now` (`Compliance.retention`)."""
+        return self._compliance.retention(rules, now, dry_run=dry_run)
+
     # -- streams -------------------------------------------------------------------------
 
     def stream(
@@ -294,14 +427,14 @@ class Ledger(WriteLoop, Compliance, Reads, Application[uuid.UUID]):
     adelete_last_message = _async_twin(delete_last_message)
     aarchive_oldest = _async_twin(archive_oldest)
     aaudit = _async_twin(audit)
-    aerase = _async_twin(Compliance.erase)
-    aplace_hold = _async_twin(Compliance.place_hold)
-    arelease_hold = _async_twin(Compliance.release_hold)
+    aerase = _async_twin(erase)
+    aplace_hold = _async_twin(place_hold)
+    arelease_hold = _async_twin(release_hold)
     averify = _async_twin(verify)
-    aget = _async_twin(Reads.get)
-    aget_all = _async_twin(Reads.get_all)
-    ahead = _async_twin(Reads.head)
-    akeys = _async_twin(Reads.keys)
+    aget = _async_twin(get)
+    aget_all = _async_twin(get_all)
+    ahead = _async_twin(head)
+    akeys = _async_twin(keys)
     aopen_stream = _async_twin(open_stream)
     aappend_stream = _async_twin(append_stream)
     acomplete_stream = _async_twin(complete_stream)

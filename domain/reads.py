@@ -8,22 +8,22 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from .errors import InvalidInput, SessionErased, SessionNotFound, StateNotFound
+from .addresses import SessionAddresses
+from .erasure import Erasures
+from .errors import InvalidInput, SessionNotFound, StateNotFound
 from .inputs import (
     MAX_KEY_CHARS,
-    Limits,
     check_int,
     check_key,
     check_limit,
     check_moment,
-    check_tenant,
     check_text,
 )
 from .messages import ChatMessage
-from .observer import READ_HISTORY, READ_WINDOW, LedgerObserver
+from .observer import READ_HISTORY, READ_WINDOW
 from .ports import KEY_ORDER, KEY_ORDERS, STATUSES, MessagesRead, SessionHead, SessionViews, T
-from .session import session_id
 from .tokens import NamedTokenizer, check_window_arguments
+from .tuning import Tuning
 
 Tokenizer = NamedTokenizer | Callable[[str], Any] | None
 
@@ -48,15 +48,15 @@ def _head_version(head: SessionHead | None) -> int:
 
 
 class Reads:
-    """Queries over the views (mixed into the Ledger, which sets these attributes)."""
+    """The queries: each is one read of the views (or of a copy of them, where their read
+    routing serves it), checked for an erased session when it finds no rows."""
 
-    views: SessionViews
-    observer: LedgerObserver
-    limits: Limits
-    tokenizer: NamedTokenizer
-    token_limit: int
-    default_tenant: str
-    erasure: Callable[[uuid.UUID, str], SessionErased | None]
+    def __init__(
+        self, views: SessionViews, tuning: Tuning, addresses: SessionAddresses,
+        erasures: Erasures, token_limit: int,
+    ) -> None:  # fmt: skip
+        self._views, self._tuning, self._addresses = views, tuning, addresses
+        self._erasures, self._token_limit = erasures, token_limit
 
     def get(
         self, key: str, *, tenant: str | None = None, token_limit: int | None = None,
@@ -79,23 +79,23 @@ class Reads:
         """`get` as one read: its messages (`.messages()`, or canonical JSON `.json()`) and
         the version they are the window of (`.version`; 0: no such session). `min_version`:
         a version the caller holds (an ETag); the read is of that version or a later one."""
-        limit = self.token_limit if token_limit is None else token_limit
+        limit = self._token_limit if token_limit is None else token_limit
         check_int("token_limit", limit)
         check_int("initial_token_count", initial_token_count)
         check_window_arguments(limit, initial_token_count)
         if tokenizer is not None and not isinstance(tokenizer, NamedTokenizer):
             tokenizer = NamedTokenizer("caller", tokenizer)
-        if tokenizer is not None and tokenizer.name == self.tokenizer.name:
+        if tokenizer is not None and tokenizer.name == self._tuning.tokenizer.name:
             tokenizer = None  # the stored counts are this tokenizer's
-        sid = self._session_id(key, tenant)
+        sid = self._addresses.session_id(key, tenant)
 
         def query(views: SessionViews) -> MessagesRead:
             version = self._version(views, sid, key, tenant, as_of_version, as_of)
             return views.context_window(sid, limit, initial_token_count, tokenizer, version,
-                                        self.limits.max_answer_bytes)  # fmt: skip
+                                        self._tuning.limits.max_answer_bytes)  # fmt: skip
 
         now = _read_version if as_of_version is None and as_of is None else None
-        with self.observer.store_call(READ_WINDOW):
+        with self._tuning.observer.store_call(READ_WINDOW):
             read = self._query(sid, min_version, as_of_version, query, now)
         return self._unless_erased(read, sid, key)
 
@@ -122,14 +122,14 @@ class Reads:
         check_int("offset", offset, least=0)
         if limit is not None:
             check_int("limit", limit, least=0)
-        sid = self._session_id(key, tenant)
+        sid = self._addresses.session_id(key, tenant)
 
         def query(views: SessionViews) -> MessagesRead:
             version = self._version(views, sid, key, tenant, as_of_version, as_of)
             return views.history(sid, status, offset, limit, version)
 
         now = _read_version if as_of_version is None and as_of is None else None
-        with self.observer.store_call(READ_HISTORY):
+        with self._tuning.observer.store_call(READ_HISTORY):
             read = self._query(sid, min_version, as_of_version, query, now)
         return self._unless_erased(read, sid, key)
 
@@ -146,23 +146,23 @@ class Reads:
         if status not in STATUSES:
             raise InvalidInput(f"status must be one of {', '.join(STATUSES)}; got {status!r}")
         check_int("offset", offset, least=0)
-        most = self.limits.max_page_messages
+        most = self._tuning.limits.max_page_messages
         limit = most if limit is None else min(check_int("limit", limit, least=0), most)
         if after is not None:
             check_int("after", after, least=0)
             if offset or as_of_version is None:
                 raise InvalidInput("a page after another is of its version: give after with "
                                    "that page's as_of_version, and no offset")  # fmt: skip
-        sid = self._session_id(key, tenant)
+        sid = self._addresses.session_id(key, tenant)
 
         def query(views: SessionViews) -> MessagesRead:
             version = self._version(views, sid, key, tenant, as_of_version, as_of)
             return views.history_page(
-                sid, status, offset, limit, self.limits.max_answer_bytes, version, after
+                sid, status, offset, limit, self._tuning.limits.max_answer_bytes, version, after
             )
 
         now = _read_version if as_of_version is None and as_of is None else None
-        with self.observer.store_call(READ_HISTORY):
+        with self._tuning.observer.store_call(READ_HISTORY):
             read = self._query(sid, min_version, as_of_version, query, now)
         return self._unless_erased(read, sid, key)
 
@@ -173,7 +173,7 @@ class Reads:
         """The session's version, counts and times (as they stood at `as_of_version` or
         `as_of` when given); SessionNotFound if it has none. `latest`: as the next write
         will find it (never from a copy of the views that may trail)."""
-        sid = self._session_id(key, tenant)
+        sid = self._addresses.session_id(key, tenant)
 
         def query(views: SessionViews) -> SessionHead | None:
             return views.session_head(
@@ -182,11 +182,11 @@ class Reads:
 
         now = as_of_version is None and as_of is None
         found = (
-            query(self.views) if latest
+            query(self._views) if latest
             else self._query(sid, min_version, as_of_version, query, _head_version if now else None)
         )  # fmt: skip
         if found is None:
-            raise SessionNotFound(self._tenant(tenant), key)
+            raise SessionNotFound(self._addresses.tenant(tenant), key)
         return found
 
     def keys(
@@ -203,7 +203,7 @@ class Reads:
             check_key(after)
         if order not in KEY_ORDERS:
             raise InvalidInput(f"order must be one of {', '.join(KEY_ORDERS)}; got {order!r}")
-        tenant = self._tenant(tenant)
+        tenant = self._addresses.tenant(tenant)
         return self._query(
             None, None, None,
             lambda views: views.session_keys(
@@ -221,8 +221,8 @@ class Reads:
         least = 0 if min_version is None else check_int("min_version", min_version, least=0)
         if as_of_version is not None:
             least = max(least, check_int("as_of_version", as_of_version))
-        routing = self.views.read_routing
-        return query(self.views) if routing is None else routing.read(sid, least, query, version)
+        routing = self._views.read_routing
+        return query(self._views) if routing is None else routing.read(sid, least, query, version)
 
     def _version(
         self, views: SessionViews, sid: uuid.UUID, key: str, tenant: str | None,
@@ -236,7 +236,7 @@ class Reads:
         when = None if as_of is None else check_moment("as_of", as_of)
         head = views.session_head(sid)
         if head is None:
-            raise SessionNotFound(self._tenant(tenant), key)
+            raise SessionNotFound(self._addresses.tenant(tenant), key)
         if when is not None:
             version = views.version_at(sid, when)
             if version is None:
@@ -251,13 +251,7 @@ class Reads:
         """`read`, unless its session was erased (SessionErased). Erasure drops every row of
         the session, so only a read that found none asks (one more read, rarely)."""
         if not len(read) and read.version:
-            erased = self.erasure(sid, key)
+            erased = self._erasures.error(sid, key)
             if erased is not None:
                 raise erased
         return read
-
-    def _session_id(self, key: str, tenant: str | None) -> uuid.UUID:
-        return session_id(self._tenant(tenant), check_key(key))
-
-    def _tenant(self, tenant: str | None) -> str:
-        return self.default_tenant if tenant is None else check_tenant(tenant)

@@ -29,10 +29,11 @@ from typing import Any
 from eventsourcing.application import AggregateNotFoundError, project_aggregate
 from eventsourcing.persistence import IntegrityError, InterfaceError, OperationalError
 
+from .addresses import SessionAddresses
+from .erasure import Erasures
 from .errors import (
     IdempotencyKeyReused,
     LedgerError,
-    SessionErased,
     SessionNotFound,
     VersionConflict,
 )
@@ -61,8 +62,8 @@ class WriteLoop:
     events: Any
     snapshots: Any
     repository: Any
-    erasure: Callable[[uuid.UUID, str], SessionErased | None]
-    _tenant: Callable[[str | None], str]
+    _erasures: Erasures
+    _addresses: SessionAddresses
 
     def _write(
         self,
@@ -80,7 +81,7 @@ class WriteLoop:
         expected_version: int | None = None,
         idempotency_key: str | None = None,
     ) -> WriteResult:
-        tenant = self._tenant(tenant)
+        tenant = self._addresses.tenant(tenant)
         check_key(key)
         check_write_options(actor, reason, expected_version, idempotency_key)
         sid = session_id(tenant, key)
@@ -111,7 +112,7 @@ class WriteLoop:
             guessed = guess_new and not fresh and not self._cached(sid)
             session = None if guessed else self._load(sid, fresh=fresh)
             if session is not None and session.erased:
-                raise self.erasure(sid, key) or LedgerError(f"session {key!r} was erased")
+                raise self._erasures.error(sid, key) or LedgerError(f"session {key!r} was erased")
             actual = session.version if session else 0
             if expected_version is not None and expected_version != actual:
                 if not fresh:
