@@ -1,8 +1,12 @@
 """The Ledger: the command and query service over sessions (an eventsourcing Application).
 
-Each command here checks its arguments and hands `_write` (`write_loop.py`) what to do
-to the session; the write loop loads the session, runs it, and stores the events and
-their view rows in one transaction. Reads go to the views only (`reads.py`).
+The Ledger holds collaborators, each built here with what it uses: the write loop
+(`write_loop.py`), which loads a session, runs a command on it and stores the events and
+their view rows in one transaction; the reads (`reads.py`, the views only); the stream
+commands (`streams.py`); compliance (`compliance.py`); the audit trail
+(`audit_trail.py`) and the tenant feed (`feed.py`). Each public method checks its
+arguments or hands the call to its collaborator; the message commands live here, each
+handing the write loop what to do to the session.
 """
 
 from __future__ import annotations
@@ -57,7 +61,7 @@ def _async_twin(method: Callable[P, R]) -> Callable[P, Any]:
     return twin
 
 
-class Ledger(WriteLoop, Application[uuid.UUID]):
+class Ledger(Application[uuid.UUID]):
     """Sessions of chat history, addressed by (tenant, key), kept as event streams."""
 
     name = "ledger"
@@ -76,30 +80,32 @@ class Ledger(WriteLoop, Application[uuid.UUID]):
         stream_flush_bytes: int = 1024,
         stream_flush_ms: int = 250,
     ) -> None:
-        # Snapshots are taken by `_snapshot_if_due`, not by the library (which would read
-        # the stream back to the version first): none in `snapshotting_intervals`.
-        self.snapshot_interval = snapshot_interval
         self._tuning = Tuning(limits or Limits(), tokenizer or load_tokenizer("cl100k_base"))
         self.default_tenant = check_tenant(default_tenant)
         self.default_actor = default_actor
         self.token_limit = token_limit
-        self.write_retries = write_retries
         self.stream_flush_bytes = stream_flush_bytes
         self.stream_flush_ms = stream_flush_ms
+        # Snapshots are taken by the write loop, not by the library (which would read the
+        # stream back to the version first): none in `snapshotting_intervals`.
         super().__init__({**env, "IS_SNAPSHOTTING_ENABLED": "y"})
         views = getattr(self.recorder, "views", None)  # the store's recorder holds its views
         if not isinstance(views, SessionViews):
             raise TypeError(f"{type(self.recorder).__name__} does not serve the session views")
         self.views: SessionViews = views
-        addresses = self._addresses = SessionAddresses(self.default_tenant)
-        erasures = self._erasures = Erasures(self.views, self.events)
+        addresses = SessionAddresses(self.default_tenant)
+        erasures = Erasures(self.views, self.events)
+        self._writes = WriteLoop(
+            self.views, self.events, self.snapshots, self.repository, self._tuning, addresses,
+            erasures, default_actor=default_actor, retries=write_retries,
+            snapshot_interval=snapshot_interval,
+        )  # fmt: skip
+        write = self._writes.write
         self._reads = Reads(self.views, self._tuning, addresses, erasures, token_limit)
-        self._compliance = Compliance(
-            self.views, self.events, self.repository, self._write, addresses
-        )
+        self._compliance = Compliance(self.views, self.events, self.repository, write, addresses)
         self._audit_trail = AuditTrail(self.views, self.events, self.recorder, addresses)
         self._feed = TenantFeed(self.views, self.events, addresses)
-        self._streams = Streams(self.views, self._write, self._tuning, addresses)
+        self._streams = Streams(self.views, write, self._tuning, addresses)
 
     # What the collaborators read at each call; setting one here reaches every one of them.
 
@@ -147,7 +153,7 @@ class Ledger(WriteLoop, Application[uuid.UUID]):
         """Append messages, all or none, as one event."""
         parsed = parse_messages(messages, self.limits, allow_empty=False)
         counts = tuple(self.tokenizer.count(m.content) for m in parsed.messages)
-        return self._write(
+        return self._writes.write(
             key, "append", {"messages": parsed.dicts}, create=True, counts=counts,
             texts=parsed.texts, command=lambda s, a: s.append(parsed.dicts, **a), **kw,
         )  # fmt: skip
@@ -172,23 +178,24 @@ class Ledger(WriteLoop, Application[uuid.UUID]):
             counts.count_from(kept)
             s.replace(messages=parsed.dicts, kept=kept, **audit)
 
-        return self._write(
+        return self._writes.write(
             key, "replace", {"messages": parsed.dicts}, create=True, counts=counts,
             texts=parsed.texts, command=command, **kw,
         )  # fmt: skip
 
     def reset(self, key: str, **kw: Any) -> WriteResult:
         """Clear the history, active and archived."""
-        return self._write(key, "clear", {}, command=lambda s, a: s.clear(**a), **kw)
+        return self._writes.write(key, "clear", {}, command=lambda s, a: s.clear(**a), **kw)
 
     def delete_message(self, key: str, index: int, **kw: Any) -> WriteResult:
         """Remove the message at `index` (negative counts from the end); `.removed` has it."""
         check_int("index", index)
-        return self._write(key, "remove", {"index": index}, command=self._remover(index), **kw)
+        command = self._remover(index)
+        return self._writes.write(key, "remove", {"index": index}, command=command, **kw)
 
     def delete_last_message(self, key: str, **kw: Any) -> WriteResult:
         """Remove the newest message; `.removed` has it."""
-        return self._write(key, "remove", {"index": -1}, command=self._remover(-1), **kw)
+        return self._writes.write(key, "remove", {"index": -1}, command=self._remover(-1), **kw)
 
     def archive_oldest(self, key: str, n: int, **kw: Any) -> WriteResult:
         """Move the `n` oldest active messages to the archive (status "archived")."""
@@ -197,7 +204,7 @@ class Ledger(WriteLoop, Application[uuid.UUID]):
         def command(s: Session, audit: dict[str, Any]) -> None:
             s.archive(count=min(n, s.message_count), **audit)
 
-        return self._write(key, "archive", {"n": n}, command=command, **kw)
+        return self._writes.write(key, "archive", {"n": n}, command=command, **kw)
 
     def _remover(self, index: int) -> Command:
         def command(s: Session, audit: dict[str, Any]) -> tuple[ChatMessage]:

@@ -1,33 +1,39 @@
 """The one write loop of every command: load the session's state, run the command, store
 its events and their view rows in one transaction, settle what is unknown.
 
-A write loads the session's O(1) state: the repository's cache; on a miss, a snapshot
-and the events after it, or nothing at all for a write that may create the session
-(unless content is sealed): it is taken to be new, and if it was not, its version 1
-is taken and the write runs again on the stored state, as for a stale copy. It runs a
-command on that state, and hands its events and a `WriteBatch` to the library's event
-store (`EventStore.put`, whose keyword arguments reach the recorder's hook): the
-recorder stores the events and their view rows in one transaction. A cached copy made
-stale by another process fails on the events' primary key; the write is then retried
-on fresh state, unless it names a stale `expected_version`.
+Each attempt of a write takes four steps (docs/design.md, "The write path"):
 
-Every write has a write id: the caller's idempotency key, or one made here. A write
-whose outcome is unknown (the connection lost around COMMIT, or a retry that finds its
-own version taken) is settled by asking the views whether that id committed, never by
-writing again.
+1. load: the session's O(1) state, by the load strategy the retry policy names (`Load`):
+   NEW takes a session that is not cached to be new (no read: a write that may create
+   it, unless content is sealed or the key may not start a session); CACHED takes the
+   repository's cached copy, or the latest snapshot and the events after it; FRESH takes
+   the cached copy caught up with the events written since, or reads as CACHED.
+2. run the command on that state; its events and a `WriteBatch` of their view rows
+   are what the attempt stores.
+3. store: the library's `EventStore.put`, whose keyword arguments reach the recorder's
+   hook: the events and their view rows in one transaction.
+4. settle: a write refused by the store may be stored all the same (its answer was lost
+   around COMMIT, or a request sent again with its key wrote it meanwhile): the views are
+   asked whether its write id committed, never written again. Otherwise the retry policy
+   says what the next attempt loads: a guess that the session was new, or a copy from the
+   cache, that lost to a write made since goes again at once on FRESH state; a fresh copy
+   that lost to a racing writer backs off first; a stale `expected_version` is refused.
+
+Every write has a write id: the caller's idempotency key, or one made here.
 """
 
 from __future__ import annotations
 
 import contextlib
+import enum
 import random
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
-from eventsourcing.application import AggregateNotFoundError, project_aggregate
-from eventsourcing.persistence import IntegrityError, InterfaceError, OperationalError
+from eventsourcing.application import AggregateNotFoundError, Repository, project_aggregate
+from eventsourcing.persistence import EventStore, IntegrityError, InterfaceError, OperationalError
 
 from .addresses import SessionAddresses
 from .erasure import Erasures
@@ -39,10 +45,11 @@ from .errors import (
 )
 from .inputs import check_key, check_write_options, new_key_refusal, request_digest
 from .messages import ChatMessage
-from .observer import WRITE, LedgerObserver
+from .observer import WRITE
 from .ports import OutcomeUnknown, PriorWrite, SessionViews, WriteBatch, WriteResult
 from .session import Session, session_id
 from .tokens import TokenCount
+from .tuning import Tuning
 
 Command = Callable[[Session, dict[str, Any]], Any]
 # The back-off of a write that lost a race draws from its own generator: a library that
@@ -50,22 +57,63 @@ Command = Callable[[Session, dict[str, Any]], Any]
 _RETRY_JITTER = random.Random()
 
 
+class Load(enum.Enum):
+    """How an attempt loads the session's state."""
+
+    NEW = "new"  # not cached: taken to be new, with no read
+    CACHED = "cached"  # the cached copy, else the latest snapshot and the events after it
+    FRESH = "fresh"  # the cached copy caught up with the events since, else as CACHED
+
+
+class RetryPolicy:
+    """One write's attempts: how many are left, and which load strategy the next takes.
+
+    A write starts on NEW (when it may guess) or CACHED state, and goes to FRESH once its
+    state may be behind another process's writes. A failed guess is not a lost race: it
+    does not use up one of the `retries` attempts."""
+
+    __slots__ = ("_last", "attempt", "load")
+
+    def __init__(self, retries: int, *, guess_new: bool) -> None:
+        self.attempt = -1
+        self._last = retries + guess_new - 1
+        self.load = Load.NEW if guess_new else Load.CACHED
+
+    def next_attempt(self) -> bool:
+        """Whether there is another attempt (counted)."""
+        self.attempt += 1
+        return self.attempt <= self._last
+
+    def reload(self) -> None:
+        """The state read may be behind: the next attempt loads it FRESH, at once."""
+        self.load = Load.FRESH
+
+    def lost_race(self) -> None:
+        """The session's next version was taken: FRESH state next, after a short random
+        back-off if this attempt's state was FRESH already (a writer racing this one)."""
+        if self.load is Load.FRESH:
+            time.sleep(_RETRY_JITTER.uniform(0, 0.002 * min(self.attempt + 1, 10)))
+        self.load = Load.FRESH
+
+
 class WriteLoop:
-    """`_write`, mixed into the Ledger (an eventsourcing Application, which supplies
-    `events`, `snapshots` and `repository`; the Ledger sets the rest)."""
+    """Runs a command on a session and stores its events: load, run, store, settle."""
 
-    views: SessionViews
-    observer: LedgerObserver
-    default_actor: str
-    write_retries: int
-    snapshot_interval: int
-    events: Any
-    snapshots: Any
-    repository: Any
-    _erasures: Erasures
-    _addresses: SessionAddresses
+    def __init__(
+        self, views: SessionViews, events: EventStore[uuid.UUID],
+        snapshots: EventStore[uuid.UUID] | None, repository: Repository[uuid.UUID],
+        tuning: Tuning, addresses: SessionAddresses, erasures: Erasures, *,
+        default_actor: str, retries: int, snapshot_interval: int,
+    ) -> None:  # fmt: skip
+        # Snapshots are taken by `_snapshot_if_due`, not by the library (which would read
+        # the stream back to the version first).
+        self._views, self._events, self._snapshots = views, events, snapshots
+        self._repository, self._tuning = repository, tuning
+        self._addresses, self._erasures = addresses, erasures
+        self._default_actor, self._retries = default_actor, retries
+        self._snapshot_interval = snapshot_interval
 
-    def _write(
+    def write(
         self,
         key: str,
         op: str,
@@ -81,6 +129,8 @@ class WriteLoop:
         expected_version: int | None = None,
         idempotency_key: str | None = None,
     ) -> WriteResult:
+        """Run `command` on session `key` (`create`: a new session if it has none) and
+        store its events; `op` and `request` name the write for its idempotency key."""
         tenant = self._addresses.tenant(tenant)
         check_key(key)
         check_write_options(actor, reason, expected_version, idempotency_key)
@@ -90,35 +140,36 @@ class WriteLoop:
         digest = None if idempotency_key is None else request_digest(op, request)
         write_id = idempotency_key or f"w-{uuid.uuid4().hex}"
         audit: dict[str, Any] = {
-            "actor": actor or self.default_actor,
+            "actor": actor or self._default_actor,
             "reason": reason,
             "idempotency_key": write_id,
             "request_digest": digest,
         }
-        fresh = False  # True once the cached state may be behind another process's writes
-        # A new session is known from the cache alone: none cached, and the write creates.
-        # Not with sealing on: a session's first write makes its data key in a transaction
-        # of its own, which must not happen for a session that exists, stored clear.
+        views, observer = self._views, self._tuning.observer
+        # NEW: no session cached, and the write creates. Not with sealing on: a session's
+        # first write makes its data key in a transaction of its own, which must not
+        # happen for a session that exists, stored clear. Nor for a key no new session
+        # may take: a stored one with it must be found.
         refused_if_new = new_key_refusal(key) if create else None
-        # Nor for a key no new session may take: a stored one with it must be found.
-        guess_new = (create and expected_version in (None, 0) and not self.views.can_seal()
+        guess_new = (create and expected_version in (None, 0) and not views.can_seal()
                      and refused_if_new is None)  # fmt: skip
-        # (A failed guess is not a lost race: it does not use up one of the attempts.)
-        for attempt in range(self.write_retries + guess_new):
+        policy = RetryPolicy(self._retries, guess_new=guess_new)
+        while policy.next_attempt():
             if idempotency_key is not None:
-                prior = self.views.prior_write(sid, write_id)
+                prior = views.prior_write(sid, write_id)
                 if prior is not None:
                     return _replayed(prior, digest, idempotency_key, key)
-            guessed = guess_new and not fresh and not self._cached(sid)
-            session = None if guessed else self._load(sid, fresh=fresh)
+            # 1. load
+            guessed = policy.load is Load.NEW and not self._cached(sid)
+            session = None if guessed else self._load(sid, fresh=policy.load is Load.FRESH)
             if session is not None and session.erased:
                 raise self._erasures.error(sid, key) or LedgerError(f"session {key!r} was erased")
             actual = session.version if session else 0
             if expected_version is not None and expected_version != actual:
-                if not fresh:
-                    fresh = True
+                if policy.load is not Load.FRESH:
+                    policy.reload()
                     continue
-                self.observer.version_conflict()
+                observer.version_conflict()
                 raise VersionConflict(key, expected_version, actual)
             if session is None:
                 if not create:
@@ -126,6 +177,7 @@ class WriteLoop:
                 if refused_if_new is not None:
                     raise refused_if_new
                 session = Session(tenant=tenant, key=key, **audit)
+            # 2. run the command
             first_message_id = session.next_message_id
             removed: tuple[ChatMessage, ...] = command(session, audit) or ()
             batch = WriteBatch(
@@ -134,64 +186,72 @@ class WriteLoop:
                 archived_count=session.archived_count, next_message_id=session.next_message_id,
                 counts=counts, bodies=texts,
             )  # fmt: skip
-            since = batch.events[0].originator_version
+            # 3. store
             try:
                 # Straight to the event store (the library's public `EventStore.put`):
                 # `Application.save` only adds, per object saved, runtime `Protocol`
                 # checks that cost 12% of a put's instructions on Python 3.11; the
                 # state saved is cached and snapshotted below, as `save` would.
-                with self.observer.store_call(WRITE):
-                    self.events.put(batch.events, ledger_batch=batch)
+                with observer.store_call(WRITE):
+                    self._events.put(batch.events, ledger_batch=batch)
             except (IntegrityError, OperationalError, InterfaceError) as error:
-                # Another writer took the version; or this write committed and its answer
-                # was lost (the connection dropped around COMMIT, or the store's retry
-                # then met its own row): ask whether its id committed (this raises again
-                # while the store stays unreachable), unless nothing of it can be stored.
-                if _may_be_stored(error, keyed=idempotency_key is not None):
-                    done = self.views.prior_write(sid, write_id, since=since)
-                    if done is not None:
-                        return WriteResult(done.version, done.message_count, removed=removed)
-                if not isinstance(error, IntegrityError):
-                    raise
-                # A copy from the cache lost to a write made since: load and go again at
-                # once. A freshly loaded one lost to a writer racing this one: back off.
-                raced, fresh = fresh, True
+                # 4. settle: the write may be stored all the same; else the policy says
+                # what the next attempt loads (this raises again while the store stays
+                # unreachable, or the write may not go again).
+                done = self._settled(sid, write_id, batch, error, keyed=idempotency_key is not None)
+                if done is not None:
+                    return WriteResult(done.version, done.message_count, removed=removed)
                 if guessed and expected_version is None:
-                    continue  # not a race: the session was older than this process's cache
+                    policy.reload()  # not a race: the session was older than this cache
+                    continue
                 if expected_version is not None:
-                    self.observer.version_conflict()
-                    head = self.views.session_head(sid)
+                    observer.version_conflict()
+                    head = views.session_head(sid)
                     raise VersionConflict(
                         key, expected_version, head.version if head else 0
                     ) from None
-                self.observer.write_retried()
-                if raced:
-                    time.sleep(_RETRY_JITTER.uniform(0, 0.002 * min(attempt + 1, 10)))
+                observer.write_retried()
+                policy.lost_race()
                 continue
-            self.observer.events_written([type(event).__name__ for event in batch.events])
-            if self.repository.cache is not None:
+            observer.events_written([type(event).__name__ for event in batch.events])
+            if self._repository.cache is not None:
                 # A copy: what the cache holds is the cache's alone. A writer whose copy
                 # proves stale takes it out and catches it up in place (`_load`); had it
                 # taken this object, this write could answer with that write's version.
-                self.repository.cache.put(sid, session.copy())
+                self._repository.cache.put(sid, session.copy())
             self._snapshot_if_due(session, len(batch.events))
             return WriteResult(session.version, session.message_count, removed=removed)
-        raise LedgerError(
-            f"session {key!r}: write lost the race {self.write_retries} times; try again"
-        )
+        raise LedgerError(f"session {key!r}: write lost the race {self._retries} times; try again")
+
+    def _settled(
+        self, sid: uuid.UUID, write_id: str, batch: WriteBatch, error: Exception, *, keyed: bool
+    ) -> PriorWrite | None:
+        """The write, if the store holds it although it refused it; None if it does not
+        and the write may go again (another writer took its version); else `error`."""
+        # Another writer took the version; or this write committed and its answer was
+        # lost (the connection dropped around COMMIT, or the store's retry then met its
+        # own row): ask whether its id committed, unless nothing of it can be stored.
+        if _may_be_stored(error, keyed=keyed):
+            since = batch.events[0].originator_version
+            done = self._views.prior_write(sid, write_id, since=since)
+            if done is not None:
+                return done
+        if not isinstance(error, IntegrityError):
+            raise error
+        return None
 
     def _snapshot_if_due(self, session: Session, new_events: int) -> None:
         """A snapshot of the state just saved, when a multiple of the interval is among the
         versions it reached. A snapshot only saves reads: one that fails (the store gone
         after the write committed) is skipped, never reported as the write's failure."""
-        version, interval = session.version, self.snapshot_interval
-        if self.snapshots is None or version // interval <= (version - new_events) // interval:
+        version, interval = session.version, self._snapshot_interval
+        if self._snapshots is None or version // interval <= (version - new_events) // interval:
             return
         with contextlib.suppress(IntegrityError, OperationalError, InterfaceError):
-            self.snapshots.put([Session.Snapshot.take(session)])
+            self._snapshots.put([Session.Snapshot.take(session)])
 
     def _cached(self, sid: uuid.UUID) -> bool:
-        cache = self.repository.cache
+        cache = self._repository.cache
         if cache is None:
             return True  # no cache: nothing can be told from it, so always load
         try:
@@ -204,22 +264,22 @@ class WriteLoop:
         """The session's write state: cached without a read (a stale copy fails to save and
         is then caught up with the events written since), or from the latest snapshot and
         the events after it."""
-        cache = self.repository.cache
+        # (The library's repository is typed for any aggregate; this one holds Sessions.)
+        cache = self._repository.cache
         if fresh and cache is not None:
             try:
-                stale: Session = cache.get(sid, evict=True)
+                stale = cast(Session, cache.get(sid, evict=True))
             except KeyError:
                 pass
             else:  # (evicted: the cache held the only reference, so it is this write's)
-                newer = self.events.get(sid, gt=stale.version)
+                newer = self._events.get(sid, gt=stale.version)
                 caught_up: Session | None = project_aggregate(stale, newer)
                 if caught_up is not None:
                     return caught_up
         try:
-            session: Session = self.repository.get(sid)
+            return cast(Session, self._repository.get(sid))
         except AggregateNotFoundError:
             return None
-        return session
 
 
 def _may_be_stored(error: Exception, *, keyed: bool) -> bool:
