@@ -6,8 +6,8 @@ SQLite and PostgreSQL, times three ways to answer "what was the state at version
   then, from the temporal transcript (what the ratio target is about);
 - history@v: `get_all(key, as_of_version=v)`, the whole history then; it returns about
   v/2 messages on average, so it grows with the session by nature;
-- replay@v: folding the stored events up to v (the canonical replay, as an event store
-  without temporal views would answer).
+- replay@v: folding the stored events up to v (tests/reference_replay.py, as an event
+  store without temporal views would answer).
 
 Prints a Markdown table (medians) with the ratio of the largest session to the
 smallest, and writes JSON to bench/results/replay-<time>.json and replay-latest.json.
@@ -32,7 +32,7 @@ from session_ledger.api.bootstrap import migrate, open_ledger
 from session_ledger.api.settings import Settings
 from session_ledger.domain.ledger import Ledger
 from session_ledger.domain.session import session_id
-from session_ledger.projections.replay import replay
+from tests.reference_replay import replay
 
 TOKEN_LIMIT = 4000
 WAYS = ("window@v", "history@v", "replay@v")

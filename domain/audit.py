@@ -4,60 +4,22 @@ read by `audit_trail.py`)."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import Any
 
+from .event_handlers import EventHandlers
 from .ports import ACTIVE, AuditEntry, SessionViews
-from .session import (
-    HistoryCleared,
-    HistoryReplaced,
-    LegalHoldPlaced,
-    LegalHoldReleased,
-    MessageRemoved,
-    MessagesAppended,
-    SessionEncrypted,
-    SessionErased,
-    SessionStarted,
-    StreamAborted,
-    StreamChunksAppended,
-    StreamCompleted,
-    StreamStarted,
-)
+from .session import Session
+from .session_events import AuditedEvent
+
+# What one event changed, as its audit entry says: from the event, and for a replace or a
+# reset from the views too (what it ended).
+AuditHandler = Callable[[SessionViews, uuid.UUID, Any], dict[str, Any]]
+AUDIT: EventHandlers[AuditHandler] = EventHandlers("audit")
 
 
-def audit_entry(views: SessionViews, session_id: uuid.UUID, event: Any) -> AuditEntry:
-    """The entry of `event`; what a replace or a reset ended is read from the views."""
-    changes: dict[str, Any]
-    if isinstance(event, SessionStarted):
-        changes = {"tenant": event.tenant, "key": event.key}
-    elif isinstance(event, MessagesAppended):
-        changes = {"added": event.messages}
-    elif isinstance(event, HistoryReplaced):
-        ended = views.ended_at(session_id, event.originator_version)
-        changes = {
-            "kept": event.kept,
-            "removed": [m.to_dict() for status, m in ended if status == ACTIVE],
-            "added": event.messages[event.kept :],
-        }
-    elif isinstance(event, HistoryCleared):
-        ended = views.ended_at(session_id, event.originator_version)
-        changes = {
-            "cleared": sum(status == ACTIVE for status, _ in ended),
-            "cleared_archived": sum(status != ACTIVE for status, _ in ended),
-        }
-    elif isinstance(event, MessageRemoved):
-        changes = {"position": event.position, "message_id": event.message_id,
-                   "removed": event.message}  # fmt: skip
-    elif isinstance(event, LegalHoldPlaced | LegalHoldReleased):
-        # (getattr: a release read from an older store may name no reference)
-        changes = {"reference": getattr(event, "reference", None)}
-    elif isinstance(event, SessionErased):
-        changes = {"basis": event.basis}
-    elif isinstance(event, SessionEncrypted):
-        changes = {"previous_head": event.previous_head}
-    elif isinstance(event, StreamStarted | StreamChunksAppended | StreamCompleted | StreamAborted):
-        changes = stream_changes(views, session_id, event)
-    else:
-        changes = {"archived": event.count}
+def audit_entry(views: SessionViews, session_id: uuid.UUID, event: AuditedEvent) -> AuditEntry:
+    """The entry of `event`: the fields every event records, and what it changed."""
     return AuditEntry(
         version=event.originator_version,
         event_type=type(event).__name__,
@@ -65,24 +27,88 @@ def audit_entry(views: SessionViews, session_id: uuid.UUID, event: Any) -> Audit
         actor=event.actor,
         reason=event.reason,
         idempotency_key=event.idempotency_key,
-        changes=changes,
+        changes=AUDIT.handler(event)(views, session_id, event),
     )
 
 
-def stream_changes(views: SessionViews, session_id: uuid.UUID, event: Any) -> dict[str, Any]:
-    """A stream event's changes: its deltas, and how the stream ended. An abort names the
-    partial text the reader had seen (marked aborted), whether or not it was kept."""
-    changes: dict[str, Any] = {"stream_id": event.stream_id}
-    if isinstance(event, StreamStarted):
-        changes.update(role=event.role, turn=event.turn, parent=event.parent)
-        return changes
-    changes["deltas"] = event.deltas
-    if isinstance(event, StreamCompleted):
-        changes["added"] = [event.message]
-    elif isinstance(event, StreamAborted):
-        stream = views.stream_view(session_id, event.stream_id)
-        changes.update(
-            aborted=True, cause=event.cause, partial=stream.text if stream else None,
-            added=[] if event.message is None else [event.message],
-        )  # fmt: skip
-    return changes
+@AUDIT.on(Session.SessionStarted)
+def _started(views: SessionViews, session_id: uuid.UUID, event: Any) -> dict[str, Any]:
+    return {"tenant": event.tenant, "key": event.key}
+
+
+@AUDIT.on(Session.MessagesAppended)
+def _appended(views: SessionViews, session_id: uuid.UUID, event: Any) -> dict[str, Any]:
+    return {"added": event.messages}
+
+
+@AUDIT.on(Session.HistoryReplaced)
+def _replaced(views: SessionViews, session_id: uuid.UUID, event: Any) -> dict[str, Any]:
+    ended = views.ended_at(session_id, event.originator_version)
+    return {
+        "kept": event.kept,
+        "removed": [m.to_dict() for status, m in ended if status == ACTIVE],
+        "added": event.messages[event.kept :],
+    }
+
+
+@AUDIT.on(Session.HistoryCleared)
+def _cleared(views: SessionViews, session_id: uuid.UUID, event: Any) -> dict[str, Any]:
+    ended = views.ended_at(session_id, event.originator_version)
+    return {
+        "cleared": sum(status == ACTIVE for status, _ in ended),
+        "cleared_archived": sum(status != ACTIVE for status, _ in ended),
+    }
+
+
+@AUDIT.on(Session.MessageRemoved)
+def _removed(views: SessionViews, session_id: uuid.UUID, event: Any) -> dict[str, Any]:
+    return {"position": event.position, "message_id": event.message_id, "removed": event.message}
+
+
+@AUDIT.on(Session.MessagesArchived)
+def _archived(views: SessionViews, session_id: uuid.UUID, event: Any) -> dict[str, Any]:
+    return {"archived": event.count}
+
+
+@AUDIT.on(Session.LegalHoldPlaced, Session.LegalHoldReleased)
+def _hold(views: SessionViews, session_id: uuid.UUID, event: Any) -> dict[str, Any]:
+    # (getattr: a release read from an older store may name no reference)
+    return {"reference": getattr(event, "reference", None)}
+
+
+@AUDIT.on(Session.SessionErased)
+def _erased(views: SessionViews, session_id: uuid.UUID, event: Any) -> dict[str, Any]:
+    return {"basis": event.basis}
+
+
+@AUDIT.on(Session.SessionEncrypted)
+def _encrypted(views: SessionViews, session_id: uuid.UUID, event: Any) -> dict[str, Any]:
+    return {"previous_head": event.previous_head}
+
+
+@AUDIT.on(Session.StreamStarted)
+def _stream_started(views: SessionViews, session_id: uuid.UUID, event: Any) -> dict[str, Any]:
+    return {"stream_id": event.stream_id, "role": event.role, "turn": event.turn,
+            "parent": event.parent}  # fmt: skip
+
+
+@AUDIT.on(Session.StreamChunksAppended)
+def _stream_chunks(views: SessionViews, session_id: uuid.UUID, event: Any) -> dict[str, Any]:
+    return {"stream_id": event.stream_id, "deltas": event.deltas}
+
+
+@AUDIT.on(Session.StreamCompleted)
+def _stream_completed(views: SessionViews, session_id: uuid.UUID, event: Any) -> dict[str, Any]:
+    return {"stream_id": event.stream_id, "deltas": event.deltas, "added": [event.message]}
+
+
+@AUDIT.on(Session.StreamAborted)
+def _stream_aborted(views: SessionViews, session_id: uuid.UUID, event: Any) -> dict[str, Any]:
+    """An abort names the partial text the reader had seen (marked aborted), whether or
+    not it was kept."""
+    stream = views.stream_view(session_id, event.stream_id)
+    return {
+        "stream_id": event.stream_id, "deltas": event.deltas, "aborted": True,
+        "cause": event.cause, "partial": stream.text if stream else None,
+        "added": [] if event.message is None else [event.message],
+    }  # fmt: skip

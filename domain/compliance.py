@@ -31,7 +31,7 @@ from .errors import (
 )
 from .inputs import MAX_REASON_CHARS, check_int, check_tenant, check_text
 from .ports import SessionViews, WriteResult
-from .session import LegalHoldPlaced, LegalHoldReleased, Session, session_id
+from .session import Session, session_id
 from .session_events import UNNAMED_HOLD, holds_of
 
 ENCRYPTED_EVENT = "SessionEncrypted"
@@ -181,7 +181,7 @@ class Compliance:
         folded = _Holds()
         found: Iterable[Any] = self._events.get(s.id, lte=s.version)
         for e in found:
-            if isinstance(e, LegalHoldPlaced | LegalHoldReleased):
+            if isinstance(e, Session.LegalHoldPlaced | Session.LegalHoldReleased):
                 e.apply(folded)
         return folded.holds
 

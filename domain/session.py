@@ -186,18 +186,14 @@ class Session(Aggregate):
 Session.held = False
 Session.erased = False
 
-MessagesAppended = Session.MessagesAppended
-HistoryReplaced = Session.HistoryReplaced
-HistoryCleared = Session.HistoryCleared
-MessageRemoved = Session.MessageRemoved
-MessagesArchived = Session.MessagesArchived
-SessionStarted = Session.SessionStarted
-LegalHoldPlaced = Session.LegalHoldPlaced
-LegalHoldReleased = Session.LegalHoldReleased
-SessionErased = Session.SessionErased
-SessionEncrypted = Session.SessionEncrypted
-StreamStarted = Session.StreamStarted
-StreamChunksAppended = Session.StreamChunksAppended
-StreamCompleted = Session.StreamCompleted
-StreamAborted = Session.StreamAborted
-STREAM_EVENTS = (StreamStarted, StreamChunksAppended, StreamCompleted, StreamAborted)
+
+# Every event class of a session, as stored and read (Session.<Name>), enumerated from
+# session_events.py: a class declared there is one each concern must handle (the
+# registries of domain/event_handlers.py; tests/unit/test_event_handlers.py).
+SESSION_EVENTS: tuple[type[Aggregate.Event], ...] = tuple(
+    getattr(Session, name)
+    for name, declared in vars(events).items()
+    if isinstance(declared, type)
+    and issubclass(declared, Aggregate.Event)
+    and declared.__module__ == events.__name__
+)

@@ -6,7 +6,7 @@ class here under the same name, and the library redefines it there as `Session.<
 a subclass of the one here: that is the class triggered, stored and read, so every topic
 stays `session_ledger.domain.session:Session.<Name>`, as in the stores written when the
 events were nested in the aggregate (tests/unit/test_stored_event_topics.py). Trigger
-and match events by session.py's names.
+and match events as `Session.<Name>`.
 
 Every event records who made the change (`actor`), why (`reason`), and, when the caller
 gave one, the idempotency key with the digest of the request it served. The command
@@ -17,9 +17,32 @@ every replayed event).
 
 from __future__ import annotations
 
-from typing import Any
+from datetime import datetime
+from typing import Any, Protocol
 
 from eventsourcing.domain import Aggregate
+
+
+class AuditedEvent(Protocol):
+    """What every event records beside its change (the audit trail's and the timeline's
+    fields). Each class declares these fields itself, after its own: a stored event's
+    JSON lists its fields in the order its class declares them, after its bases', so a
+    base declaring them would put them first and change the bytes of every new event."""
+
+    @property
+    def originator_version(self) -> int: ...
+    @property
+    def timestamp(self) -> datetime: ...
+    @property
+    def actor(self) -> str: ...
+    @property
+    def reason(self) -> str | None: ...
+    @property
+    def idempotency_key(self) -> str | None:
+        """The write id: the caller's idempotency key, or one the write made."""
+
+    @property
+    def request_digest(self) -> str | None: ...
 
 
 class SessionStarted(Aggregate.Created):

@@ -1,7 +1,8 @@
 """What each event does to the views, as backend-neutral changes.
 
 One function turns a write's events into row changes (named tuples: a put makes several,
-and a frozen dataclass costs three times as much to build); every backend applies them with
+and a frozen dataclass costs three times as much to build), each event by its handler in
+`VIEWS` (one per event class, domain/event_handlers.py); every backend applies them with
 its own SQL inside the transaction that stores the events, and `rebuild` feeds the
 whole log through the same function, so live views and rebuilt views cannot drift.
 """
@@ -9,27 +10,15 @@ whole log through the same function, so live views and rebuilt views cannot drif
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any, NamedTuple
 
+from session_ledger.domain.event_handlers import EventHandlers
 from session_ledger.domain.messages import canonical_json
 from session_ledger.domain.ports import ACTIVE, ARCHIVED, WriteBatch
-from session_ledger.domain.session import (
-    HistoryCleared,
-    HistoryReplaced,
-    LegalHoldPlaced,
-    LegalHoldReleased,
-    MessageRemoved,
-    MessagesAppended,
-    MessagesArchived,
-    SessionEncrypted,
-    SessionErased,
-    SessionStarted,
-    StreamAborted,
-    StreamChunksAppended,
-    StreamCompleted,
-    StreamStarted,
-)
+from session_ledger.domain.session import Session
+from session_ledger.domain.session_events import AuditedEvent
 
 from .bodies import stored_body
 
@@ -148,94 +137,154 @@ class ViewChanges(NamedTuple):
     timeline: tuple[TimelineRow, ...]
 
 
+# What one event does to the views: it appends its row changes to `changes` and returns
+# the tokens of the active messages it added and whether it ends live rows. The session's
+# creation (version 1) changes no rows: the write that stores it makes the session row.
+ViewHandler = Callable[[Any, WriteBatch, list[Change]], tuple[int, bool]]
+VIEWS: EventHandlers[ViewHandler] = EventHandlers("views")
+
+
 def view_changes(batch: WriteBatch) -> ViewChanges:
-    """The row changes of one write (a SessionStarted and/or one command event)."""
+    """The row changes of one write (its session's creation and/or one command event)."""
     changes: list[Change] = []
     timeline: list[TimelineRow] = []
     started = False
+    handler = VIEWS.handler
     for event in batch.events:
-        v = event.originator_version
-        count, next_id, archived = batch.message_count, batch.next_message_id, batch.archived_count
-        added, ends = 0, True
-        if isinstance(event, SessionStarted):
-            started, count, next_id, archived, ends = True, 0, 0, 0, False
-        elif isinstance(event, MessagesAppended | HistoryReplaced):
-            kept = 0
-            if isinstance(event, HistoryReplaced):
-                kept = event.kept
-                changes.append(CloseHistory(v, (ACTIVE,), kept, tuple(event.messages[:kept])))
-            bodies = batch.bodies[kept:] or [canonical_json(m) for m in event.messages[kept:]]
-            rows = tuple(
-                MessageRow(
-                    batch.first_message_id + i,
-                    m["role"],
-                    batch.counts[kept + i].alone,
-                    batch.counts[kept + i].joined,
-                    stored_body(m, body),
-                )
-                for i, (m, body) in enumerate(zip(event.messages[kept:], bodies, strict=True))
-            )
-            changes.append(InsertMessages(v, ACTIVE, rows))
-            added, ends = sum(r.tokens for r in rows), isinstance(event, HistoryReplaced)
-        elif isinstance(event, HistoryCleared):
-            changes.append(CloseHistory(v, (ACTIVE, ARCHIVED)))
-        elif isinstance(event, MessageRemoved):
-            changes.append(CloseMessage(v, event.message_id))
-        elif isinstance(event, StreamStarted):
-            ends = False
-            changes.append(OpenStream(v, event.stream_id, event.role, event.turn, event.parent,
-                                      event.timestamp))  # fmt: skip
-        elif isinstance(event, StreamChunksAppended | StreamCompleted | StreamAborted):
-            ends = False
-            state, cause = "open", None
-            if isinstance(event, StreamCompleted):
-                state = "completed"
-            elif isinstance(event, StreamAborted):
-                state, cause = "aborted", event.cause
-            text = "".join(event.deltas)
-            changes.append(ExtendStream(v, event.stream_id, text, event.timestamp, state, cause))
-            message = stream_message(event)
-            if message is not None:
-                tokens, body = batch.counts[0], canonical_json(message)
-                row = MessageRow(batch.first_message_id, message["role"], tokens.alone,
-                                 tokens.joined, stored_body(message, body))  # fmt: skip
-                changes.append(InsertMessages(v, ACTIVE, (row,)))
-                added = row.tokens
-        elif isinstance(event, MessagesArchived):
-            ends = bool(event.count)
-            if event.count:
-                changes.append(ArchiveOldest(v, event.count))
-        elif isinstance(event, SessionErased):
-            changes.append(EraseContent(v))
-            ends = False
-        elif isinstance(event, SessionEncrypted):
-            changes.append(SealContent(v))
-            ends = False
-        elif isinstance(event, LegalHoldPlaced | LegalHoldReleased):
-            ends = False
+        added, ends = handler(event)(event, batch, changes)
+        if event.originator_version == 1:
+            started = True
+            timeline.append(timeline_row(event, 0, 0, 0, added, ends))
         else:
-            raise TypeError(f"no projection for {type(event).__name__}")
-        timeline.append(timeline_row(event, count, next_id, archived, added, ends))
+            timeline.append(timeline_row(event, batch.message_count, batch.next_message_id,
+                                         batch.archived_count, added, ends))  # fmt: skip
     session = SessionRow(batch.tenant, batch.key, batch.events[0].timestamp)
     return ViewChanges(batch.session_id, started, session, tuple(changes), tuple(timeline))
 
 
-def stream_message(event: Any) -> dict[str, Any] | None:
-    """The message a stream event adds to the history: a completion's, or the partial an
-    abort keeps; None for any other event."""
-    if isinstance(event, StreamCompleted | StreamAborted):
-        message: dict[str, Any] | None = event.message
-        return message
-    return None
+@VIEWS.on(Session.SessionStarted)
+def _started(event: Any, batch: WriteBatch, changes: list[Change]) -> tuple[int, bool]:
+    return 0, False
+
+
+@VIEWS.on(Session.MessagesAppended)
+def _appended(event: Any, batch: WriteBatch, changes: list[Change]) -> tuple[int, bool]:
+    rows = message_rows(batch, event.messages, 0)
+    changes.append(InsertMessages(event.originator_version, ACTIVE, rows))
+    return sum(r.tokens for r in rows), False
+
+
+@VIEWS.on(Session.HistoryReplaced)
+def _replaced(event: Any, batch: WriteBatch, changes: list[Change]) -> tuple[int, bool]:
+    v, kept = event.originator_version, event.kept
+    changes.append(CloseHistory(v, (ACTIVE,), kept, tuple(event.messages[:kept])))
+    rows = message_rows(batch, event.messages, kept)
+    changes.append(InsertMessages(v, ACTIVE, rows))
+    return sum(r.tokens for r in rows), True
+
+
+def message_rows(
+    batch: WriteBatch, messages: list[dict[str, Any]], kept: int
+) -> tuple[MessageRow, ...]:
+    """The rows of `messages` after the `kept` first (which keep theirs)."""
+    bodies = batch.bodies[kept:] or [canonical_json(m) for m in messages[kept:]]
+    return tuple(
+        MessageRow(
+            batch.first_message_id + i,
+            m["role"],
+            batch.counts[kept + i].alone,
+            batch.counts[kept + i].joined,
+            stored_body(m, body),
+        )
+        for i, (m, body) in enumerate(zip(messages[kept:], bodies, strict=True))
+    )
+
+
+@VIEWS.on(Session.HistoryCleared)
+def _cleared(event: Any, batch: WriteBatch, changes: list[Change]) -> tuple[int, bool]:
+    changes.append(CloseHistory(event.originator_version, (ACTIVE, ARCHIVED)))
+    return 0, True
+
+
+@VIEWS.on(Session.MessageRemoved)
+def _removed(event: Any, batch: WriteBatch, changes: list[Change]) -> tuple[int, bool]:
+    changes.append(CloseMessage(event.originator_version, event.message_id))
+    return 0, True
+
+
+@VIEWS.on(Session.MessagesArchived)
+def _archived(event: Any, batch: WriteBatch, changes: list[Change]) -> tuple[int, bool]:
+    if event.count:
+        changes.append(ArchiveOldest(event.originator_version, event.count))
+    return 0, bool(event.count)
+
+
+@VIEWS.on(Session.SessionErased)
+def _erased(event: Any, batch: WriteBatch, changes: list[Change]) -> tuple[int, bool]:
+    changes.append(EraseContent(event.originator_version))
+    return 0, False
+
+
+@VIEWS.on(Session.SessionEncrypted)
+def _encrypted(event: Any, batch: WriteBatch, changes: list[Change]) -> tuple[int, bool]:
+    changes.append(SealContent(event.originator_version))
+    return 0, False
+
+
+@VIEWS.on(Session.LegalHoldPlaced, Session.LegalHoldReleased)
+def _hold(event: Any, batch: WriteBatch, changes: list[Change]) -> tuple[int, bool]:
+    return 0, False  # in the timeline only
+
+
+@VIEWS.on(Session.StreamStarted)
+def _stream_started(event: Any, batch: WriteBatch, changes: list[Change]) -> tuple[int, bool]:
+    changes.append(OpenStream(event.originator_version, event.stream_id, event.role, event.turn,
+                              event.parent, event.timestamp))  # fmt: skip
+    return 0, False
+
+
+@VIEWS.on(Session.StreamChunksAppended)
+def _stream_chunks(event: Any, batch: WriteBatch, changes: list[Change]) -> tuple[int, bool]:
+    changes.append(ExtendStream(event.originator_version, event.stream_id, "".join(event.deltas),
+                                event.timestamp))  # fmt: skip
+    return 0, False
+
+
+@VIEWS.on(Session.StreamCompleted)
+def _stream_completed(event: Any, batch: WriteBatch, changes: list[Change]) -> tuple[int, bool]:
+    return stream_end(event, batch, changes, "completed", None)
+
+
+@VIEWS.on(Session.StreamAborted)
+def _stream_aborted(event: Any, batch: WriteBatch, changes: list[Change]) -> tuple[int, bool]:
+    return stream_end(event, batch, changes, "aborted", event.cause)
+
+
+def stream_end(
+    event: Any, batch: WriteBatch, changes: list[Change], state: str, cause: str | None
+) -> tuple[int, bool]:
+    """A stream's last deltas and its end; its message (a completion's, or the partial an
+    abort keeps) enters the history."""
+    v = event.originator_version
+    text = "".join(event.deltas)
+    changes.append(ExtendStream(v, event.stream_id, text, event.timestamp, state, cause))
+    message: dict[str, Any] | None = event.message
+    if message is None:
+        return 0, False
+    tokens, body = batch.counts[0], canonical_json(message)
+    row = MessageRow(batch.first_message_id, message["role"], tokens.alone, tokens.joined,
+                     stored_body(message, body))  # fmt: skip
+    changes.append(InsertMessages(v, ACTIVE, (row,)))
+    return row.tokens, False
 
 
 def timeline_row(
-    event: Any, message_count: int, next_message_id: int, archived_count: int,
+    event: AuditedEvent, message_count: int, next_message_id: int, archived_count: int,
     tokens_added: int, ends_rows: bool,
 ) -> TimelineRow:  # fmt: skip
-    # The first write of a session stores SessionStarted and its command together; the
-    # idempotency key identifies that write once, on the command's row.
-    first = isinstance(event, SessionStarted)
+    # The first write of a session stores its creation (version 1) and its command
+    # together; the idempotency key identifies that write once, on the command's row.
+    first = event.originator_version == 1
     # Positional: every write builds one, and keywords cost twice as much here.
     return TimelineRow(
         event.originator_version, event.timestamp, type(event).__name__, event.actor,

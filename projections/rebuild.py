@@ -10,18 +10,18 @@ from __future__ import annotations
 
 import itertools
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from eventsourcing.sqlite import SQLiteDatastore
 
 from session_ledger.domain.messages import ChatMessage
 from session_ledger.domain.ports import WriteBatch
-from session_ledger.domain.session import HistoryReplaced, MessagesAppended, Session
-from session_ledger.domain.tokens import NamedTokenizer
+from session_ledger.domain.session import Session
+from session_ledger.domain.tokens import NamedTokenizer, TokenCount
 
-from .changes import stream_message, view_changes
+from .changes import view_changes
 from .key_rows import SessionContent
 from .sqlite import SQLiteDialect, SQLiteLedgerRecorder, sqlite_views
 from .view_writes import EventsDisagree
@@ -39,11 +39,6 @@ def write_batches(events: Iterable[Any], tokenizer: NamedTokenizer) -> Iterator[
         first_message_id = before.next_message_id if before is not None else 0
         after = event.mutate(before)
         sessions[event.originator_id] = after
-        counts: tuple[Any, ...] = ()
-        if isinstance(event, MessagesAppended | HistoryReplaced):
-            counts = tuple(_count(tokenizer, m) for m in event.messages)
-        elif (message := stream_message(event)) is not None:
-            counts = (_count(tokenizer, message),)
         yield WriteBatch(
             session_id=event.originator_id,
             tenant=after.tenant,
@@ -53,12 +48,40 @@ def write_batches(events: Iterable[Any], tokenizer: NamedTokenizer) -> Iterator[
             message_count=after.message_count,
             archived_count=after.archived_count,
             next_message_id=after.next_message_id,
-            counts=counts,
+            counts=AddedCounts(tokenizer, event),
         )
 
 
-def _count(tokenizer: NamedTokenizer, message: dict[str, Any]) -> Any:
-    return tokenizer.count(ChatMessage(message["role"], tuple(message["blocks"]), {}).content)
+class AddedCounts(Sequence[TokenCount]):
+    """The token counts of the messages `event` adds (its `messages`, or the one `message`
+    that ends a stream), each counted when the views' handler of the event reads it: only
+    the handler of an event that adds messages reads any (the live write counts them
+    before it writes)."""
+
+    def __init__(self, tokenizer: NamedTokenizer, event: Any) -> None:
+        self._tokenizer = tokenizer
+        self._event = event
+
+    def _messages(self) -> list[dict[str, Any]]:
+        messages: list[dict[str, Any]] | None = getattr(self._event, "messages", None)
+        return [self._event.message] if messages is None else messages
+
+    def __len__(self) -> int:
+        return len(self._messages())
+
+    @overload
+    def __getitem__(self, index: int) -> TokenCount: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[TokenCount]: ...
+
+    def __getitem__(self, index: int | slice) -> TokenCount | Sequence[TokenCount]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(len(self))[index]]
+        message = self._messages()[index]
+        return self._tokenizer.count(
+            ChatMessage(message["role"], tuple(message["blocks"]), {}).content
+        )
 
 
 def rebuild(

@@ -30,14 +30,16 @@ import json
 import shutil
 import tempfile
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from email.header import Header
 from email.utils import format_datetime, make_msgid
 from pathlib import Path
 from typing import IO, Any
 
+from session_ledger.domain.event_handlers import EventHandlers
 from session_ledger.domain.ledger import Ledger
+from session_ledger.domain.session import Session
 
 from .export import export_jsonl, plan_export
 from .package import selected_keys
@@ -145,24 +147,73 @@ class _Parts:
                 "begin": self.first, "end": self.last}  # fmt: skip
 
 
+# The RSMF events of one ledger event (a line of its JSONL export): its messages, and a
+# note of any other change of the history.
+RSMFHandler = Callable[[str, dict[str, Any]], Iterator[dict[str, Any]]]
+RSMF_EVENTS: EventHandlers[RSMFHandler] = EventHandlers("RSMF export")
+
+
 def _events(sid: str, record: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    """The RSMF events of one ledger event: its messages, and a note of any other change."""
-    version, kind, payload = record["version"], record["type"], record["payload"]
-    when = _timestamp(record["recorded_at"])
-    custom = [{"name": "version", "value": str(version)},
+    return RSMF_EVENTS.by_name(record["type"])(sid, record)
+
+
+@RSMF_EVENTS.on(Session.SessionStarted)
+def _started(sid: str, record: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    return iter(())  # the conversation itself
+
+
+@RSMF_EVENTS.on(Session.MessagesAppended)
+def _appended(sid: str, record: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    return _messages(sid, record)
+
+
+@RSMF_EVENTS.on(Session.HistoryReplaced)
+def _replaced(sid: str, record: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield _note(sid, record)
+    yield from _messages(sid, record)
+
+
+@RSMF_EVENTS.on(
+    Session.HistoryCleared,
+    Session.MessageRemoved,
+    Session.MessagesArchived,
+    Session.LegalHoldPlaced,
+    Session.LegalHoldReleased,
+    Session.SessionErased,
+    Session.SessionEncrypted,
+    Session.StreamStarted,
+    Session.StreamChunksAppended,
+    Session.StreamCompleted,
+    Session.StreamAborted,
+)
+def _noted(sid: str, record: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield _note(sid, record)
+
+
+def _custom(record: dict[str, Any]) -> list[dict[str, str]]:
+    custom = [{"name": "version", "value": str(record["version"])},
               {"name": "actor", "value": str(record["actor"])}]  # fmt: skip
     if record["reason"]:
         custom.append({"name": "reason", "value": record["reason"]})
-    if kind not in ("SessionStarted", "MessagesAppended"):
-        note = {k: v for k, v in payload.items() if k != "messages"}
-        body = f"{kind} by {record['actor']}" + (f": {record['reason']}" if record["reason"]
-                                                 else "")  # fmt: skip
-        if note:
-            body += " " + json.dumps(note, ensure_ascii=False, sort_keys=True)
-        yield {"id": f"{sid}/{version}", "type": "history", "conversation": sid,
-               "participant": str(record["actor"]), "timestamp": when, "body": body,
-               "custom": custom}  # fmt: skip
-    messages = payload.get("messages")
+    return custom
+
+
+def _note(sid: str, record: dict[str, Any]) -> dict[str, Any]:
+    """A change of the history, from its actor: its type and its fields but messages."""
+    kind, actor, reason = record["type"], record["actor"], record["reason"]
+    note = {k: v for k, v in record["payload"].items() if k != "messages"}
+    body = f"{kind} by {actor}" + (f": {reason}" if reason else "")
+    if note:
+        body += " " + json.dumps(note, ensure_ascii=False, sort_keys=True)
+    return {"id": f"{sid}/{record['version']}", "type": "history", "conversation": sid,
+            "participant": str(actor), "timestamp": _timestamp(record["recorded_at"]),
+            "body": body, "custom": _custom(record)}  # fmt: skip
+
+
+def _messages(sid: str, record: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The messages the event carries, each from its role."""
+    version, when, custom = record["version"], _timestamp(record["recorded_at"]), _custom(record)
+    messages = record["payload"].get("messages")
     for n, message in enumerate(messages if isinstance(messages, list) else []):
         yield {"id": f"{sid}/{version}/{n}", "type": "message", "conversation": sid,
                "participant": f"role:{message.get('role', 'unknown')}", "timestamp": when,

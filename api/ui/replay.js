@@ -9,17 +9,30 @@ import { pagedHistory } from "./history.js";
 
 const EVENTS_PAGE = 100;
 
+// What each event changed, in a few words: one entry per event type (the tests hold it to
+// the ledger's event classes, tests/unit/test_event_handlers.py).
+const SUMMARIES = {
+  SessionStarted: () => "started",
+  MessagesAppended: (c) => `added ${count(c.added.length, "message")}`,
+  HistoryReplaced: (c) => `kept ${c.kept}, removed ${c.removed.length}, added ${c.added.length}`,
+  HistoryCleared: (c) => `cleared ${count(c.cleared, "message")}`,
+  MessageRemoved: (c) => `removed the message at position ${c.position}`,
+  MessagesArchived: (c) => `archived ${count(c.archived, "message")}`,
+  LegalHoldPlaced: (c) => (c.reference ? `placed the hold ${c.reference}` : "placed a hold"),
+  LegalHoldReleased: (c) => (c.reference ? `released the hold ${c.reference}` : "released a hold"),
+  SessionErased: (c) => `erased (${c.basis})`,
+  SessionEncrypted: () => "sealed the content stored clear",
+  StreamStarted: (c) => `opened stream ${c.stream_id}`,
+  StreamChunksAppended: (c) => `${count(c.deltas.length, "delta")} to stream ${c.stream_id}`,
+  StreamCompleted: (c) => `completed stream ${c.stream_id}`,
+  StreamAborted: (c) => `aborted stream ${c.stream_id} (${c.cause})`,
+};
+
 function changeSummary(event) {
-  const c = event.changes;
-  switch (event.event_type) {
-    case "MessagesAppended": return `added ${count(c.added.length, "message")}`;
-    case "HistoryReplaced":
-      return `kept ${c.kept}, removed ${c.removed.length}, added ${c.added.length}`;
-    case "HistoryCleared": return `cleared ${count(c.cleared, "message")}`;
-    case "MessageRemoved": return `removed the message at position ${c.position}`;
-    case "MessagesArchived": return `archived ${count(c.archived, "message")}`;
-    default: return "";
+  if (!Object.hasOwn(SUMMARIES, event.event_type)) {
+    throw new Error(`no summary for the event type ${event.event_type}`);
   }
+  return SUMMARIES[event.event_type](event.changes);
 }
 
 function timeline(key, head, onPick) {

@@ -20,7 +20,7 @@ from session_ledger.domain.ledger import Ledger
 from session_ledger.domain.session import session_id
 from session_ledger.projections.export import export_jsonl, export_session, plan_export
 from session_ledger.projections.export_verify import verify_export
-from session_ledger.projections.replay import replay
+from tests.reference_replay import replay
 
 HARD_TEXT = "emoji 🧪👩🏽‍🔬, NUL \x00 inside, RTL שלום עליכם / مرحبا, LS \u2028 PS \u2029 NEL \x85"
 

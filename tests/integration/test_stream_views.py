@@ -10,9 +10,9 @@ from session_ledger.domain.ledger import Ledger
 from session_ledger.domain.session import session_id
 from session_ledger.projections.export import export_jsonl, plan_export
 from session_ledger.projections.rebuild import check, rebuild
-from session_ledger.projections.replay import replay
 from tests.conftest import make_ledger
 from tests.integration.test_rebuild import all_rows, views
+from tests.reference_replay import replay
 
 
 def write_streams(ledger: Ledger, key: str) -> None:

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from session_ledger.domain.errors import MessageNotFound
 from session_ledger.domain.ledger import Ledger
 from session_ledger.domain.session import session_id
-from session_ledger.projections.replay import replay
 from tests.conftest import make_ledger, make_settings
+from tests.reference_replay import replay
 from tests.unit.test_window_matches_llamaindex import as_llamaindex, llamaindex_window
 
 TEXT = st.sampled_from(["hi", "a b", "", "x y z", "😀"])
