@@ -26,9 +26,6 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 from fastapi.routing import APIRoute
 
-from session_ledger.projections.access_log import record_access
-from session_ledger.projections.views import SQLViews
-
 from .auth import READ, Principal, require
 from .deps import mark_access
 from .inputs import RouteInputs, route_inputs
@@ -105,12 +102,11 @@ async def _parameters(request: Request, models: list[type[RouteInputs]]) -> dict
 def _recorder(
     request: Request, who: Principal, action: str, key: str | None, parameters: dict[str, Any]
 ) -> Callable[[int, bool], None]:
-    views = request.app.state.ledger.views
-    assert isinstance(views, SQLViews)
+    evidence = request.app.state.ledger.views.evidence
 
     def record(records: int, complete: bool) -> None:
         params = parameters if complete else {**parameters, "complete": False}
-        record_access(views, who.tenant, who.actor, who.role, action, key, params, records)
+        evidence.record_access(who.tenant, who.actor, who.role, action, key, params, records)
 
     return record
 

@@ -14,6 +14,7 @@ from session_ledger.domain.tokens import load_tokenizer
 from session_ledger.projections.postgres_partitions import partition
 from session_ledger.projections.postgres_schema import layout as postgres_layout
 from session_ledger.projections.sqlite import sqlite_layout
+from session_ledger.projections.views import SQLViews
 
 from .durability import postgres_durability_problems, refuse_unsafe, sqlite_durability_problems
 from .keystore import open_key_store
@@ -167,6 +168,15 @@ def store_bridged(ledger: Ledger) -> bool:
     from session_ledger.projections.postgres import PostgresLedgerRecorder
 
     return isinstance(ledger.recorder, PostgresLedgerRecorder) and ledger.views.read_routing is None
+
+
+def sql_views(ledger: Ledger) -> SQLViews:
+    """The ledger's views as the SQL stores make them, whose rows `rebuild` and `check`
+    derive again in the store's own dialect (the one place the port is narrowed)."""
+    views = ledger.views
+    if not isinstance(views, SQLViews):
+        raise TypeError(f"{type(views).__name__} are not views of an SQL store")
+    return views
 
 
 def migrate(settings: Settings) -> None:

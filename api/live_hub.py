@@ -33,12 +33,11 @@ import time
 import uuid
 from collections import defaultdict
 from functools import lru_cache
-from typing import cast
 
 import psycopg
 
 from session_ledger.domain.ledger import Ledger
-from session_ledger.projections.views import SQLViews
+from session_ledger.domain.ports import SessionViews
 
 log = logging.getLogger("session_ledger.api")
 CHANNEL = "ledger_events"
@@ -226,8 +225,8 @@ class LiveHub:
         return self._views.events_written_after(position, 10_000)
 
     @property
-    def _views(self) -> SQLViews:
-        return cast(SQLViews, self.ledger.views)
+    def _views(self) -> SessionViews:
+        return self.ledger.views
 
 
 def _commits(payload: str) -> list[Commit]:

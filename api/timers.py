@@ -83,15 +83,13 @@ def make_checkpoints(settings: Settings, ledger: Ledger, tenant: str | None = No
     """One checkpoint per tenant (or of `tenant`): the files written. What the checkpoint
     timer does at each round, and the `checkpoint` command once."""
     from session_ledger.projections.checkpoint import load_private_key, make_checkpoint
-    from session_ledger.projections.views import SQLViews
 
     if settings.signing_key_file is None:
         raise CheckpointError("set LEDGER_SIGNING_KEY_FILE to the checkpoint signing key")
     key = load_private_key(settings.signing_key_file)
-    views = ledger.views
-    assert isinstance(views, SQLViews)
-    tenants = [tenant] if tenant is not None else views.tenants()
-    return [make_checkpoint(views, t, key, settings.checkpoint_dir)[0] for t in tenants]
+    evidence = ledger.views.evidence
+    tenants = [tenant] if tenant is not None else evidence.tenants()
+    return [make_checkpoint(evidence, t, key, settings.checkpoint_dir)[0] for t in tenants]
 
 
 def _every(minutes: float, name: str, what: str, work: Callable[[], None]) -> threading.Event:

@@ -186,12 +186,82 @@ class ReadRouting(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class AccessEntry:
+    """One entry of a tenant's access log: who read or exported what."""
+
+    tenant: str
+    seq: int
+    recorded_at: str  # ISO 8601, UTC
+    actor: str
+    role: str
+    action: str  # transcript, window, audit, export, ...
+    session_key: str | None
+    parameters: dict[str, Any]
+    records: int  # messages, events or lines the answer held
+    chain: str = ""  # hex h_seq
+
+
+@dataclass(frozen=True)
+class FoundEvent:
+    """An event an audit search found."""
+
+    key: str
+    version: int
+    event_type: str
+    recorded_at: datetime
+    actor: str
+    reason: str | None
+
+
+class EvidenceStore(Protocol):
+    """The evidence kept beside the views: each tenant's access log (append-only,
+    hash-chained), the audit search's index of the timeline, the tenants' session heads
+    (what a checkpoint signs) and the sizes of the stored events (an export's pages)."""
+
+    def record_access(
+        self, tenant: str, actor: str, role: str, action: str, session_key: str | None,
+        parameters: dict[str, Any], records: int, now: datetime | None = None,
+    ) -> AccessEntry: ...  # fmt: skip
+
+    def access_entries(self, tenant: str, after: int, limit: int) -> list[AccessEntry]: ...
+
+    def others_follow(self, tenant: str, after: int, reader: str) -> bool: ...
+
+    def session_entries(
+        self, tenant: str, key: str, after: int, up_to: int, limit: int
+    ) -> list[tuple[AccessEntry, bytes]]: ...
+
+    def access_head(self, tenant: str) -> tuple[int, bytes]: ...
+
+    def search_events(
+        self, tenant: str, *, actor: str | None = None, event_type: str | None = None,
+        start: datetime | None = None, end: datetime | None = None, prefix: str = "",
+        cursor: str | None = None, limit: int = 100,
+    ) -> tuple[list[FoundEvent], str | None]: ...  # fmt: skip
+
+    def tenants(self) -> list[str]: ...
+
+    def tenant_heads(
+        self, tenant: str, after: str | None, limit: int
+    ) -> list[tuple[str, int, bytes | None]]: ...
+
+    def event_sizes(
+        self, session_id: uuid.UUID, after: int, upto: int, limit: int
+    ) -> list[int]: ...
+
+
 @runtime_checkable
 class SessionViews(Protocol):
     """Reads the ledger serves from its projections."""
 
     # Where the queries may be served instead of here (None: here).
     read_routing: ReadRouting | None
+    # The evidence beside these views (the second port).
+    evidence: EvidenceStore
+    # Told each session id and its tenant once its write committed (the live tails' hub
+    # subscribes while it runs; None: no one).
+    after_commit: Callable[[uuid.UUID, str], None] | None
 
     def context_window(
         self,
@@ -288,4 +358,19 @@ class SessionViews(Protocol):
 
     def idle_streams(self, before: datetime, limit: int) -> list[tuple[str, str, str]]:
         """(tenant, key, stream id) of open streams with no event since `before`."""
+        ...
+
+    def session_count(self) -> int: ...
+
+    def drop_old_bytes(self) -> str:
+        """Drop what the store's files keep of rows rewritten in place (encrypt-existing);
+        what was done, or what the operator must do."""
+        ...
+
+    def last_event_position(self) -> int:
+        """The position of the newest event in the whole log (the live tails' watcher)."""
+        ...
+
+    def events_written_after(self, position: int, limit: int) -> list[tuple[int, uuid.UUID, str]]:
+        """(position, session id, tenant) of the events after `position`, in log order."""
         ...

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -20,27 +20,14 @@ from eventsourcing.persistence import IntegrityError
 
 from session_ledger.domain.errors import LedgerError
 from session_ledger.domain.integrity import GENESIS
+from session_ledger.domain.ports import AccessEntry, EvidenceStore
 
 from .access_chain import access_step
-from .views import SQLViews
+from .dialect import SQLStore
 
 APPEND_RETRIES = 100  # appends that lost the race for a number, before giving up
 LOG_READ = "access log"  # the action of a read of the access log itself
 COLUMNS = "tenant, seq, recorded_at, actor, role, action, session_key, parameters, records, chain"
-
-
-@dataclass(frozen=True)
-class AccessEntry:
-    tenant: str
-    seq: int
-    recorded_at: str  # ISO 8601, UTC
-    actor: str
-    role: str
-    action: str  # transcript, window, audit, export, ...
-    session_key: str | None
-    parameters: dict[str, Any]
-    records: int  # messages, events or lines the answer held
-    chain: str = ""  # hex h_seq
 
 
 def next_hash(previous: bytes, entry: AccessEntry) -> bytes:
@@ -48,7 +35,7 @@ def next_hash(previous: bytes, entry: AccessEntry) -> bytes:
 
 
 def record_access(
-    views: SQLViews,
+    views: SQLStore,
     tenant: str,
     actor: str,
     role: str,
@@ -82,7 +69,7 @@ def record_access(
     raise LedgerError(f"the access log of tenant {tenant!r} is too busy to append to")
 
 
-def access_entries(views: SQLViews, tenant: str, after: int, limit: int) -> list[AccessEntry]:
+def access_entries(views: SQLStore, tenant: str, after: int, limit: int) -> list[AccessEntry]:
     """The tenant's log after number `after`, oldest first."""
     with views.dialect.reading() as read:
         rows = read(f"SELECT {COLUMNS} FROM ledger_access_log WHERE tenant = ? AND seq > ? "
@@ -90,7 +77,7 @@ def access_entries(views: SQLViews, tenant: str, after: int, limit: int) -> list
     return _entries(rows)
 
 
-def others_follow(views: SQLViews, tenant: str, after: int, reader: str) -> bool:
+def others_follow(views: SQLStore, tenant: str, after: int, reader: str) -> bool:
     """Whether the tenant's log holds an entry after number `after` other than `reader`'s
     own reads of the log: those alone are no reason for it to read on (each read is
     entered, so a reader paging one entry at a time would never reach the end)."""
@@ -102,7 +89,7 @@ def others_follow(views: SQLViews, tenant: str, after: int, reader: str) -> bool
 
 
 def session_entries(
-    views: SQLViews, tenant: str, key: str, after: int, up_to: int, limit: int
+    views: SQLStore, tenant: str, key: str, after: int, up_to: int, limit: int
 ) -> list[tuple[AccessEntry, bytes]]:
     """The entries about session `key` numbered in (after, up_to], oldest first, each with
     the hash of the entry before it (what an export needs to show each link)."""
@@ -136,7 +123,7 @@ def _entries(rows: list[Any]) -> list[AccessEntry]:
     ]
 
 
-def access_head(views: SQLViews, tenant: str) -> tuple[int, bytes]:
+def access_head(views: SQLStore, tenant: str) -> tuple[int, bytes]:
     """The tenant's log as it stands: (number of its last entry, its hash), (0, h_0) if empty."""
     with views.dialect.reading() as read:
         last = read("SELECT seq, chain FROM ledger_access_log WHERE tenant = ? "
@@ -145,7 +132,7 @@ def access_head(views: SQLViews, tenant: str) -> tuple[int, bytes]:
 
 
 def verify_access_log(
-    views: SQLViews, tenant: str, page: int = 1000, pinned: Mapping[int, bytes] | None = None
+    views: EvidenceStore, tenant: str, page: int = 1000, pinned: Mapping[int, bytes] | None = None
 ) -> Iterator[str]:
     """Problems found recomputing the tenant's access chain (none: intact); given
     `pinned` (entry number -> the hash a signed checkpoint recorded there), the chain
@@ -153,7 +140,7 @@ def verify_access_log(
     and rehashed since the checkpoint is named."""
     pins = dict(pinned or {})
     h, seq = GENESIS, 0
-    while entries := access_entries(views, tenant, seq, page):
+    while entries := views.access_entries(tenant, seq, page):
         for entry in entries:
             if entry.seq != seq + 1:
                 yield f"entry {seq + 1} is missing"

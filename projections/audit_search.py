@@ -13,31 +13,21 @@ from __future__ import annotations
 import base64
 import json
 import uuid
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from session_ledger.domain.errors import InvalidInput
+from session_ledger.domain.ports import FoundEvent
 
+from .dialect import SQLStore
 from .sql import MAX_CHAR
-from .views import SQLViews
 
 FAR_PAST = datetime.fromisoformat("0001-01-01T00:00:00+00:00")
 FAR_FUTURE = datetime.fromisoformat("9999-12-31T23:59:59+00:00")
 
 
-@dataclass(frozen=True)
-class FoundEvent:
-    key: str
-    version: int
-    event_type: str
-    recorded_at: datetime
-    actor: str
-    reason: str | None
-
-
 def search_events(
-    views: SQLViews,
+    views: SQLStore,
     tenant: str,
     *,
     actor: str | None = None,
@@ -95,7 +85,7 @@ def search_events(
     return found, base64.urlsafe_b64encode(json.dumps(position).encode()).decode()
 
 
-def _cursor(views: SQLViews, cursor: str) -> tuple[Any, Any, int]:
+def _cursor(views: SQLStore, cursor: str) -> tuple[Any, Any, int]:
     try:
         moment, sid, version = json.loads(base64.urlsafe_b64decode(cursor.encode()))
         if type(version) is not int:

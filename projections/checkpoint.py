@@ -41,10 +41,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from session_ledger.domain import merkle
 from session_ledger.domain.errors import CheckpointError
 from session_ledger.domain.integrity import GENESIS
+from session_ledger.domain.ports import EvidenceStore
 from session_ledger.domain.session import session_id as derive_session_id
-
-from .access_log import access_head
-from .views import SQLViews
 
 FORMAT = "session-ledger-checkpoint"
 FORMAT_VERSION = 2
@@ -222,7 +220,9 @@ def latest_path(directory: Path, tenant: str) -> Path | None:
 # -- making one ----------------------------------------------------------------------------
 
 
-def heads(views: SQLViews, tenant: str, page: int = HEADS_PAGE) -> Iterator[tuple[str, int, bytes]]:
+def heads(
+    views: EvidenceStore, tenant: str, page: int = HEADS_PAGE
+) -> Iterator[tuple[str, int, bytes]]:
     """The tenant's sessions' (key, version, stored chain head), in key order."""
     after: str | None = None
     while rows := views.tenant_heads(tenant, after, page):
@@ -257,7 +257,7 @@ def sign(
 
 
 def make_checkpoint(
-    views: SQLViews, tenant: str, private_key: Ed25519PrivateKey, directory: Path
+    views: EvidenceStore, tenant: str, private_key: Ed25519PrivateKey, directory: Path
 ) -> tuple[Path, Checkpoint]:
     """Sign the tenant's current heads and write the checkpoint into `directory`, naming
     the newest one there as `previous`. A lock file keeps two makers from forking the
@@ -269,7 +269,7 @@ def make_checkpoint(
         last = latest_path(directory, tenant)
         previous = read_checkpoint(last).hash if last else None
         checkpoint = sign(tenant, list(heads(views, tenant)), private_key, previous,
-                          access_log=access_head(views, tenant))  # fmt: skip
+                          access_log=views.access_head(tenant))  # fmt: skip
         stamp = datetime.fromisoformat(checkpoint.tree_head["created_at"])
         path = folder / f"{stamp:%Y%m%dT%H%M%S%fZ}-{checkpoint.hash[:16]}.json"
         partial = path.with_suffix(".partial")

@@ -14,11 +14,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from session_ledger.domain import merkle
 from session_ledger.domain.errors import SessionNotFound
 from session_ledger.domain.ledger import Ledger
-from session_ledger.domain.ports import ChainReport
+from session_ledger.domain.ports import ChainReport, EvidenceStore
 
 from .access_log import verify_access_log
 from .checkpoint import Checkpoint, key_id, signed_bytes
-from .views import SQLViews
 
 KEYS_PAGE = 1000  # session keys read per statement when looking for sessions made since
 
@@ -78,7 +77,7 @@ def check_growth(earlier: Checkpoint, later: Checkpoint) -> list[str]:
     return problems
 
 
-def verify_access(views: SQLViews, checkpoints: Sequence[Checkpoint]) -> list[str]:
+def verify_access(views: EvidenceStore, checkpoints: Sequence[Checkpoint]) -> list[str]:
     """The tenant's access log recomputed from its entries: intact, and passing through
     the head each checkpoint signed (none signed by a version 1 checkpoint)."""
     pins: dict[int, bytes] = {}

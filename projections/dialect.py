@@ -244,3 +244,14 @@ def _read_through(
         return rows
     reached = max(cut) if newest_first else min(cut)
     return rows[: next(n for n, row in enumerate(rows) if key(row) == reached) + 1]
+
+
+class SQLStore(Protocol):
+    """Where statements beside the views' own run (the evidence: `access_log.py`,
+    `audit_search.py`): a dialect, and the rows read counted."""
+
+    @property
+    def dialect(self) -> Dialect: ...
+
+    @property
+    def rows(self) -> ViewRows: ...

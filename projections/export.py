@@ -54,9 +54,7 @@ from session_ledger.domain.ports import ACTIVE
 from session_ledger.domain.reads import past_version
 from session_ledger.domain.session import session_id as derive_session_id
 
-from .access_log import access_head, session_entries
 from .export_format import CHAIN, FORMAT, FORMAT_VERSION, json_text, line, readable, utc
-from .views import SQLViews
 
 FORMATS = ("jsonl", "csv")
 EVENTS_PAGE = 500  # stored events per read
@@ -88,8 +86,7 @@ def plan_export(
         past_version(key, head, as_of_version)
     up_to = None
     if access_log:
-        assert isinstance(ledger.views, SQLViews)
-        up_to = access_head(ledger.views, head.tenant)[0]
+        up_to = ledger.views.evidence.access_head(head.tenant)[0]
     return ExportPlan(
         tenant=head.tenant,
         key=head.key,
@@ -138,11 +135,10 @@ def stored_events(
     """The session's stored events, versions 1 to `plan.to_version`, `page` per read, and
     a read ending before `max_answer_bytes` of them (its first whatever its size): a few
     writes of tens of megabytes each are read one at a time."""
-    views = ledger.views
-    assert isinstance(views, SQLViews)
+    evidence = ledger.views.evidence
     after = 0
     while after < plan.to_version:
-        sizes = views.event_sizes(plan.session_id, after, plan.to_version, page)
+        sizes = evidence.event_sizes(plan.session_id, after, plan.to_version, page)
         held, upto = 0, after
         for size in sizes:
             if upto > after and held + size > ledger.limits.max_answer_bytes:
@@ -214,10 +210,9 @@ def access_lines(ledger: Ledger, plan: ExportPlan, page: int = EVENTS_PAGE) -> I
     """The access entries about the session the plan asks for, a page at a time."""
     if plan.access_up_to is None:
         return
-    assert isinstance(ledger.views, SQLViews)
     after = 0
-    while found := session_entries(ledger.views, plan.tenant, plan.key, after,
-                                   plan.access_up_to, page):  # fmt: skip
+    while found := ledger.views.evidence.session_entries(plan.tenant, plan.key, after,
+                                                         plan.access_up_to, page):  # fmt: skip
         for entry, previous in found:
             fields = {k: v for k, v in vars(entry).items() if k not in ("tenant", "chain")}
             yield line({"record": "access", **fields, "previous": previous.hex(),

@@ -34,13 +34,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from session_ledger.domain.ledger import Ledger
+from session_ledger.domain.ports import SessionViews
 from session_ledger.domain.session import session_id
 
 from . import tar_stream
-from .audit_search import search_events
 from .export import export_jsonl, plan_export, plan_proof
 from .export_verify import verify_export
-from .views import SQLViews
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -56,7 +55,7 @@ TICK = timedelta(microseconds=1)
 
 
 def selected_keys(
-    views: SQLViews, ledger: Ledger, tenant: str, prefix: str,
+    views: SessionViews, ledger: Ledger, tenant: str, prefix: str,
     start: datetime | None, end: datetime | None, actor: str | None,
 ) -> Iterator[str]:  # fmt: skip
     """The keys the query selects, in key order (an actor's: in the order first found)."""
@@ -64,8 +63,9 @@ def selected_keys(
         seen: set[str] = set()
         cursor = None
         while True:
-            found, cursor = search_events(views, tenant, actor=actor, start=start, end=end,
-                                          prefix=prefix, cursor=cursor, limit=1000)  # fmt: skip
+            found, cursor = views.evidence.search_events(
+                tenant, actor=actor, start=start, end=end, prefix=prefix, cursor=cursor, limit=1000
+            )
             for event in found:
                 if event.key not in seen:
                     seen.add(event.key)
@@ -102,7 +102,6 @@ def package_files(
     a line per session, never a session's or the package's content. With `access_log`,
     each session's export also carries the access log's entries about it."""
     views = ledger.views
-    assert isinstance(views, SQLViews)
     (folder / "sessions").mkdir(parents=True)
     files: dict[str, str] = {}
     sessions: list[dict[str, Any]] = []

@@ -43,7 +43,6 @@ from session_ledger.domain.session import Session
 
 from .export import export_jsonl, plan_export
 from .package import selected_keys
-from .views import SQLViews
 
 VERSION = "2.0.0"
 PLATFORM = "session-ledger"
@@ -60,7 +59,6 @@ def write_rsmf(
     """Write the RSMF file of the sessions the query selects to `output` (written aside,
     renamed when whole); its roll-up: conversations, events, first and last time."""
     views = ledger.views
-    assert isinstance(views, SQLViews)
     with tempfile.TemporaryDirectory(prefix="ledger-rsmf-") as tmp:
         folder = Path(tmp)
         parts = _Parts(folder)

@@ -17,12 +17,13 @@ from typing import Any, NamedTuple
 
 from eventsourcing.persistence import StoredEvent
 
-from session_ledger.domain.ports import ReadRouting
+from session_ledger.domain.ports import EvidenceStore, ReadRouting
 
 from .bodies import body_json
 from .context import Context
 from .dialect import Dialect, ViewRows
 from .encrypt_existing import ClearSessionSealing
+from .evidence_rows import EvidenceRows
 from .feed import Feed
 from .key_rows import SessionContent
 from .sql import Reader, utc_text
@@ -52,15 +53,18 @@ class ViewParts(NamedTuple):
     streams: Streams
     feed: Feed
     writer: ViewWriter
+    evidence: EvidenceRows
 
 
 def view_parts(dialect: Dialect, content: SessionContent, feed: Feed) -> ViewParts:
     """The views' parts over `dialect`, with the session content's keys and the store's feed."""
     rows = ViewRows(dialect, content)
+    timeline = Timeline(dialect, rows)
     return ViewParts(
         dialect, content, rows, Context(dialect, rows), Transcript(dialect, rows),
-        Timeline(dialect, rows), Streams(dialect, content), feed,
+        timeline, Streams(dialect, content), feed,
         ViewWriter(dialect, rows, content, ClearSessionSealing(dialect, content.data_keys)),
+        EvidenceRows(dialect, rows, timeline),
     )  # fmt: skip
 
 
@@ -115,6 +119,16 @@ class SQLViews:
         self.feed_after = feed.feed_after
         self.sealed = content.sealed
         self.can_seal = content.can_seal
+        # The evidence (the second port), its calls also answered here.
+        evidence = parts.evidence
+        self.evidence: EvidenceStore = evidence
+        self.record_access = evidence.record_access
+        self.access_entries = evidence.access_entries
+        self.others_follow = evidence.others_follow
+        self.session_entries = evidence.session_entries
+        self.access_head = evidence.access_head
+        self.search_events = evidence.search_events
+        self.event_sizes = evidence.event_sizes
         self.snapshot = parts.dialect.snapshot
         self.drop_old_bytes = parts.dialect.drop_old_bytes
 
@@ -158,18 +172,6 @@ class SQLViews:
             for table in self.view_tables:
                 self.dialect.execute(cursor, f"DELETE FROM {table}", ())
             yield cursor, self.dialect.reader(cursor)
-
-    def event_sizes(self, session_id: uuid.UUID, after: int, upto: int, limit: int) -> list[int]:
-        """The stored sizes (bytes of state) of the session's events after version `after`,
-        up to `upto`, at most `limit` of them, in order: what a read of them would hold."""
-        with self.dialect.reading() as read:
-            rows = read.tuples(
-                "SELECT length(state) FROM ledger_events WHERE originator_id = ? AND "
-                "originator_version > ? AND originator_version <= ? "
-                "ORDER BY originator_version LIMIT ?",
-                (self.dialect.sid(session_id), after, upto, limit),
-            )
-        return [int(size) for (size,) in rows]
 
     def stored_events(self, read: Reader, page: int = 1000) -> Iterator[StoredEvent]:
         """Every stored event in log order, read a page at a time through `read`."""

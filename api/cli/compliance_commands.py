@@ -52,13 +52,10 @@ def encrypt_existing(database_url: DatabaseUrl = None) -> None:
     """Seal every session stored clear (started before LEDGER_MASTER_KEY was set) under
     a key of its own, one transaction per session, with a SessionEncrypted event each;
     stopped at any point and run again, it finishes. Then drops the old bytes (SQLite)."""
-    from session_ledger.projections.views import SQLViews
-
     settings = load_settings(database_url)
     sealed = 0
     with failing_cleanly(), opened_ledger(settings) as ledger:
         views = ledger.views
-        assert isinstance(views, SQLViews)
         if not views.can_seal():
             raise InvalidInput("encrypt-existing needs a master key: set LEDGER_MASTER_KEY")
         total = views.session_count()

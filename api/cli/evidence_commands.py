@@ -72,7 +72,6 @@ def verify_checkpoints(
         verify_access,
         verify_store,
     )
-    from session_ledger.projections.views import SQLViews
 
     if public_key_file is None:
         raise CheckpointError("verify --checkpoint needs --public-key FILE")
@@ -94,9 +93,7 @@ def verify_checkpoints(
     with opened_ledger(settings) as ledger:
         for report in verify_store(ledger, checkpoints):
             problems += _show(report)
-        views = ledger.views
-        assert isinstance(views, SQLViews)
-        access = verify_access(views, checkpoints)
+        access = verify_access(ledger.views.evidence, checkpoints)
     for problem in access:
         echo(f"BROKEN  access log of {checkpoints[0].tenant!r}: {problem}")
     if not access:
@@ -126,18 +123,14 @@ def events(
 ) -> None:
     """Search the events of every session of a tenant by actor and/or type, in a time
     range, oldest first (the twin of GET /v1/events)."""
-    from session_ledger.projections.audit_search import search_events
-    from session_ledger.projections.views import SQLViews
-
     settings = load_settings(database_url)
     tenant = tenant or settings.default_tenant
     shown, cursor = 0, None
     with failing_cleanly(), opened_ledger(settings) as ledger:
-        views = ledger.views
-        assert isinstance(views, SQLViews)
+        evidence = ledger.views.evidence
         while shown < limit:
-            found, cursor = search_events(
-                views, tenant, actor=actor, event_type=type, start=start, end=end,
+            found, cursor = evidence.search_events(
+                tenant, actor=actor, event_type=type, start=start, end=end,
                 prefix=prefix, cursor=cursor, limit=min(1000, limit - shown),
             )  # fmt: skip
             for e in found:
@@ -199,19 +192,17 @@ def access_log(
     database_url: DatabaseUrl = None,
 ) -> None:
     """Print who read or exported what: the tenant's access log, oldest first."""
-    from session_ledger.projections.access_log import access_entries, verify_access_log
-    from session_ledger.projections.views import SQLViews
+    from session_ledger.projections.access_log import verify_access_log
 
     settings = load_settings(database_url)
     tenant = tenant or settings.default_tenant
     with failing_cleanly(), opened_ledger(settings) as ledger:
-        views = ledger.views
-        assert isinstance(views, SQLViews)
-        for e in access_entries(views, tenant, after, limit):
+        evidence = ledger.views.evidence
+        for e in evidence.access_entries(tenant, after, limit):
             query = json.dumps(e.parameters, ensure_ascii=False)
             echo(f"{e.seq}  {e.recorded_at}  {e.actor}  {e.role}  {e.action}  "
                  f"{e.session_key!r}  {e.records} records  {query}")  # fmt: skip
-        problems = list(verify_access_log(views, tenant)) if verify else []
+        problems = list(verify_access_log(evidence, tenant)) if verify else []
     for problem in problems:
         echo(f"BROKEN  access log of {tenant!r}: {problem}")
     if verify:

@@ -54,7 +54,8 @@ def rebuild(
 ) -> None:
     """Re-derive every view (transcript, sessions, timeline) from the event log."""
     from session_ledger.projections import rebuild as rebuilding
-    from session_ledger.projections.views import SQLViews
+
+    from ..bootstrap import sql_views
 
     settings = load_settings(database_url)
 
@@ -62,8 +63,7 @@ def rebuild(
         typer.echo(f"\r{events:,} events replayed", nl=False, err=True)
 
     with failing_cleanly(), opened_ledger(settings) as ledger:
-        views = ledger.views
-        assert isinstance(views, SQLViews)
+        views = sql_views(ledger)
         if not check:
             count = rebuilding.rebuild(views, ledger.mapper, ledger.tokenizer, progress=progress)
             echo(f"\nrebuilt the views from {count:,} events", err=True)

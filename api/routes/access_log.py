@@ -9,13 +9,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field
 
-from session_ledger.projections.access_log import (
-    LOG_READ,
-    access_entries,
-    others_follow,
-    verify_access_log,
-)
-from session_ledger.projections.views import SQLViews
+from session_ledger.projections.access_log import LOG_READ, verify_access_log
 
 from ..access_log import AccessLoggedRoute, logged_query
 from ..deps import BIG, ExporterDep, LedgerDep
@@ -61,14 +55,13 @@ def access_log(
     null once nothing follows but the caller's own reads of the log (each read is entered,
     after its page). With `verify`, the problems found recomputing its hash chain (an
     empty list: intact)."""
-    views = ledger.views
-    assert isinstance(views, SQLViews)
+    evidence = ledger.views.evidence
     after, limit = inputs.after, inputs.limit
-    entries = access_entries(views, who.tenant, after, limit)
-    more = len(entries) == limit and others_follow(views, who.tenant, entries[-1].seq, who.actor)
+    entries = evidence.access_entries(who.tenant, after, limit)
+    more = len(entries) == limit and evidence.others_follow(who.tenant, entries[-1].seq, who.actor)
     return AccessLogPage(
         entries=[AccessLogEntry(**{k: v for k, v in vars(e).items() if k != "tenant"})
                  for e in entries],
         next_after=entries[-1].seq if more else None,
-        problems=list(verify_access_log(views, who.tenant)) if inputs.verify else None,
+        problems=list(verify_access_log(evidence, who.tenant)) if inputs.verify else None,
     )  # fmt: skip

@@ -39,8 +39,6 @@ from session_ledger.domain.errors import InvalidInput, StoreNotReady
 from session_ledger.domain.feed import FeedPage
 from session_ledger.domain.ledger import Ledger
 from session_ledger.domain.session import session_id
-from session_ledger.projections.access_log import record_access
-from session_ledger.projections.views import SQLViews
 
 from ..auth import Principal
 from ..deps import BIG, TEXT_PATTERN, ExporterDep, LedgerDep, ReadCall, mark_access
@@ -191,10 +189,9 @@ async def _log_opened(
     mark_access(request, who, ACTION, key)
     if getattr(request.state, "access", None) is None:
         return
-    views = request.app.state.ledger.views
-    assert isinstance(views, SQLViews)
+    evidence = request.app.state.ledger.views.evidence
     await asyncio.to_thread(
-        record_access, views, who.tenant, who.actor, who.role, ACTION, key, parameters, 0
+        evidence.record_access, who.tenant, who.actor, who.role, ACTION, key, parameters, 0
     )
 
 

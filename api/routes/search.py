@@ -10,9 +10,6 @@ from typing import Annotated
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field
 
-from session_ledger.projections.audit_search import search_events
-from session_ledger.projections.views import SQLViews
-
 from ..access_log import AccessLoggedRoute, logged_query
 from ..deps import TEXT_PATTERN, ExporterDep, InRange, LedgerDep
 from ..errors import ERROR_RESPONSES
@@ -63,10 +60,8 @@ def search(
     inputs: Annotated[SearchInputs, Depends(SearchInputs.parse)],
 ) -> EventSearchPage:  # fmt: skip
     """Events across the caller's tenant, oldest first: name an actor or a type (or both)."""
-    views = ledger.views
-    assert isinstance(views, SQLViews)
-    found, next_cursor = search_events(
-        views, who.tenant, actor=inputs.actor, event_type=inputs.type, start=inputs.start,
+    found, next_cursor = ledger.views.evidence.search_events(
+        who.tenant, actor=inputs.actor, event_type=inputs.type, start=inputs.start,
         end=inputs.end, prefix=inputs.prefix, cursor=inputs.cursor, limit=inputs.limit,
     )  # fmt: skip
     return EventSearchPage(
