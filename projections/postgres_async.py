@@ -3,7 +3,7 @@ asyncio connections behind the blocking calls the store's code makes, each await
 through `async_bridge.wait_for`.
 
 The store's code takes `with conn.cursor() as curs: curs.execute(...)` from
-`PostgresLedgerRecorder._connection()`, and the library's recorders (a session's events
+`PostgresDialect.connection()`, and the library's recorders (a session's events
 and snapshots) from their datastore's `get_connection()`. The factory's datastore is a
 `BridgingDatastore`: under `async_bridge.bridged` its connection is a `BridgedConnection`
 of its `LoopPool`, the same calls, each one a psycopg coroutine awaited by the loop. So
