@@ -110,13 +110,15 @@ class ViewWriter:
                 self._archive_oldest(cursor, sid, c)
             elif isinstance(c, EraseContent):
                 self._erase_content(cursor, vc.session_id)
-            elif isinstance(c, SealContent) and not check_kept:
-                # (views derived from the log: its records were sealed when it was written)
-                self._seal_session(cursor, vc.session_id, c.version)
+            elif isinstance(c, SealContent):
+                if not check_kept:  # (derived from the log: its records were sealed as written)
+                    self._seal_session(cursor, vc.session_id, c.version)
             elif isinstance(c, OpenStream):
                 self._open_stream(cursor, sid, c)
             elif isinstance(c, ExtendStream):
                 self._extend_stream(cursor, sid, c)
+            else:
+                raise TypeError(f"no row writer for {type(c).__name__}")
         chains = self._chains(cursor, vc.session_id, records, chain_before)
         rows = zip(
             self.timeline_params(vc, times, sid),
