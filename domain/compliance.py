@@ -10,7 +10,7 @@ still hold; their content can no longer be opened.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -33,6 +33,7 @@ from .inputs import MAX_REASON_CHARS, check_int, check_tenant, check_text
 from .ports import SessionViews, WriteResult
 from .session import Session, session_id
 from .session_events import UNNAMED_HOLD, holds_of
+from .write_loop import WriteLoop
 
 ENCRYPTED_EVENT = "SessionEncrypted"
 
@@ -103,11 +104,10 @@ class Compliance:
 
     def __init__(
         self, views: SessionViews, events: EventStore[uuid.UUID],
-        repository: Repository[uuid.UUID], write: Callable[..., WriteResult],
-        addresses: SessionAddresses,
+        repository: Repository[uuid.UUID], writes: WriteLoop, addresses: SessionAddresses,
     ) -> None:  # fmt: skip
         self._views, self._events, self._repository = views, events, repository
-        self._write, self._addresses = write, addresses
+        self._writes, self._addresses = writes, addresses
 
     def erase(
         self, key: str, *, reason: str, basis: str, tenant: str | None = None,
@@ -133,8 +133,10 @@ class Compliance:
                 )
             s.erase(basis=basis, **audit)
 
-        return self._write(key, "erase", {"basis": basis}, command=command, tenant=tenant,
-                           actor=actor, reason=reason, idempotency_key=idempotency_key)  # fmt: skip
+        return self._writes.write(
+            key, "erase", {"basis": basis}, command=command, tenant=tenant, actor=actor,
+            reason=reason, idempotency_key=idempotency_key,
+        )  # fmt: skip
 
     def place_hold(
         self, key: str, *, reference: str, reason: str, tenant: str | None = None,
@@ -168,8 +170,8 @@ class Compliance:
             (s.place_hold if place else s.release_hold)(reference=reference, **audit)
 
         op = "hold" if place else "release"
-        return self._write(key, op, {"reference": reference}, command=command, tenant=tenant,
-                           actor=actor, reason=reason)  # fmt: skip
+        return self._writes.write(key, op, {"reference": reference}, command=command,
+                                  tenant=tenant, actor=actor, reason=reason)  # fmt: skip
 
     def _holds(self, s: Session) -> tuple[str, ...]:
         """The references of the session's holds. A session loaded from a snapshot taken
@@ -206,8 +208,10 @@ class Compliance:
             s.encrypt(previous_head=None if head is None else head.hex(), **audit)
 
         try:
-            return self._write(key, "encrypt", {}, command=command, tenant=tenant, actor=actor,
-                               reason="encrypt-existing: the content sealed at rest")  # fmt: skip
+            return self._writes.write(
+                key, "encrypt", {}, command=command, tenant=tenant, actor=actor,
+                reason="encrypt-existing: the content sealed at rest",
+            )  # fmt: skip
         except (_SealedAlready, SessionErased):
             return None
 

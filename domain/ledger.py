@@ -100,12 +100,13 @@ class Ledger(Application[uuid.UUID]):
             erasures, default_actor=default_actor, retries=write_retries,
             snapshot_interval=snapshot_interval,
         )  # fmt: skip
-        write = self._writes.write
         self._reads = Reads(self.views, self._tuning, addresses, erasures, token_limit)
-        self._compliance = Compliance(self.views, self.events, self.repository, write, addresses)
+        self._compliance = Compliance(
+            self.views, self.events, self.repository, self._writes, addresses
+        )
         self._audit_trail = AuditTrail(self.views, self.events, self.recorder, addresses)
         self._feed = TenantFeed(self.views, self.events, addresses)
-        self._streams = Streams(self.views, write, self._tuning, addresses)
+        self._streams = Streams(self.views, self._writes, self._tuning, addresses)
 
     # What the collaborators read at each call; setting one here reaches every one of them.
 
@@ -151,8 +152,9 @@ class Ledger(Application[uuid.UUID]):
         self, key: str, messages: Iterable[ChatMessage | Mapping[str, Any]], **kw: Any
     ) -> WriteResult:
         """Append messages, all or none, as one event."""
-        parsed = parse_messages(messages, self.limits, allow_empty=False)
-        counts = tuple(self.tokenizer.count(m.content) for m in parsed.messages)
+        parsed = parse_messages(messages, self._tuning.limits, allow_empty=False)
+        tokenizer = self._tuning.tokenizer
+        counts = tuple(tokenizer.count(m.content) for m in parsed.messages)
         return self._writes.write(
             key, "append", {"messages": parsed.dicts}, create=True, counts=counts,
             texts=parsed.texts, command=lambda s, a: s.append(parsed.dicts, **a), **kw,
@@ -162,8 +164,8 @@ class Ledger(Application[uuid.UUID]):
         self, key: str, messages: Iterable[ChatMessage | Mapping[str, Any]], **kw: Any
     ) -> WriteResult:
         """Replace the whole active history (the old one stays in the events)."""
-        parsed = parse_messages(messages, self.limits, allow_empty=True)
-        counts = LazyCounts(self.tokenizer, [m.content for m in parsed.messages])
+        parsed = parse_messages(messages, self._tuning.limits, allow_empty=True)
+        counts = LazyCounts(self._tuning.tokenizer, [m.content for m in parsed.messages])
 
         def command(s: Session, audit: dict[str, Any]) -> None:
             # The first messages that are the same bytes as the current ones keep their

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
@@ -24,6 +24,7 @@ from .inputs import Limits, parse_messages
 from .ports import SessionViews, StreamView, WriteResult
 from .session import Session, session_id
 from .tuning import Tuning
+from .write_loop import WriteLoop
 
 if TYPE_CHECKING:
     from .tokens import TokenCount
@@ -70,10 +71,10 @@ class Streams:
     to the session; a completion's message is assembled from the streams view."""
 
     def __init__(
-        self, views: SessionViews, write: Callable[..., WriteResult], tuning: Tuning,
+        self, views: SessionViews, writes: WriteLoop, tuning: Tuning,
         addresses: SessionAddresses,
     ) -> None:  # fmt: skip
-        self._views, self._write, self._tuning = views, write, tuning
+        self._views, self._writes, self._tuning = views, writes, tuning
         self._addresses = addresses
 
     def open_stream(
@@ -93,7 +94,7 @@ class Streams:
             s.start_stream(stream_id, role, turn, parent, **audit)
 
         request = {"stream_id": stream_id, "role": role, "turn": turn, "parent": parent}
-        result = self._write(key, "stream_open", request, command=command, create=True, **kw)
+        result = self._writes.write(key, "stream_open", request, command=command, create=True, **kw)
         return OpenedStream(stream_id, result)
 
     def append_stream(
@@ -102,7 +103,7 @@ class Streams:
         """Append a batch of deltas to an open stream."""
         check_stream_id(stream_id)
         batch = check_deltas(deltas, self._tuning.limits, allow_empty=False)
-        return self._write(
+        return self._writes.write(
             key, "stream_chunks", {"stream_id": stream_id, "deltas": batch},
             command=lambda s, a: s.append_chunks(stream_id, batch, **a), **kw,
         )  # fmt: skip
@@ -122,7 +123,9 @@ class Streams:
             s.complete_stream(stream_id, batch, message, **audit)
 
         request = {"stream_id": stream_id, "deltas": batch, "kwargs": additional_kwargs}
-        return self._write(key, "stream_complete", request, command=command, counts=counts, **kw)
+        return self._writes.write(
+            key, "stream_complete", request, command=command, counts=counts, **kw
+        )
 
     def abort_stream(
         self, key: str, stream_id: str, cause: str, deltas: Sequence[str] = (),
@@ -143,7 +146,9 @@ class Streams:
             s.abort_stream(stream_id, batch, cause, message, **audit)
 
         request = {"stream_id": stream_id, "deltas": batch, "cause": cause, "keep": keep_partial}
-        return self._write(key, "stream_abort", request, command=command, counts=counts, **kw)
+        return self._writes.write(
+            key, "stream_abort", request, command=command, counts=counts, **kw
+        )
 
     def abort_idle_streams(self, idle_seconds: float, *, limit: int = 100) -> int:
         """Abort (cause "timeout") the open streams of every tenant with no event for

@@ -65,6 +65,11 @@ class Load(enum.Enum):
     FRESH = "fresh"  # the cached copy caught up with the events since, else as CACHED
 
 
+# Module names of the members: each put looks them up, and on Python 3.11 an Enum member
+# looked up on its class costs several times a global's.
+NEW, CACHED, FRESH = Load.NEW, Load.CACHED, Load.FRESH
+
+
 class RetryPolicy:
     """One write's attempts: how many are left, and which load strategy the next takes.
 
@@ -77,7 +82,7 @@ class RetryPolicy:
     def __init__(self, retries: int, *, guess_new: bool) -> None:
         self.attempt = -1
         self._last = retries + guess_new - 1
-        self.load = Load.NEW if guess_new else Load.CACHED
+        self.load = NEW if guess_new else CACHED
 
     def next_attempt(self) -> bool:
         """Whether there is another attempt (counted)."""
@@ -86,14 +91,14 @@ class RetryPolicy:
 
     def reload(self) -> None:
         """The state read may be behind: the next attempt loads it FRESH, at once."""
-        self.load = Load.FRESH
+        self.load = FRESH
 
     def lost_race(self) -> None:
         """The session's next version was taken: FRESH state next, after a short random
         back-off if this attempt's state was FRESH already (a writer racing this one)."""
-        if self.load is Load.FRESH:
+        if self.load is FRESH:
             time.sleep(_RETRY_JITTER.uniform(0, 0.002 * min(self.attempt + 1, 10)))
-        self.load = Load.FRESH
+        self.load = FRESH
 
 
 class WriteLoop:
@@ -160,13 +165,13 @@ class WriteLoop:
                 if prior is not None:
                     return _replayed(prior, digest, idempotency_key, key)
             # 1. load
-            guessed = policy.load is Load.NEW and not self._cached(sid)
-            session = None if guessed else self._load(sid, fresh=policy.load is Load.FRESH)
+            guessed = policy.load is NEW and not self._cached(sid)
+            session = None if guessed else self._load(sid, fresh=policy.load is FRESH)
             if session is not None and session.erased:
                 raise self._erasures.error(sid, key) or LedgerError(f"session {key!r} was erased")
             actual = session.version if session else 0
             if expected_version is not None and expected_version != actual:
-                if policy.load is not Load.FRESH:
+                if policy.load is not FRESH:
                     policy.reload()
                     continue
                 observer.version_conflict()
