@@ -25,7 +25,7 @@ from .addresses import SessionAddresses
 from .audit_trail import AuditTrail
 from .compliance import Compliance, RetentionAction, RetentionRule
 from .erasure import Erasures
-from .errors import LedgerError, MessageNotFound
+from .errors import LedgerError, MessageNotFound, SessionErased
 from .feed import FeedPage, TenantFeed
 from .inputs import Limits, check_int, check_tenant, parse_messages
 from .messages import ChatMessage
@@ -94,7 +94,7 @@ class Ledger(Application[uuid.UUID]):
             raise TypeError(f"{type(self.recorder).__name__} does not serve the session views")
         self.views: SessionViews = views
         addresses = SessionAddresses(self.default_tenant)
-        erasures = Erasures(self.views, self.events)
+        erasures = self._erasures = Erasures(self.views, self.events)
         self._writes = WriteLoop(
             self.views, self.events, self.snapshots, self.repository, self._tuning, addresses,
             erasures, default_actor=default_actor, retries=write_retries,
@@ -340,6 +340,11 @@ class Ledger(Application[uuid.UUID]):
     def encrypt_all(self, actor: str | None = None) -> Iterator[tuple[str, str, bool]]:
         """`encrypt` every session of every tenant (`Compliance.encrypt_all`)."""
         return self._compliance.encrypt_all(actor)
+
+    def erasure(self, session_id: uuid.UUID, key: str) -> SessionErased | None:
+        """The SessionErased error of an erased session (when, why, on what basis), else
+        None."""
+        return self._erasures.error(session_id, key)
 
     def retention(
         self, rules: list[RetentionRule], now: datetime, *, dry_run: bool = True

@@ -269,7 +269,7 @@ class WriteLoop:
         """The session's write state: cached without a read (a stale copy fails to save and
         is then caught up with the events written since), or from the latest snapshot and
         the events after it."""
-        # (The library's repository is typed for any aggregate; this one holds Sessions.)
+        # (The library's cache is typed for any aggregate; this one holds Sessions.)
         cache = self._repository.cache
         if fresh and cache is not None:
             try:
@@ -282,9 +282,10 @@ class WriteLoop:
                 if caught_up is not None:
                     return caught_up
         try:
-            return cast(Session, self._repository.get(sid))
+            session: Session = self._repository.get(sid)
         except AggregateNotFoundError:
             return None
+        return session
 
 
 def _may_be_stored(error: Exception, *, keyed: bool) -> bool:
