@@ -38,11 +38,15 @@ class LedgerObserver(Protocol):
         ...
 
 
+# A context that does nothing holds no state: one serves every store call unobserved.
+_UNOBSERVED: AbstractContextManager[object] = nullcontext()
+
+
 class SilentObserver:
     """Observes nothing: the default of a ledger nobody watches."""
 
     def store_call(self, operation: str) -> AbstractContextManager[object]:
-        return nullcontext()
+        return _UNOBSERVED
 
     def events_written(self, topics: Sequence[str]) -> None:
         return None

@@ -71,34 +71,30 @@ NEW, CACHED, FRESH = Load.NEW, Load.CACHED, Load.FRESH
 
 
 class RetryPolicy:
-    """One write's attempts: how many are left, and which load strategy the next takes.
+    """Where a write's attempts stand: the load strategy of its next attempt, and how many
+    attempts it has in all. A write starts on NEW (when it may guess) or CACHED state, and
+    goes to FRESH once its state may be behind another process's writes; a failed guess
+    is not a lost race, so a write that may guess has one attempt more than `retries`.
 
-    A write starts on NEW (when it may guess) or CACHED state, and goes to FRESH once its
-    state may be behind another process's writes. A failed guess is not a lost race: it
-    does not use up one of the `retries` attempts."""
+    Immutable: the write loop holds the two states a write starts from (a write that went
+    well made no object of its own) and a write moves on to the state a method returns."""
 
-    __slots__ = ("_last", "attempt", "load")
+    __slots__ = ("attempts", "load")
 
-    def __init__(self, retries: int, *, guess_new: bool) -> None:
-        self.attempt = -1
-        self._last = retries + guess_new - 1
-        self.load = NEW if guess_new else CACHED
+    def __init__(self, load: Load, attempts: int) -> None:
+        self.load, self.attempts = load, attempts
 
-    def next_attempt(self) -> bool:
-        """Whether there is another attempt (counted)."""
-        self.attempt += 1
-        return self.attempt <= self._last
-
-    def reload(self) -> None:
+    def reload(self) -> RetryPolicy:
         """The state read may be behind: the next attempt loads it FRESH, at once."""
-        self.load = FRESH
+        return RetryPolicy(FRESH, self.attempts)
 
-    def lost_race(self) -> None:
-        """The session's next version was taken: FRESH state next, after a short random
-        back-off if this attempt's state was FRESH already (a writer racing this one)."""
+    def lost_race(self, attempt: int) -> RetryPolicy:
+        """The session's next version was taken at `attempt` (0 the first): FRESH state
+        next, after a short random back-off if this attempt's state was FRESH already (a
+        writer racing this one)."""
         if self.load is FRESH:
-            time.sleep(_RETRY_JITTER.uniform(0, 0.002 * min(self.attempt + 1, 10)))
-        self.load = FRESH
+            time.sleep(_RETRY_JITTER.uniform(0, 0.002 * min(attempt + 1, 10)))
+        return self.reload()
 
 
 class WriteLoop:
@@ -117,6 +113,8 @@ class WriteLoop:
         self._addresses, self._erasures = addresses, erasures
         self._default_actor, self._retries = default_actor, retries
         self._snapshot_interval = snapshot_interval
+        self._guessing = RetryPolicy(NEW, retries + 1)
+        self._loading = RetryPolicy(CACHED, retries)
 
     def write(
         self,
@@ -158,8 +156,8 @@ class WriteLoop:
         refused_if_new = new_key_refusal(key) if create else None
         guess_new = (create and expected_version in (None, 0) and not views.can_seal()
                      and refused_if_new is None)  # fmt: skip
-        policy = RetryPolicy(self._retries, guess_new=guess_new)
-        while policy.next_attempt():
+        policy = self._guessing if guess_new else self._loading
+        for attempt in range(policy.attempts):
             if idempotency_key is not None:
                 prior = views.prior_write(sid, write_id)
                 if prior is not None:
@@ -172,7 +170,7 @@ class WriteLoop:
             actual = session.version if session else 0
             if expected_version is not None and expected_version != actual:
                 if policy.load is not FRESH:
-                    policy.reload()
+                    policy = policy.reload()
                     continue
                 observer.version_conflict()
                 raise VersionConflict(key, expected_version, actual)
@@ -207,7 +205,7 @@ class WriteLoop:
                 if done is not None:
                     return WriteResult(done.version, done.message_count, removed=removed)
                 if guessed and expected_version is None:
-                    policy.reload()  # not a race: the session was older than this cache
+                    policy = policy.reload()  # not a race: the session was older than this cache
                     continue
                 if expected_version is not None:
                     observer.version_conflict()
@@ -216,7 +214,7 @@ class WriteLoop:
                         key, expected_version, head.version if head else 0
                     ) from None
                 observer.write_retried()
-                policy.lost_race()
+                policy = policy.lost_race(attempt)
                 continue
             observer.events_written([type(event).__name__ for event in batch.events])
             if self._repository.cache is not None:
