@@ -134,7 +134,8 @@ class WriteLoop:
     ) -> WriteResult:
         """Run `command` on session `key` (`create`: a new session if it has none) and
         store its events; `op` and `request` name the write for its idempotency key."""
-        tenant = self._addresses.tenant(tenant)
+        addresses = self._addresses
+        tenant = addresses.default_tenant if tenant is None else addresses.tenant(tenant)
         check_key(key)
         check_write_options(actor, reason, expected_version, idempotency_key)
         sid = session_id(tenant, key)
@@ -217,11 +218,12 @@ class WriteLoop:
                 policy = policy.lost_race(attempt)
                 continue
             observer.events_written([type(event).__name__ for event in batch.events])
-            if self._repository.cache is not None:
+            cache = self._repository.cache
+            if cache is not None:
                 # A copy: what the cache holds is the cache's alone. A writer whose copy
                 # proves stale takes it out and catches it up in place (`_load`); had it
                 # taken this object, this write could answer with that write's version.
-                self._repository.cache.put(sid, session.copy())
+                cache.put(sid, session.copy())
             self._snapshot_if_due(session, len(batch.events))
             return WriteResult(session.version, session.message_count, removed=removed)
         raise LedgerError(f"session {key!r}: write lost the race {self._retries} times; try again")
