@@ -138,3 +138,24 @@ def test_a_long_text_is_counted_in_a_worker_process() -> None:
     assert counting(long_text) == expected(long_text)  # counted here
     assert counting(long_text) == expected(long_text)  # by a new worker
     assert len(counting_workers() - before) == 1
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")
+@pytest.mark.parametrize("serving", [False, True])
+def test_only_a_server_counts_in_a_worker_process(serving: bool) -> None:
+    """A ledger opened in a host's process starts no process of its own; a server's
+    counts a long message in one (LEDGER_TOKEN_COUNT_PROCESS_CHARS)."""
+    from session_ledger.api.bootstrap import open_ledger
+    from session_ledger.api.settings import Settings
+
+    settings = Settings(database_url="memory://", token_count_process_chars=1000)
+    ledger = open_ledger(settings, serving=serving)
+    before, started = counting_workers(), set()
+    try:
+        ledger.put("s", {"role": "user", "content": "x" * 5000})
+        started = counting_workers() - before
+        assert len(started) == (1 if serving else 0)
+    finally:
+        ledger.close()
+        for worker in started:
+            os.kill(worker, signal.SIGKILL)
