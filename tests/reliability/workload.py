@@ -30,12 +30,19 @@ OPERATIONS = [("append", 6), ("set", 1), ("reset", 1), ("delete", 1), ("archive"
 
 
 def audit_trail(client: httpx.Client, session: str) -> Iterator[dict[str, Any]]:
-    """A session's audit entries over HTTP, page by page (none for an unknown session)."""
+    """A session's audit entries over HTTP, page by page (none for an unknown session).
+
+    A page answered `503 store_unavailable` is asked again after its Retry-After, as a
+    client does: a pooled connection the store's restart ended is found at its next use."""
     after = 0
     while True:
-        answer = client.get(
-            session_path(session, "/events"), params={"after": after, "limit": 1000}
-        )
+        params = {"after": after, "limit": 1000}
+        answer = client.get(session_path(session, "/events"), params=params)
+        for _ in range(20):
+            if answer.status_code != 503:
+                break
+            time.sleep(float(answer.headers.get("Retry-After", "1")))
+            answer = client.get(session_path(session, "/events"), params=params)
         if answer.status_code == 404:
             return
         answer.raise_for_status()
