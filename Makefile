@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 # Two installs: serving needs the runtime dependencies only; the tests, lint and the
-# benchmarks add the dev extra (pytest, mypy, ruff, ...) and LlamaIndex.
+# benchmarks add the dev extra (pytest, mypy, ruff, ...), LlamaIndex and the agent SDKs.
 SERVE_STAMP := $(VENV)/.installed-serve
 STAMP := $(VENV)/.installed-dev
 
@@ -18,7 +18,7 @@ $(SERVE_STAMP): pyproject.toml | $(BIN)/python
 	touch $(SERVE_STAMP)
 
 $(STAMP): $(SERVE_STAMP) pyproject.toml
-	$(BIN)/python -m pip install --quiet -e '.[dev,llamaindex]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,llamaindex,openai-agents,google-adk,mcp]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -55,7 +55,7 @@ BENCH_STAMP := $(VENV)/.bench-installed
 .PHONY: bench bench-quick bench-replay bench-writes bench-ab bench-scale bench-http test-bench
 
 $(BENCH_STAMP): $(STAMP) pyproject.toml
-	$(BIN)/python -m pip install --quiet -e '.[dev,llamaindex,bench]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,llamaindex,openai-agents,google-adk,mcp,bench]'
 	touch $(BENCH_STAMP)
 
 bench: $(BENCH_STAMP)
