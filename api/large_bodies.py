@@ -16,7 +16,7 @@ from typing import Any
 
 from fastapi import Request, Response
 
-from .access_log import AccessLoggedRoute
+from .access_logging import AccessLoggedRoute
 
 
 class LargeBodyRequest(Request):

@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 
 from session_ledger.projections.access_log import LOG_READ, verify_access_log
 
-from ..access_log import AccessLoggedRoute, logged_query
+from ..access_logging import AccessLoggedRoute, logged_query
 from ..deps import BIG, ExporterDep, LedgerDep
 from ..errors import ERROR_RESPONSES
 from ..inputs import RouteInputs

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Request, Response
 from session_ledger.domain.errors import CheckpointNotFound
 from session_ledger.projections.checkpoint import latest_path
 
-from ..access_log import AccessLoggedRoute, logged_query
+from ..access_logging import AccessLoggedRoute, logged_query
 from ..deps import ReaderDep
 from ..errors import ERROR_RESPONSES
 

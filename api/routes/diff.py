@@ -14,7 +14,7 @@ from pydantic import Field
 from session_ledger.domain.errors import AnswerTooLarge
 from session_ledger.domain.ledger import Ledger
 
-from ..access_log import AccessLoggedRoute
+from ..access_logging import AccessLoggedRoute
 from ..auth import READ
 from ..deps import BIG, SessionCall, on_session
 from ..errors import ERROR_RESPONSES

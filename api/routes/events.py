@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Response
 from pydantic import Field
 
-from ..access_log import AccessLoggedRoute
+from ..access_logging import AccessLoggedRoute
 from ..auth import READ
 from ..deps import BIG, SessionCall, on_session
 from ..errors import ERROR_RESPONSES

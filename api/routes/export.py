@@ -17,7 +17,7 @@ from pydantic import Field
 from session_ledger.projections.export import export_csv, export_jsonl, plan_export, plan_proof
 from session_ledger.projections.tar_stream import chunks  # one hand-off per chunk, not per line
 
-from ..access_log import AccessLoggedRoute
+from ..access_logging import AccessLoggedRoute
 from ..auth import EXPORT
 from ..deps import AsOfVersion, SessionCall, on_session
 from ..errors import ERROR_RESPONSES

@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends
 from pydantic import Field
 
-from ..access_log import AccessLoggedRoute, logged_query
+from ..access_logging import AccessLoggedRoute, logged_query
 from ..deps import TEXT_PATTERN, LedgerDep, ReaderDep
 from ..errors import ERROR_RESPONSES
 from ..inputs import RouteInputs

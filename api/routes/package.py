@@ -20,7 +20,7 @@ from session_ledger.domain.ledger import Ledger
 from session_ledger.projections.package import stream_package
 from session_ledger.projections.rsmf import write_rsmf
 
-from ..access_log import RECORDS_HEADER, AccessLoggedRoute, logged_query
+from ..access_logging import RECORDS_HEADER, AccessLoggedRoute, logged_query
 from ..deps import TEXT_PATTERN, ExporterDep, InRange, LedgerDep
 from ..errors import ERROR_RESPONSES
 from ..inputs import RouteInputs

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Response
 
 from session_ledger.domain.ledger import Ledger
 
-from ..access_log import AccessLoggedRoute
+from ..access_logging import AccessLoggedRoute
 from ..auth import READ
 from ..deps import SessionCall, WindowInputs, on_session
 from ..errors import ERROR_RESPONSES

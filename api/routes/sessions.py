@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Depends, Response
 from pydantic import Field
 
-from ..access_log import AccessLoggedRoute, logged_query
+from ..access_logging import AccessLoggedRoute, logged_query
 from ..auth import READ
 from ..deps import TEXT_PATTERN, LedgerDep, ReaderDep, ReadOptionsDep, SessionCall, on_session
 from ..errors import ERROR_RESPONSES

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from session_ledger.domain.errors import StreamNotFound
 from session_ledger.domain.streams import MAX_STREAM_ID_CHARS
 
-from ..access_log import AccessLoggedRoute
+from ..access_logging import AccessLoggedRoute
 from ..admission import new_session_counted
 from ..auth import READ
 from ..deps import (

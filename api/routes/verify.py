@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends
 
-from ..access_log import AccessLoggedRoute
+from ..access_logging import AccessLoggedRoute
 from ..auth import READ
 from ..deps import SessionCall, on_session
 from ..errors import ERROR_RESPONSES
