@@ -33,7 +33,7 @@ from .middleware import BodyLimit, RawSessionPath
 from .observer import AppObserver
 from .ratelimit import Limiter, open_limit_store
 from .routes import (
-    access_log,
+    access_log_routes,
     checkpoints,
     compliance,
     diff,
@@ -177,7 +177,7 @@ def create_app(
     errors.register(app)
     limited = [module.router for module in (
         messages, streams, events, live, replay, diff, verify, compliance, search, sessions,
-        heads, export, package, checkpoints, access_log, keys,
+        heads, export, package, checkpoints, access_log_routes, keys,
     )]  # fmt: skip
     for router in limited:
         app.include_router(router, dependencies=[Depends(enforce_limits)])
