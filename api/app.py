@@ -35,7 +35,7 @@ from .ratelimit import Limiter, open_limit_store
 from .routes import (
     access_log_routes,
     checkpoints,
-    compliance,
+    compliance_routes,
     diff,
     docs,
     events,
@@ -176,7 +176,7 @@ def create_app(
         ledger.observer = observer
     errors.register(app)
     limited = [module.router for module in (
-        messages, streams, events, live, replay, diff, verify, compliance, search, sessions,
+        messages, streams, events, live, replay, diff, verify, compliance_routes, search, sessions,
         heads, export, package, checkpoints, access_log_routes, keys,
     )]  # fmt: skip
     for router in limited:
