@@ -1,0 +1,496 @@
+"""`LedgerSessionService`: Google ADK's `BaseSessionService` kept in the ledger.
+
+An ADK session is a ledger session under the key `adk/<app>/<user>/<session id>` (each
+part percent-encoded) in the service's tenant. Its first message, made by
+`create_session`, holds the session's own state; each `append_event` is ONE ledger
+message (one `MessagesAppended` event) whose `additional_kwargs["adk_event"]` is the
+ADK event whole (`Event.model_dump(mode="json", exclude_none=True)`: content, function
+calls and responses, actions and their state delta, author, invocation id, timestamp),
+and whose role and blocks show it readably (text, tool calls, tool results) for the
+viewer and the ledger's windowed `get`.
+
+State, in ADK's three scopes:
+- session state: a message that changes it carries the whole session state after it
+  (`adk_state`); every other message names the position of the one that does
+  (`adk_state_at`), so a read of the newest events needs nothing older;
+- `app:` and `user:` state: one message each under `adk-app/<app>` and
+  `adk-user/<app>/<user>`, replaced (`set`) by a change, so the old values stay in
+  the audit trail; a change retries on a lost race and loses nothing;
+- `temp:` keys never reach the ledger (ADK's base class trims them from the event).
+
+`delete_session` clears the ledger session (`HistoryCleared`): the events stay in the
+audit trail, replay and export; erasure (`Ledger.erase`) remains the way to destroy
+them. ADK's stale-session check: a session this service returned carries the ledger
+version it was read at, and an append to a session that moved since raises
+`StaleSessionError` (a write at an expected version: nothing is stored).
+
+The app and user state documents are separate ledger sessions, written after the event:
+a crash between the two leaves the event (whose `state_delta` is the record of the
+change) without its effect on the shared state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any, TypeVar
+from urllib.parse import quote, unquote
+
+from google.adk.errors._stale_session_error import StaleSessionError
+from google.adk.errors.already_exists_error import AlreadyExistsError
+from google.adk.errors.session_not_found_error import SessionNotFoundError
+from google.adk.events.event import Event
+from google.adk.sessions import _session_util
+from google.adk.sessions.base_session_service import (
+    BaseSessionService,
+    GetSessionConfig,
+    ListSessionsResponse,
+)
+from google.adk.sessions.session import Session
+from google.adk.sessions.state import State
+
+from session_ledger.domain.errors import InvalidInput, VersionConflict
+from session_ledger.domain.ledger import Ledger
+
+from .store import Head, LocalStore, RemoteStore, Store
+
+T = TypeVar("T")
+
+SESSIONS = "adk/"
+APP_STATES = "adk-app/"
+USER_STATES = "adk-user/"
+EVENT = "adk_event"  # additional_kwargs: the ADK event whole
+STATE = "adk_state"  # additional_kwargs: the session's own state after this message
+STATE_AT = "adk_state_at"  # additional_kwargs: the position of the message holding it
+SESSION = "adk_session"  # additional_kwargs of the first message: the session's names
+SHARED_STATE = "adk_shared_state"  # additional_kwargs of an app or user state message
+API_KEY_ENV = "LEDGER_API_KEY"
+STATE_RETRIES = 50  # attempts of an app or user state change that loses a race
+READ_RETRIES = 20  # attempts of a read whose session moved between its two reads
+PAGE = 100  # events a read of `after_timestamp` takes at a time, newest first
+
+_STALE = (
+    "The session has been modified in storage since it was loaded. "
+    "Please reload the session before appending more events."
+)
+
+
+class LedgerSessionService(BaseSessionService):
+    """ADK sessions in the session ledger: in this process (`ledger=` or a database
+    `url=`) or on a server (`url="http(s)://..."`, `api_key=` or `LEDGER_API_KEY`)."""
+
+    def __init__(
+        self, *, ledger: Ledger | None = None, url: str | None = None,
+        api_key: str | None = None, tenant: str | None = None, actor: str | None = None,
+        store: Store | None = None,
+    ) -> None:  # fmt: skip
+        """`tenant` and `actor` in process only: a server takes both from the API key."""
+        self.store = store or _make_store(ledger, url, api_key, tenant, actor)
+
+    # -- BaseSessionService ------------------------------------------------------------
+
+    async def create_session(
+        self, *, app_name: str, user_id: str, state: dict[str, Any] | None = None,
+        session_id: str | None = None,
+    ) -> Session:  # fmt: skip
+        return await _thread(self._create, app_name, user_id, state, session_id)
+
+    async def get_session(
+        self, *, app_name: str, user_id: str, session_id: str,
+        config: GetSessionConfig | None = None,
+    ) -> Session | None:  # fmt: skip
+        return await _thread(self._get, app_name, user_id, session_id, config)
+
+    async def list_sessions(
+        self, *, app_name: str, user_id: str | None = None
+    ) -> ListSessionsResponse:
+        return await _thread(self._list, app_name, user_id)
+
+    async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
+        await _thread(self._delete, app_name, user_id, session_id)
+
+    async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
+        return await _thread(self._shared_state, _user_key(_name(app_name), _name(user_id)))
+
+    async def append_event(self, session: Session, event: Event) -> Event:
+        if event.partial:
+            return event
+        self._apply_temp_state(session, event)
+        event = self._trim_temp_delta_state(event)
+        await _thread(self._append, session, event)
+        return self._commit_event_to_session(session, event)
+
+    # -- the operations, each run in a worker thread -------------------------------------
+
+    def _create(
+        self, app_name: str, user_id: str, state: dict[str, Any] | None, session_id: str | None
+    ) -> Session:
+        app, user = _name(app_name), _name(user_id)
+        if session_id is not None and not isinstance(session_id, str):
+            raise InvalidInput(f"session_id must be a string; got {type(session_id).__name__}")
+        if state is not None and not isinstance(state, dict):
+            raise InvalidInput(f"state must be a dict; got {type(state).__name__}")
+        sid = (session_id.strip() if session_id else None) or str(uuid.uuid4())
+        deltas = _session_util.extract_json_safe_state_delta(state or {})
+        key = _session_key(app, user, sid)
+        head = self.store.head(key)
+        if head is not None and not head.cleared:
+            raise AlreadyExistsError(f"Session with id {sid} already exists.")
+        now = time.time()
+        first = _message("system", [], {SESSION: {"create_time": now}, STATE: deltas["session"]})
+        try:
+            written = self.store.append(key, [first], head.version if head else 0)
+        except VersionConflict:
+            raise AlreadyExistsError(f"Session with id {sid} already exists.") from None
+        app_state, user_state = self._change_shared(app, user, deltas["app"], deltas["user"])
+        session = Session(
+            app_name=app, user_id=user, id=sid, last_update_time=now,
+            state=_merge(app_state, user_state, deltas["session"]),
+        )  # fmt: skip
+        session._storage_update_marker = _marker(written, 0)
+        return session
+
+    def _get(
+        self, app_name: str, user_id: str, session_id: str, config: GetSessionConfig | None
+    ) -> Session | None:
+        app, user, sid = _name(app_name), _name(user_id), _session_id(session_id)
+        config = config or GetSessionConfig()
+        key = _session_key(app, user, sid)
+        for _ in range(READ_RETRIES):
+            head = self.store.head(key)
+            if head is None or head.cleared or head.message_count == 0:
+                return None
+            found = self._read(key, head, config)
+            if found is None:
+                continue  # the session moved between the reads: again
+            messages, offset, last, state_at = found
+            state = self._state_of(key, messages, offset, state_at)
+            if state is None:
+                continue
+            events = [Event.model_validate(m[EVENT]) for m in messages if EVENT in m]
+            after = config.after_timestamp
+            if after is not None:
+                events = [e for e in events if e.timestamp >= after]
+            app_state = self._shared_state(_app_key(app))
+            user_state = self._shared_state(_user_key(app, user))
+            session = Session(
+                app_name=app, user_id=user, id=sid, events=events,
+                state=_merge(app_state, user_state, state), last_update_time=_time_of(last),
+            )  # fmt: skip
+            session._storage_update_marker = _marker(head, state_at)
+            return session
+        raise VersionConflict(key, 0, -1)  # (written to without pause by others throughout)
+
+    def _read(
+        self, key: str, head: Head, config: GetSessionConfig
+    ) -> tuple[list[dict[str, Any]], int, dict[str, Any], int] | None:
+        """The messages `config` asks for (`additional_kwargs` of each), the position of
+        the first, the newest message's and where the state is; None if the session
+        moved between reads."""
+        count, wanted = head.message_count, config.num_recent_events
+        if wanted is None and config.after_timestamp is not None:
+            return self._read_after(key, head, config.after_timestamp)
+        offset = 0 if wanted is None else max(1, count - wanted)
+        if wanted == 0:
+            offset = count - 1  # (the newest message alone: the session's time and state)
+        found, version = self.store.messages(key, offset, None)
+        if version not in (-1, head.version) or len(found) != count - offset:
+            return None
+        kwargs = [m["additional_kwargs"] for m in found]
+        last = kwargs[-1]
+        if wanted == 0:
+            kwargs = []
+        return kwargs, offset, last, _state_at(last, count - 1)
+
+    def _read_after(
+        self, key: str, head: Head, after: float
+    ) -> tuple[list[dict[str, Any]], int, dict[str, Any], int] | None:
+        """The messages of events at or after `after`, read newest first a page at a time
+        until an older one (events are appended in time order)."""
+        end, kept = head.message_count, []
+        while end > 0:
+            offset = max(0, end - PAGE)
+            found, version = self.store.messages(key, offset, end - offset)
+            if version not in (-1, head.version) or len(found) != end - offset:
+                return None
+            page = [m["additional_kwargs"] for m in found]
+            kept[:0] = page
+            end = offset
+            if any(EVENT in m and m[EVENT]["timestamp"] < after for m in page):
+                break
+        last = kept[-1]
+        return kept, end, last, _state_at(last, head.message_count - 1)
+
+    def _state_of(
+        self, key: str, messages: list[dict[str, Any]], offset: int, state_at: int
+    ) -> dict[str, Any] | None:
+        """The session's own state: in the messages read, or read at `state_at`."""
+        if offset <= state_at < offset + len(messages):
+            return dict(messages[state_at - offset][STATE])
+        found, _ = self.store.messages(key, state_at, 1)
+        if not found or STATE not in found[0]["additional_kwargs"]:
+            return None
+        return dict(found[0]["additional_kwargs"][STATE])
+
+    def _list(self, app_name: str, user_id: str | None) -> ListSessionsResponse:
+        app = _name(app_name)
+        prefix = f"{SESSIONS}{_part(app)}/" + ("" if user_id is None else f"{_part(user_id)}/")
+        sessions = []
+        for key in self.store.keys(prefix):
+            user, sid = (unquote(p) for p in key[len(SESSIONS) :].split("/")[1:3])
+            if user_id is not None and user != user_id:
+                continue
+            got = self._get(app, user, sid, GetSessionConfig(num_recent_events=0))
+            if got is None:
+                continue  # (deleted since the keys were read)
+            sessions.append(got)
+        sessions.sort(key=lambda s: (s.last_update_time, s.user_id, s.id))
+        return ListSessionsResponse(sessions=sessions)
+
+    def _delete(self, app_name: str, user_id: str, session_id: str) -> None:
+        key = _session_key(_name(app_name), _name(user_id), _session_id(session_id))
+        head = self.store.head(key)
+        if head is None or head.cleared:
+            return
+        self.store.clear(key, None)
+
+    def _append(self, session: Session, event: Event) -> None:
+        app, user, sid = _name(session.app_name), _name(session.user_id), session.id
+        key = _session_key(app, user, sid)
+        version, count, state_at = self._position(key, session)
+        delta = event.actions.state_delta if event.actions and event.actions.state_delta else {}
+        deltas = _session_util.extract_json_safe_state_delta(delta)
+        extra: dict[str, Any]
+        if deltas["session"]:
+            state = self._state_of(key, [], 0, state_at)
+            if state is None:
+                raise StaleSessionError(_STALE)
+            extra, state_at = {STATE: {**state, **deltas["session"]}}, count
+        else:
+            extra = {STATE_AT: state_at}
+        try:
+            written = self.store.append(key, [to_message(event, extra)], version)
+        except VersionConflict:
+            head = self.store.head(key)
+            if head is None or head.cleared:
+                raise SessionNotFoundError(f"Session {sid} not found.") from None
+            raise StaleSessionError(_STALE) from None
+        self._change_shared(app, user, deltas["app"], deltas["user"])
+        session.last_update_time = event.timestamp
+        session._storage_update_marker = _marker(written, state_at)
+
+    def _position(self, key: str, session: Session) -> tuple[int, int, int]:
+        """The version, message count and state position `session` was read at: from
+        the marker this service gave it, else (a session made elsewhere) from the store,
+        as ADK's database service does: stale when the store holds a later event."""
+        marker = session._storage_update_marker
+        if marker is not None:
+            try:
+                version, count, state_at = (int(p) for p in marker.split(":"))
+            except ValueError:
+                raise StaleSessionError(_STALE) from None
+            return version, count, state_at
+        head = self.store.head(key)
+        if head is None or head.cleared or head.message_count == 0:
+            raise SessionNotFoundError(f"Session {session.id} not found.")
+        found, _ = self.store.messages(key, head.message_count - 1, 1)
+        if not found:
+            raise StaleSessionError(_STALE)
+        last = found[0]["additional_kwargs"]
+        if _time_of(last) > session.last_update_time:
+            stored_id = last[EVENT]["id"] if EVENT in last else None
+            held_id = session.events[-1].id if session.events else None
+            if stored_id != held_id:
+                raise StaleSessionError(_STALE)
+        return head.version, head.message_count, _state_at(last, head.message_count - 1)
+
+    # -- app and user state -------------------------------------------------------------
+
+    def _shared_state(self, key: str) -> dict[str, Any]:
+        found, _ = self.store.messages(key, 0, 1)
+        return dict(found[0]["additional_kwargs"][SHARED_STATE]) if found else {}
+
+    def _change_shared(
+        self, app: str, user: str, app_delta: dict[str, Any], user_delta: dict[str, Any]
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Apply the `app:` and `user:` changes; both states after them."""
+        return (
+            self._change_one(_app_key(app), app_delta),
+            self._change_one(_user_key(app, user), user_delta),
+        )
+
+    def _change_one(self, key: str, delta: dict[str, Any]) -> dict[str, Any]:
+        for _ in range(STATE_RETRIES):
+            head = self.store.head(key)
+            state = self._shared_state(key) if head and head.message_count else {}
+            if not delta:
+                return state
+            state.update(delta)
+            message = _message("system", [], {SHARED_STATE: state})
+            try:
+                self.store.replace(key, [message], head.version if head else 0)
+            except VersionConflict:
+                continue  # another writer changed it first: read it again
+            return state
+        raise VersionConflict(key, 0, -1)
+
+
+# -- the messages ---------------------------------------------------------------------
+
+
+def to_message(event: Event, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The ledger message of an ADK event: the event whole in `additional_kwargs`, and
+    blocks that show it (text, thoughts, tool calls, tool results)."""
+    stored = event.model_dump(mode="json", exclude_none=True)
+    blocks: list[dict[str, Any]] = []
+    calls = responses = 0
+    parts = event.content.parts if event.content and event.content.parts else []
+    for part in parts:
+        if part.function_call is not None:
+            calls += 1
+            call = part.function_call
+            blocks.append({
+                "block_type": "tool_call", "tool_call_id": call.id, "tool_name": call.name,
+                "tool_kwargs": stored_part(call.args),
+            })  # fmt: skip
+        elif part.function_response is not None:
+            responses += 1
+            response = part.function_response
+            text = _json_text({"name": response.name, "response": response.response})
+            blocks.append({"block_type": "text", "text": text})
+        elif part.text is not None:
+            if part.thought:
+                blocks.append({"block_type": "thinking", "content": part.text})
+            else:
+                blocks.append({"block_type": "text", "text": part.text})
+    if event.author == "user" and not responses:
+        role = "user"
+    elif responses and not calls:
+        role = "tool"
+    else:
+        role = "assistant"
+    return _message(role, blocks, {EVENT: stored, **(extra or {})})
+
+
+def from_message(message: dict[str, Any]) -> Event:
+    """The ADK event a ledger message holds (ValueError if it holds none)."""
+    kwargs = message.get("additional_kwargs") or {}
+    if EVENT not in kwargs:
+        raise ValueError("the message holds no ADK event")
+    return Event.model_validate(kwargs[EVENT])
+
+
+def stored_part(value: Any) -> Any:
+    from pydantic_core import to_jsonable_python
+
+    return to_jsonable_python(value)
+
+
+def _json_text(value: Any) -> str:
+    import json
+
+    return json.dumps(stored_part(value), ensure_ascii=False)
+
+
+def _message(role: str, blocks: list[dict[str, Any]], kwargs: dict[str, Any]) -> dict[str, Any]:
+    return {"role": role, "blocks": blocks, "additional_kwargs": kwargs}
+
+
+def _time_of(kwargs: dict[str, Any]) -> float:
+    """When a message's change was made: its event's timestamp, or the session's
+    creation time for the first message."""
+    if EVENT in kwargs:
+        return float(kwargs[EVENT]["timestamp"])
+    return float(kwargs[SESSION]["create_time"])
+
+
+def _state_at(kwargs: dict[str, Any], position: int) -> int:
+    """Where the state stands, seen from the message at `position`."""
+    return position if STATE in kwargs else int(kwargs[STATE_AT])
+
+
+def _marker(head: Head, state_at: int) -> str:
+    """The storage revision ADK's stale-session check compares: the ledger version, and
+    the message count and state position at that version."""
+    return f"{head.version}:{head.message_count}:{state_at}"
+
+
+def _merge(
+    app_state: dict[str, Any], user_state: dict[str, Any], session_state: dict[str, Any]
+) -> dict[str, Any]:
+    merged = dict(session_state)
+    merged.update({State.APP_PREFIX + k: v for k, v in app_state.items()})
+    merged.update({State.USER_PREFIX + k: v for k, v in user_state.items()})
+    return merged
+
+
+# -- keys -----------------------------------------------------------------------------
+
+
+def _name(value: object) -> str:
+    if not isinstance(value, str):
+        raise InvalidInput(f"ADK names must be strings; got {type(value).__name__}")
+    return value
+
+
+def _session_id(value: object) -> str:
+    return _name(value).strip()
+
+
+def _part(name: str) -> str:
+    return quote(name, safe="")
+
+
+def _session_key(app: str, user: str, sid: str) -> str:
+    if not sid:
+        raise InvalidInput("session_id must not be empty")
+    return f"{SESSIONS}{_part(app)}/{_part(user)}/{_part(sid)}"
+
+
+def _app_key(app: str) -> str:
+    return f"{APP_STATES}{_part(app)}"
+
+
+def _user_key(app: str, user: str) -> str:
+    return f"{USER_STATES}{_part(app)}/{_part(user)}"
+
+
+# -- where the sessions live ----------------------------------------------------------
+
+_local_ledgers: dict[str, Ledger] = {}
+_local_lock = threading.Lock()
+
+
+def _make_store(
+    ledger: Ledger | None, url: str | None, api_key: str | None, tenant: str | None,
+    actor: str | None,
+) -> Store:  # fmt: skip
+    if (ledger is None) == (url is None):
+        raise InvalidInput("give either ledger= (an in-process Ledger) or url=")
+    if ledger is not None:
+        return LocalStore(ledger, tenant=tenant, actor=actor)
+    assert url is not None
+    if url.startswith(("http://", "https://")):
+        key = api_key or os.environ.get(API_KEY_ENV)
+        if not key:
+            raise InvalidInput(f"a server URL needs api_key= or {API_KEY_ENV}")
+        if tenant is not None or actor is not None:
+            raise InvalidInput("over HTTP the API key decides the tenant and the actor")
+        return RemoteStore(url, key)
+    if url.startswith("memory://"):
+        raise InvalidInput("memory:// names a new empty store each time: pass ledger=")
+    from ..bootstrap import open_ledger  # the composition root picks the store
+    from ..settings import Settings
+
+    with _local_lock:
+        if url not in _local_ledgers:
+            _local_ledgers[url] = open_ledger(Settings(database_url=url))
+        return LocalStore(_local_ledgers[url], tenant=tenant, actor=actor)
+
+
+async def _thread(call: Callable[..., T], *args: Any) -> T:
+    return await asyncio.to_thread(call, *args)

@@ -1,0 +1,169 @@
+"""Where an ADK session service keeps its sessions: an in-process `Ledger` or a server.
+
+Both answer the same five calls with plain data (message dicts in the ledger's JSON
+shape) and raise the domain's errors, so the service above holds all the behaviour once.
+The calls block; the service runs each of its operations in a worker thread.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Protocol
+
+from session_ledger.domain import errors
+from session_ledger.domain.errors import LedgerError, SessionNotFound
+from session_ledger.domain.ledger import Ledger
+from session_ledger.domain.ports import CREATED_ORDER
+
+from ..client import LedgerAPIError, LedgerClient
+
+CLEARED = "HistoryCleared"
+KEYS_PAGE = 1000
+
+
+class Head(NamedTuple):
+    """What the service needs of a ledger session's head."""
+
+    version: int
+    message_count: int
+    cleared: bool  # its latest event cleared it: the ADK session was deleted
+
+
+class Store(Protocol):
+    """The ledger calls an ADK session service makes."""
+
+    def head(self, key: str) -> Head | None: ...
+    # Messages [offset, offset + limit) of the active history, and the version read.
+    def messages(self, key: str, offset: int, limit: int | None) -> tuple[list[dict], int]: ...
+    def append(self, key: str, messages: list[dict], expected_version: int | None) -> Head: ...
+    def replace(self, key: str, messages: list[dict], expected_version: int | None) -> Head: ...
+    def clear(self, key: str, expected_version: int | None) -> None: ...
+    def keys(self, prefix: str) -> list[str]: ...  # not cleared, in the order made
+
+
+class LocalStore:
+    """A `Ledger` in this process; writes carry `tenant` and `actor`."""
+
+    def __init__(self, ledger: Ledger, *, tenant: str | None, actor: str | None) -> None:
+        self.ledger, self.tenant = ledger, tenant
+        self.write: dict[str, Any] = {"tenant": tenant, "actor": actor}
+
+    def head(self, key: str) -> Head | None:
+        try:
+            h = self.ledger.head(key, tenant=self.tenant)
+        except SessionNotFound:
+            return None
+        return Head(h.version, h.message_count, h.last_event == CLEARED)
+
+    def messages(self, key: str, offset: int, limit: int | None) -> tuple[list[dict], int]:
+        found = self.ledger.history(key, tenant=self.tenant, offset=offset, limit=limit)
+        return [m.to_dict() for m in found.messages()], found.version
+
+    def append(self, key: str, messages: list[dict], expected_version: int | None) -> Head:
+        done = self.ledger.put_messages(
+            key, messages, expected_version=expected_version, **self.write
+        )
+        return Head(done.version, done.message_count, False)
+
+    def replace(self, key: str, messages: list[dict], expected_version: int | None) -> Head:
+        done = self.ledger.set(key, messages, expected_version=expected_version, **self.write)
+        return Head(done.version, done.message_count, False)
+
+    def clear(self, key: str, expected_version: int | None) -> None:
+        self.ledger.reset(key, expected_version=expected_version, **self.write)
+
+    def keys(self, prefix: str) -> list[str]:
+        found: list[str] = []
+        after = None
+        while True:
+            page = self.ledger.keys(
+                tenant=self.tenant, prefix=prefix, after=after, limit=KEYS_PAGE,
+                exclude_cleared=True, order=CREATED_ORDER,
+            )  # fmt: skip
+            found += page
+            if len(page) < KEYS_PAGE:
+                return found
+            after = page[-1]
+
+
+class RemoteStore:
+    """A session-ledger server; the API key decides the tenant and is the actor."""
+
+    def __init__(self, base_url: str, api_key: str, *, timeout: float = 30.0) -> None:
+        self.client = LedgerClient(base_url, api_key, timeout=timeout)
+
+    def head(self, key: str) -> Head | None:
+        try:
+            h = self.client.head(key)
+        except LedgerAPIError as e:
+            if e.code == "session_not_found":
+                return None
+            raise _domain_error(e, key) from e
+        return Head(h.version, h.message_count, h.last_event == CLEARED)
+
+    def messages(self, key: str, offset: int, limit: int | None) -> tuple[list[dict], int]:
+        try:
+            found = self.client.get_all(key, offset=offset, limit=limit)
+        except LedgerAPIError as e:
+            raise _domain_error(e, key) from e
+        return [m.to_dict() for m in found], -1  # (the API's pages are of one version)
+
+    def append(self, key: str, messages: list[dict], expected_version: int | None) -> Head:
+        try:
+            done = self.client.put_messages(key, messages, **_if_match(expected_version))
+        except LedgerAPIError as e:
+            raise _domain_error(e, key, expected_version) from e
+        return Head(done.version, done.message_count, False)
+
+    def replace(self, key: str, messages: list[dict], expected_version: int | None) -> Head:
+        try:
+            done = self.client.set(key, messages, **_if_match(expected_version))
+        except LedgerAPIError as e:
+            raise _domain_error(e, key, expected_version) from e
+        return Head(done.version, done.message_count, False)
+
+    def clear(self, key: str, expected_version: int | None) -> None:
+        try:
+            self.client.reset(key, **_if_match(expected_version))
+        except LedgerAPIError as e:
+            raise _domain_error(e, key, expected_version) from e
+
+    def keys(self, prefix: str) -> list[str]:
+        found: list[str] = []
+        cursor = None
+        while True:
+            try:
+                page = self.client.keys(
+                    prefix=prefix, cursor=cursor, limit=KEYS_PAGE, exclude_cleared=True,
+                    order=CREATED_ORDER,
+                )  # fmt: skip
+            except LedgerAPIError as e:
+                raise _domain_error(e, prefix) from e
+            found += page.keys
+            if page.next_cursor is None:
+                return found
+            cursor = page.next_cursor
+
+
+def _if_match(expected_version: int | None) -> dict[str, Any]:
+    if expected_version is None:
+        return {}
+    if expected_version == 0:
+        return {"if_none_match": True}  # the session must not exist yet
+    return {"if_match": expected_version}
+
+
+def _domain_error(e: LedgerAPIError, key: str, expected: int | None = None) -> LedgerError:
+    """The domain's error for an API error: what the in-process Ledger raises."""
+    if e.code == "session_not_found":
+        return SessionNotFound(str(e.details.get("tenant", "of this API key")), key)
+    if e.code in ("version_conflict", "precondition_failed"):
+        wanted = int(e.details.get("expected", expected or 0) or 0)
+        return errors.VersionConflict(key, wanted, int(e.details.get("actual", -1)))
+    return _ERRORS_BY_CODE.get(e.code, LedgerError)(e.message)
+
+
+def _subclasses(cls: type[LedgerError]) -> list[type[LedgerError]]:
+    return [cls, *(c for sub in cls.__subclasses__() for c in _subclasses(sub))]
+
+
+_ERRORS_BY_CODE = {c.code: c for c in _subclasses(LedgerError)}
