@@ -39,7 +39,7 @@ from .routes import (
     diff,
     docs,
     events,
-    export,
+    export_routes,
     heads,
     health,
     keys,
@@ -177,7 +177,7 @@ def create_app(
     errors.register(app)
     limited = [module.router for module in (
         messages, streams, events, live, replay, diff, verify, compliance_routes, search, sessions,
-        heads, export, package, checkpoints, access_log_routes, keys,
+        heads, export_routes, package, checkpoints, access_log_routes, keys,
     )]  # fmt: skip
     for router in limited:
         app.include_router(router, dependencies=[Depends(enforce_limits)])
