@@ -45,7 +45,7 @@ from .routes import (
     keys,
     live,
     messages,
-    package,
+    package_routes,
     replay,
     search,
     sessions,
@@ -177,7 +177,7 @@ def create_app(
     errors.register(app)
     limited = [module.router for module in (
         messages, streams, events, live, replay, diff, verify, compliance_routes, search, sessions,
-        heads, export_routes, package, checkpoints, access_log_routes, keys,
+        heads, export_routes, package_routes, checkpoints, access_log_routes, keys,
     )]  # fmt: skip
     for router in limited:
         app.include_router(router, dependencies=[Depends(enforce_limits)])
