@@ -44,7 +44,7 @@ from .routes import (
     health,
     keys,
     live,
-    messages,
+    message_routes,
     package_routes,
     replay,
     search,
@@ -176,8 +176,8 @@ def create_app(
         ledger.observer = observer
     errors.register(app)
     limited = [module.router for module in (
-        messages, streams, events, live, replay, diff, verify, compliance_routes, search, sessions,
-        heads, export_routes, package_routes, checkpoints, access_log_routes, keys,
+        message_routes, streams, events, live, replay, diff, verify, compliance_routes, search,
+        sessions, heads, export_routes, package_routes, checkpoints, access_log_routes, keys,
     )]  # fmt: skip
     for router in limited:
         app.include_router(router, dependencies=[Depends(enforce_limits)])

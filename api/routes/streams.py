@@ -26,7 +26,7 @@ from ..deps import (
 from ..errors import ERROR_RESPONSES
 from ..responses import written
 from ..schemas import WriteResult
-from .messages import _precondition
+from .message_routes import _precondition
 
 router = APIRouter(
     prefix="/v1/sessions", tags=["streams"], responses=ERROR_RESPONSES,

@@ -20,9 +20,9 @@ from starlette.routing import BaseRoute
 from session_ledger.api.app import create_app
 from session_ledger.api.deps import ReadInputs, WriteInputs
 from session_ledger.api.inputs import RouteInputs, route_inputs
-from session_ledger.api.routes import messages, sessions
+from session_ledger.api.routes import message_routes, sessions
 from session_ledger.api.routes.live import SessionTailInputs
-from session_ledger.api.routes.messages import ContextInputs
+from session_ledger.api.routes.message_routes import ContextInputs
 from session_ledger.api.routes.search import SearchInputs
 from session_ledger.api.settings import Settings
 
@@ -143,7 +143,7 @@ def test_a_header_field_with_an_alias_is_the_header_of_its_alias() -> None:
 
 
 def test_the_routes_models_are_found_through_their_dependencies() -> None:
-    routes = {(r.path, m): r for r in messages.router.routes if isinstance(r, APIRoute)
+    routes = {(r.path, m): r for r in message_routes.router.routes if isinstance(r, APIRoute)
               for m in r.methods}  # fmt: skip
     assert route_inputs(routes["/v1/sessions/{key}/context", "GET"]) == [ContextInputs]
     assert route_inputs(routes["/v1/sessions/{key}/messages", "POST"]) == [WriteInputs]
