@@ -49,7 +49,7 @@ from .routes import (
     replay,
     search,
     sessions,
-    streams,
+    stream_routes,
     ui,
     verify,
 )
@@ -176,8 +176,9 @@ def create_app(
         ledger.observer = observer
     errors.register(app)
     limited = [module.router for module in (
-        message_routes, streams, events, live, replay, diff, verify, compliance_routes, search,
-        sessions, heads, export_routes, package_routes, checkpoints, access_log_routes, keys,
+        message_routes, stream_routes, events, live, replay, diff, verify, compliance_routes,
+        search, sessions, heads, export_routes, package_routes, checkpoints, access_log_routes,
+        keys,
     )]  # fmt: skip
     for router in limited:
         app.include_router(router, dependencies=[Depends(enforce_limits)])
