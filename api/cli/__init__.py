@@ -3,7 +3,8 @@ Typer app of its own that names nothing here (so nothing imports back):
 serve_commands (migrate, serve), store_commands (audit, rebuild, verify, export),
 compliance_commands (erase, encrypt-existing, and the `retention` and `hold` groups),
 read_commands (show), evidence_commands (checkpoints, event search, access log,
-verify-export) and key_commands (the `keys` group); common.py holds what they share.
+verify-export), mcp_commands (mcp: the read tools over the Model Context Protocol) and
+key_commands (the `keys` group); common.py holds what they share.
 
 Every command reads the same `LEDGER_*` settings as the server; options override them.
 Key and show commands work on the store directly (whoever runs them can read the
@@ -18,6 +19,7 @@ from . import (
     compliance_commands,
     evidence_commands,
     key_commands,
+    mcp_commands,
     read_commands,
     serve_commands,
     store_commands,
@@ -28,7 +30,7 @@ cli = typer.Typer(name="session-ledger", no_args_is_help=True, add_completion=Fa
 # Added without a name, a module's commands join the group's own, in this order (the
 # help's); the named groups follow them.
 for commands in (serve_commands, store_commands, compliance_commands, read_commands,
-                 evidence_commands):  # fmt: skip
+                 evidence_commands, mcp_commands):  # fmt: skip
     cli.add_typer(commands.app)
 cli.add_typer(compliance_commands.retention_cli, name="retention")
 cli.add_typer(compliance_commands.hold_cli, name="hold")

@@ -12,7 +12,7 @@ from session_ledger.domain.ledger import Ledger
 from ..access_logging import AccessLoggedRoute
 from ..auth import READ
 from ..deps import SessionCall, WindowInputs, on_session
-from ..errors import ERROR_RESPONSES
+from ..http_errors import ERROR_RESPONSES
 from ..responses import etag
 from ..schemas import ContextWindow, Replay, SessionSummary
 
@@ -40,13 +40,18 @@ def replay_session(
     window `get` gave then, with its token count. Page its history with
     `GET .../messages?as_of_version=` and the version answered here."""
     key, who, ledger = call
-    token_limit, initial_token_count = inputs.token_limit, inputs.initial_token_count
-    as_of_version, as_of = inputs.as_of_version, inputs.as_of
     etag(response, ledger.head(key, tenant=who.tenant).version)
-    head = ledger.head(key, tenant=who.tenant, as_of_version=as_of_version, as_of=as_of)
+    return replayed(ledger, key, who.tenant, inputs)
+
+
+def replayed(ledger: Ledger, key: str, tenant: str, inputs: WindowInputs) -> Replay:
+    """The replay of session `key` at the version or moment `inputs` name (the route's
+    answer, and the MCP server's `replay` tool's)."""
+    token_limit, initial_token_count = inputs.token_limit, inputs.initial_token_count
+    head = ledger.head(key, tenant=tenant, as_of_version=inputs.as_of_version, as_of=inputs.as_of)
     limit = ledger.token_limit if token_limit is None else token_limit
     window = ledger.get(
-        key, tenant=who.tenant, token_limit=limit, initial_token_count=initial_token_count,
+        key, tenant=tenant, token_limit=limit, initial_token_count=initial_token_count,
         as_of_version=head.version,
     )  # fmt: skip
     return Replay(
