@@ -52,7 +52,7 @@ clean:
 # Benchmarks against the stores users would pick instead (bench/README.md).
 BENCH_STAMP := $(VENV)/.bench-installed
 
-.PHONY: bench bench-quick bench-replay bench-writes bench-ab bench-scale bench-http test-bench
+.PHONY: bench bench-quick bench-replay bench-writes bench-instructions bench-ab bench-scale bench-http test-bench
 
 $(BENCH_STAMP): $(STAMP) pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev,llamaindex,openai-agents,google-adk,mcp,bench]'
@@ -69,6 +69,12 @@ bench-replay: $(STAMP)
 
 bench-writes: $(BENCH_STAMP)
 	$(BIN)/python -m bench.diagnostics.write_cost
+
+# Instructions per single-message write (callgrind) of the ledger's put and each peer's,
+# in one run of a few minutes: make bench-instructions [INSTRUCTIONS_ARGS="--writes 500"]
+bench-instructions: $(BENCH_STAMP)
+	@command -v valgrind >/dev/null || apt-get install -y valgrind || sudo apt-get install -y valgrind
+	$(BIN)/python -m bench.instructions $(INSTRUCTIONS_ARGS)
 
 # The HTTP path against a bare FastAPI app doing the floor of its work, driven by wrk
 # (docs/performance.md): make bench-http [HTTP_ARGS="--stores sqlite --seconds 3"]
