@@ -19,7 +19,7 @@ from fastapi.routing import APIRoute
 from session_ledger.domain.ledger import Ledger
 from session_ledger.projections.async_bridge import bridged
 
-from . import errors
+from . import http_errors
 from .admission import enforce_limits
 from .auth import bearer
 from .feed_cursors import ServerFeedCursors
@@ -174,7 +174,7 @@ def create_app(
     observer = AppObserver(app.state.metrics, tracer)
     if ledger is not None:
         ledger.observer = observer
-    errors.register(app)
+    http_errors.register(app)
     limited = [module.router for module in (
         message_routes, stream_routes, events, live, replay, diff, verify, compliance_routes,
         search, sessions, heads, export_routes, package_routes, checkpoints, access_log_routes,

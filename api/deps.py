@@ -28,7 +28,7 @@ from session_ledger.domain.ledger import Ledger
 from session_ledger.projections.async_bridge import bridged
 
 from .auth import EXPORT, MANAGE_KEYS, READ, WRITE, Principal, key_store, require
-from .errors import PreconditionFailed
+from .http_errors import PreconditionFailed
 from .inputs import RouteInputs
 from .keystore import KeyStore
 

@@ -7,7 +7,7 @@ from urllib.parse import quote_from_bytes
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .errors import BodyTooLarge
+from .http_errors import BodyTooLarge
 
 SESSIONS_PREFIX = b"/v1/sessions/"
 # Everything a raw path may hold as itself; other bytes (raw UTF-8 from a lax client)

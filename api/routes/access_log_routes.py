@@ -13,7 +13,7 @@ from session_ledger.projections.access_log import LOG_READ, verify_access_log
 
 from ..access_logging import AccessLoggedRoute, logged_query
 from ..deps import BIG, ExporterDep, LedgerDep
-from ..errors import ERROR_RESPONSES
+from ..http_errors import ERROR_RESPONSES
 from ..inputs import RouteInputs
 
 router = APIRouter(

@@ -12,7 +12,7 @@ from session_ledger.projections.checkpoint import latest_path
 
 from ..access_logging import AccessLoggedRoute, logged_query
 from ..deps import ReaderDep
-from ..errors import ERROR_RESPONSES
+from ..http_errors import ERROR_RESPONSES
 
 router = APIRouter(
     prefix="/v1/checkpoints", tags=["checkpoints"], responses=ERROR_RESPONSES,

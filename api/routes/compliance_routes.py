@@ -12,7 +12,7 @@ from pydantic import Field
 from session_ledger.domain.errors import InvalidInput
 
 from ..deps import AdminCall
-from ..errors import ERROR_RESPONSES
+from ..http_errors import ERROR_RESPONSES
 from ..inputs import RouteInputs
 from ..responses import etag
 from ..schemas import EraseIn, HoldIn, WriteResult

@@ -17,7 +17,7 @@ from session_ledger.domain.ledger import Ledger
 from ..access_logging import AccessLoggedRoute
 from ..auth import READ
 from ..deps import BIG, SessionCall, on_session
-from ..errors import ERROR_RESPONSES
+from ..http_errors import ERROR_RESPONSES
 from ..inputs import RouteInputs
 from ..schemas import HistoryChange, HistoryDiff
 

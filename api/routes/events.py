@@ -10,7 +10,7 @@ from pydantic import Field
 from ..access_logging import AccessLoggedRoute
 from ..auth import READ
 from ..deps import BIG, SessionCall, on_session
-from ..errors import ERROR_RESPONSES
+from ..http_errors import ERROR_RESPONSES
 from ..inputs import RouteInputs
 from ..responses import etag
 from ..schemas import AuditEvent, AuditTrail

@@ -20,7 +20,7 @@ from session_ledger.projections.tar_stream import chunks  # one hand-off per chu
 from ..access_logging import AccessLoggedRoute
 from ..auth import EXPORT
 from ..deps import AsOfVersion, SessionCall, on_session
-from ..errors import ERROR_RESPONSES
+from ..http_errors import ERROR_RESPONSES
 from ..inputs import RouteInputs
 
 router = APIRouter(

@@ -10,7 +10,7 @@ from pydantic import Field
 
 from ..access_logging import AccessLoggedRoute, logged_query
 from ..deps import TEXT_PATTERN, LedgerDep, ReaderDep
-from ..errors import ERROR_RESPONSES
+from ..http_errors import ERROR_RESPONSES
 from ..inputs import RouteInputs
 from ..schemas import SessionSummaries, SessionSummary
 

@@ -10,7 +10,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from session_ledger.domain.errors import StoreNotReady
 
 from ..deps import KeyStoreDep, LedgerDep
-from ..errors import ERROR_RESPONSES
+from ..http_errors import ERROR_RESPONSES
 from ..schemas import Status
 
 router = APIRouter(tags=["health"])

@@ -11,7 +11,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path
 
 from ..deps import AdminDep, KeyStoreDep
-from ..errors import ERROR_RESPONSES
+from ..http_errors import ERROR_RESPONSES
 from ..keystore import KeyRecord
 from ..schemas import ApiKey, ApiKeyList, CreatedApiKey, KeyCreate
 

@@ -42,8 +42,8 @@ from session_ledger.domain.session import session_id
 
 from ..auth import Principal
 from ..deps import BIG, TEXT_PATTERN, ExporterDep, LedgerDep, ReadCall, mark_access
-from ..errors import ERROR_RESPONSES, LastEventIdInvalid
 from ..feed_cursors import MAX_CURSOR_CHARS, FeedCursors, ServerFeedCursors
+from ..http_errors import ERROR_RESPONSES, LastEventIdInvalid
 from ..inputs import RouteInputs
 from ..live_hub import LiveHub
 from ..live_tails import END_GRACE_SECONDS, LiveTails, OpenTail

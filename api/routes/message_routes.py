@@ -38,7 +38,7 @@ from ..deps import (
     short_read,
     short_write,
 )
-from ..errors import ERROR_RESPONSES, PreconditionFailed
+from ..http_errors import ERROR_RESPONSES, PreconditionFailed
 from ..large_bodies import LargeBodyRoute
 from ..responses import message_list, message_page, written
 from ..schemas import AppendIn, ArchiveIn, MessageList, MessagePage, MessagesIn, WriteResult

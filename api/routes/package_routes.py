@@ -22,7 +22,7 @@ from session_ledger.projections.rsmf import write_rsmf
 
 from ..access_logging import RECORDS_HEADER, AccessLoggedRoute, logged_query
 from ..deps import TEXT_PATTERN, ExporterDep, InRange, LedgerDep
-from ..errors import ERROR_RESPONSES
+from ..http_errors import ERROR_RESPONSES
 from ..inputs import RouteInputs
 
 router = APIRouter(

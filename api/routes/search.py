@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 
 from ..access_logging import AccessLoggedRoute, logged_query
 from ..deps import TEXT_PATTERN, ExporterDep, InRange, LedgerDep
-from ..errors import ERROR_RESPONSES
+from ..http_errors import ERROR_RESPONSES
 from ..inputs import RouteInputs
 
 router = APIRouter(

@@ -11,7 +11,7 @@ from pydantic import Field
 from ..access_logging import AccessLoggedRoute, logged_query
 from ..auth import READ
 from ..deps import TEXT_PATTERN, LedgerDep, ReaderDep, ReadOptionsDep, SessionCall, on_session
-from ..errors import ERROR_RESPONSES
+from ..http_errors import ERROR_RESPONSES
 from ..inputs import RouteInputs
 from ..responses import etag, not_modified
 from ..schemas import SessionHead, SessionKeys

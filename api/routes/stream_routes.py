@@ -23,7 +23,7 @@ from ..deps import (
     WriteOptionsDep,
     on_session,
 )
-from ..errors import ERROR_RESPONSES
+from ..http_errors import ERROR_RESPONSES
 from ..responses import written
 from ..schemas import WriteResult
 from .message_routes import _precondition

@@ -14,7 +14,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Response
 
-from ..errors import error_response
+from ..http_errors import error_response
 
 router = APIRouter(prefix="/ui", tags=["viewer"], include_in_schema=False)
 MEDIA_TYPES = {

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends
 from ..access_logging import AccessLoggedRoute
 from ..auth import READ
 from ..deps import SessionCall, on_session
-from ..errors import ERROR_RESPONSES
+from ..http_errors import ERROR_RESPONSES
 from ..schemas import ChainCheck
 
 router = APIRouter(
