@@ -91,6 +91,15 @@ class LedgerSessionService(BaseSessionService):
         """`tenant` and `actor` in process only: a server takes both from the API key."""
         self.store = store or _make_store(ledger, url, api_key, tenant, actor)
 
+    async def close(self) -> None:
+        """Nothing to release: the ledger (or the server's connection) outlives the service."""
+
+    async def __aenter__(self) -> LedgerSessionService:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
     # -- BaseSessionService ------------------------------------------------------------
 
     async def create_session(
