@@ -28,7 +28,7 @@ from fastapi.routing import APIRoute
 
 from .auth import READ, Principal, require
 from .deps import mark_access
-from .inputs import RouteInputs, route_inputs
+from .route_inputs import RouteInputs, route_inputs
 
 EVENT_LINE = b'{"record":"event"'  # an event line of a JSONL export (quotes are escaped inside)
 RECORDS_HEADER = "X-Ledger-Records"  # a streamed answer that counts its records itself

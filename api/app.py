@@ -23,7 +23,6 @@ from . import http_errors
 from .admission import enforce_limits
 from .auth import bearer
 from .feed_cursors import ServerFeedCursors
-from .inputs import document_inputs
 from .keystore import KeyStore, open_key_store
 from .live_hub import LiveHub
 from .live_tails import LiveTails
@@ -32,6 +31,7 @@ from .metrics import Metrics, MetricsMiddleware
 from .middleware import BodyLimit, RawSessionPath
 from .observer import AppObserver
 from .ratelimit import Limiter, open_limit_store
+from .route_inputs import document_inputs
 from .routes import (
     access_log_routes,
     checkpoints,

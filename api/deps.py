@@ -29,8 +29,8 @@ from session_ledger.projections.async_bridge import bridged
 
 from .auth import EXPORT, MANAGE_KEYS, READ, WRITE, Principal, key_store, require
 from .http_errors import PreconditionFailed
-from .inputs import RouteInputs
 from .keystore import KeyStore
+from .route_inputs import RouteInputs
 
 R = TypeVar("R")
 BIG = 2**62  # larger numbers are no real position and would overflow the SQL column types
@@ -52,7 +52,7 @@ def moment_in_range(value: datetime | None) -> datetime | None:
 # Every time a route takes goes through this check (`AsOf`, or `InRange` beside a Field of
 # its own), so none reaches a store out of range.
 InRange = AfterValidator(moment_in_range)
-# Fields of the routes' `RouteInputs` models (inputs.py), each with the default None.
+# Fields of the routes' `RouteInputs` models (route_inputs.py), each with the default None.
 AsOf = Annotated[
     datetime | None,
     InRange,

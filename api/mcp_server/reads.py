@@ -24,8 +24,8 @@ from session_ledger.domain.ports import MessagesRead
 from ..access_logging import records_in
 from ..auth import EXPORT, PERMISSIONS, READ, Forbidden, Principal
 from ..deps import ALWAYS_LOGGED_ROLES, WindowInputs
-from ..inputs import RouteInputs
 from ..responses import page_cursor
+from ..route_inputs import RouteInputs
 from ..routes.events import AuditInputs
 from ..routes.message_routes import HistoryInputs
 from ..routes.replay import replayed

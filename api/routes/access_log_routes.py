@@ -14,7 +14,7 @@ from session_ledger.projections.access_log import LOG_READ, verify_access_log
 from ..access_logging import AccessLoggedRoute, logged_query
 from ..deps import BIG, ExporterDep, LedgerDep
 from ..http_errors import ERROR_RESPONSES
-from ..inputs import RouteInputs
+from ..route_inputs import RouteInputs
 
 router = APIRouter(
     prefix="/v1/access-log", tags=["access log"], responses=ERROR_RESPONSES,

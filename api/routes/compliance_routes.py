@@ -13,8 +13,8 @@ from session_ledger.domain.errors import InvalidInput
 
 from ..deps import AdminCall
 from ..http_errors import ERROR_RESPONSES
-from ..inputs import RouteInputs
 from ..responses import etag
+from ..route_inputs import RouteInputs
 from ..schemas import EraseIn, HoldIn, WriteResult
 
 router = APIRouter(prefix="/v1/sessions", tags=["compliance"], responses=ERROR_RESPONSES)

@@ -18,7 +18,7 @@ from ..access_logging import AccessLoggedRoute
 from ..auth import READ
 from ..deps import BIG, SessionCall, on_session
 from ..http_errors import ERROR_RESPONSES
-from ..inputs import RouteInputs
+from ..route_inputs import RouteInputs
 from ..schemas import HistoryChange, HistoryDiff
 
 router = APIRouter(

@@ -11,8 +11,8 @@ from ..access_logging import AccessLoggedRoute
 from ..auth import READ
 from ..deps import BIG, SessionCall, on_session
 from ..http_errors import ERROR_RESPONSES
-from ..inputs import RouteInputs
 from ..responses import etag
+from ..route_inputs import RouteInputs
 from ..schemas import AuditEvent, AuditTrail
 
 router = APIRouter(

@@ -21,7 +21,7 @@ from ..access_logging import AccessLoggedRoute
 from ..auth import EXPORT
 from ..deps import AsOfVersion, SessionCall, on_session
 from ..http_errors import ERROR_RESPONSES
-from ..inputs import RouteInputs
+from ..route_inputs import RouteInputs
 
 router = APIRouter(
     prefix="/v1/sessions", tags=["export"], responses=ERROR_RESPONSES,

@@ -11,7 +11,7 @@ from pydantic import Field
 from ..access_logging import AccessLoggedRoute, logged_query
 from ..deps import TEXT_PATTERN, LedgerDep, ReaderDep
 from ..http_errors import ERROR_RESPONSES
-from ..inputs import RouteInputs
+from ..route_inputs import RouteInputs
 from ..schemas import SessionSummaries, SessionSummary
 
 router = APIRouter(

@@ -44,9 +44,9 @@ from ..auth import Principal
 from ..deps import BIG, TEXT_PATTERN, ExporterDep, LedgerDep, ReadCall, mark_access
 from ..feed_cursors import MAX_CURSOR_CHARS, FeedCursors, ServerFeedCursors
 from ..http_errors import ERROR_RESPONSES, LastEventIdInvalid
-from ..inputs import RouteInputs
 from ..live_hub import LiveHub
 from ..live_tails import END_GRACE_SECONDS, LiveTails, OpenTail
+from ..route_inputs import RouteInputs
 from ..schemas import AuditEvent, FeedEvent
 from ..settings import Settings
 

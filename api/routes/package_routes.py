@@ -23,7 +23,7 @@ from session_ledger.projections.rsmf import write_rsmf
 from ..access_logging import RECORDS_HEADER, AccessLoggedRoute, logged_query
 from ..deps import TEXT_PATTERN, ExporterDep, InRange, LedgerDep
 from ..http_errors import ERROR_RESPONSES
-from ..inputs import RouteInputs
+from ..route_inputs import RouteInputs
 
 router = APIRouter(
     prefix="/v1/package", tags=["export"], responses=ERROR_RESPONSES,

@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 from ..access_logging import AccessLoggedRoute, logged_query
 from ..deps import TEXT_PATTERN, ExporterDep, InRange, LedgerDep
 from ..http_errors import ERROR_RESPONSES
-from ..inputs import RouteInputs
+from ..route_inputs import RouteInputs
 
 router = APIRouter(
     prefix="/v1/events", tags=["audit search"], responses=ERROR_RESPONSES,

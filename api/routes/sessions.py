@@ -12,8 +12,8 @@ from ..access_logging import AccessLoggedRoute, logged_query
 from ..auth import READ
 from ..deps import TEXT_PATTERN, LedgerDep, ReaderDep, ReadOptionsDep, SessionCall, on_session
 from ..http_errors import ERROR_RESPONSES
-from ..inputs import RouteInputs
 from ..responses import etag, not_modified
+from ..route_inputs import RouteInputs
 from ..schemas import SessionHead, SessionKeys
 
 router = APIRouter(

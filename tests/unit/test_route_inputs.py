@@ -1,4 +1,4 @@
-"""A route's query string and headers as one model (api/inputs.py): what it reads, how it
+"""A route's query string and headers as one model (api/route_inputs.py): what it reads, how it
 refuses, and that the OpenAPI document lists every field of every route's model."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from starlette.routing import BaseRoute
 
 from session_ledger.api.app import create_app
 from session_ledger.api.deps import ReadInputs, WriteInputs
-from session_ledger.api.inputs import RouteInputs, route_inputs
+from session_ledger.api.route_inputs import RouteInputs, route_inputs
 from session_ledger.api.routes import message_routes, sessions
 from session_ledger.api.routes.live import SessionTailInputs
 from session_ledger.api.routes.message_routes import ContextInputs
