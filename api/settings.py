@@ -1,23 +1,33 @@
-"""Settings: every number that matters, read from `LEDGER_*` environment variables."""
+"""Settings: every number that matters, read from `LEDGER_*` environment variables.
+
+They come in six groups, one model each: the server (`ServerSettings`), the store
+(`StoreSettings`), the limits (`LimitSettings`), the read replicas (`ReplicaSettings`),
+streams and live tails (`StreamSettings`) and the evidence (`EvidenceSettings`).
+`Settings` is all six, read from the environment, and is what the composition root
+(bootstrap.py), `create_app` and the commands take; a part that needs one group takes
+that group's type. A setting's variable is `LEDGER_` and its name, whatever its group.
+
+Each default is written once. One the domain or the projections own (a ledger's token
+limit, a write's size limits, a standby's allowed lag, ...) is taken from their constant
+rather than repeated (tests/unit/test_settings_defaults.py holds them together).
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Literal, Self
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from session_ledger.domain import tuning
+from session_ledger.domain.inputs import Limits
+from session_ledger.projections import replicas
 
-class Settings(BaseSettings):
-    """Configuration of one session-ledger process (see the README's table)."""
 
-    model_config = SettingsConfigDict(env_prefix="LEDGER_", extra="ignore")
+class ServerSettings(BaseModel):
+    """What `serve` binds and runs, and what a server process serves (`serve`, create_app)."""
 
-    database_url: str = Field(
-        "sqlite:///./var/ledger.db",
-        description="Store URL: memory://, sqlite:///path/ledger.db or postgresql://user@host/db.",
-    )
     host: str = Field("127.0.0.1", description="Address `serve` binds.")
     port: int = Field(8080, description="Port `serve` binds.")
     workers: int = Field(1, ge=1, description="uvicorn worker processes for `serve`.")
@@ -44,111 +54,11 @@ class Settings(BaseSettings):
         description="`serve` creates missing tables before it starts (under a lock, so "
         "racing processes are safe). Set false to require an explicit `migrate`.",
     )
-    auto_migrate: bool = Field(
-        True,
-        description="An in-process ledger (`open_ledger`, `LedgerMemory(url=...)`) creates "
-        "the tables of a new store on first use. Set false to require an explicit `migrate`.",
-    )
     bootstrap_key: str | None = Field(
         None,
         description="Admin API key created on first start; if unset one is generated "
         "and printed once.",
     )
-    default_tenant: str = Field("default", description="Tenant used by in-process calls.")
-    tokenizer: str = Field(
-        "cl100k_base",
-        description="Tokenizer for stored token counts: cl100k_base (tiktoken's counts, made "
-        "in linear time by the bpe crate where installed; offline) or whitespace.",
-    )
-    token_count_process_chars: int = Field(
-        256 * 1024,
-        ge=0,
-        description="A message at least this long (characters) is counted by cl100k_base in "
-        "a worker process of the server: the count holds the GIL (40-80 ms for 4 MiB), and "
-        "with it the event loop. 0: every count in the server's process. An in-process "
-        "ledger counts in its host's process.",
-    )
-    token_limit: int = Field(3000, ge=1, description="Default token limit of `get`.")
-    max_message_bytes: int = Field(
-        4 * 1024 * 1024, ge=1, description="Largest message (canonical JSON, bytes)."
-    )
-    max_messages_per_write: int = Field(
-        10_000, ge=1, description="Most messages in one put_messages / set."
-    )
-    max_write_bytes: int = Field(
-        32 * 1024 * 1024, ge=1, description="Largest write (all its messages, bytes)."
-    )
-    max_provenance_bytes: int = Field(
-        256 * 1024,
-        ge=0,
-        description="What a recorded answer keeps of the tool outputs and retrieved nodes "
-        "it was given (bytes; the rest is cut, and the cut recorded).",
-    )
-    max_body_bytes: int = Field(
-        40 * 1024 * 1024, ge=1, description="Largest HTTP request body (bytes)."
-    )
-    loop_write_max_bytes: int = Field(
-        64 * 1024,
-        ge=0,
-        description="Largest request body of a write that may run on the event loop (bytes): "
-        "a larger one runs in a worker thread, since its parsing, token counts, hashing and "
-        "sealing grow with its size and would hold every other request meanwhile.",
-    )
-    max_page_messages: int = Field(
-        1000,
-        ge=1,
-        description="Most messages in one page of the history (GET .../messages): the page "
-        "size when no `limit` is given, and the most a `limit` gets.",
-    )
-    max_answer_bytes: int = Field(
-        16 * 1024 * 1024,
-        ge=1,
-        description="Most bytes of messages one read answers: a page of the history ends "
-        "before them (its first message whatever its size); a context window over them is "
-        "refused (413 answer_too_large).",
-    )
-    write_retries: int = Field(
-        100, ge=1, description="Attempts of a write that races other writers."
-    )
-    aggregate_cache_size: int = Field(
-        10_000, ge=0, description="Sessions whose write state is cached per process."
-    )
-    snapshot_interval: int = Field(
-        200, ge=2, description="A snapshot of a session's write state every N events."
-    )
-    pool_size: int = Field(
-        8,
-        ge=1,
-        description="PostgreSQL connections per process; a server has as many more on its "
-        "event loop (context reads, and a write alone). SQLite: connections the key and the "
-        "limit tables each keep open (a request finding all busy waits for one).",
-    )
-    partitions: int | None = Field(
-        None,
-        ge=2,
-        le=1024,
-        description="`migrate` lays the PostgreSQL events and views out in this many hash "
-        "partitions by session, copying an existing store (docs/operations.md).",
-    )
-    read_database_urls: str = Field(
-        "",
-        description="PostgreSQL standbys that serve reads, comma separated "
-        "(postgresql://...); writes, and reads that must see a write, go to the primary.",
-    )
-    replica_max_lag_seconds: float = Field(
-        5, gt=0, allow_inf_nan=False,
-        description="A standby that trails the primary by more than this serves no reads "
-        "until it catches up.",
-    )  # fmt: skip
-    replica_wait_ms: int = Field(
-        100, ge=0,
-        description="How long a read that must see a version (min_version, If-None-Match, "
-        "this process's own write) waits for a standby to replay it before the primary answers.",
-    )  # fmt: skip
-    replica_check_seconds: float = Field(
-        1, gt=0, allow_inf_nan=False,
-        description="How often each standby's lag and health are checked.",
-    )  # fmt: skip
     ui: bool = Field(
         True,
         description="Serve the audit viewer at /ui (browse, replay, diff, verify, export "
@@ -159,6 +69,53 @@ class Settings(BaseSettings):
         description="Serve Swagger UI at /docs (one pinned release from a public CDN, checked "
         "by its hash). /openapi.json is served either way.",
     )
+    retry_after_seconds: int = Field(
+        2, ge=0, description="`Retry-After` of a 503 answer while the store is unavailable."
+    )
+    loop_write_max_bytes: int = Field(
+        64 * 1024,
+        ge=0,
+        description="Largest request body of a write that may run on the event loop (bytes): "
+        "a larger one runs in a worker thread, since its parsing, token counts, hashing and "
+        "sealing grow with its size and would hold every other request meanwhile.",
+    )
+    token_count_process_chars: int = Field(
+        256 * 1024,
+        ge=0,
+        description="A message at least this long (characters) is counted by cl100k_base in "
+        "a worker process of the server: the count holds the GIL (40-80 ms for 4 MiB), and "
+        "with it the event loop. 0: every count in the server's process. An in-process "
+        "ledger counts in its host's process.",
+    )
+
+
+class StoreSettings(BaseModel):
+    """The store and the ledger over it: where it is, its connections and locks, the
+    write state kept, the defaults of in-process calls, encryption at rest."""
+
+    database_url: str = Field(
+        "sqlite:///./var/ledger.db",
+        description="Store URL: memory://, sqlite:///path/ledger.db or postgresql://user@host/db.",
+    )
+    auto_migrate: bool = Field(
+        True,
+        description="An in-process ledger (`open_ledger`, `LedgerMemory(url=...)`) creates "
+        "the tables of a new store on first use. Set false to require an explicit `migrate`.",
+    )
+    partitions: int | None = Field(
+        None,
+        ge=2,
+        le=1024,
+        description="`migrate` lays the PostgreSQL events and views out in this many hash "
+        "partitions by session, copying an existing store (docs/operations.md).",
+    )
+    pool_size: int = Field(
+        8,
+        ge=1,
+        description="PostgreSQL connections per process; a server has as many more on its "
+        "event loop (context reads, and a write alone). SQLite: connections the key and the "
+        "limit tables each keep open (a request finding all busy waits for one).",
+    )
     lock_timeout_seconds: int = Field(
         30, ge=1, description="How long a write waits for a database lock."
     )
@@ -168,14 +125,77 @@ class Settings(BaseSettings):
         description="How long a request waits for a PostgreSQL connection before it "
         "answers 503 store_unavailable (an outage fails fast instead of piling up requests).",
     )
-    retry_after_seconds: int = Field(
-        2, ge=0, description="`Retry-After` of a 503 answer while the store is unavailable."
-    )
     allow_unsafe_durability: bool = Field(
         False,
         description="Start even when the store can lose acknowledged writes (PostgreSQL "
         "fsync, synchronous_commit or full_page_writes off; SQLite not WAL with "
         "synchronous=FULL). Only for throwaway data.",
+    )
+    default_tenant: str = Field(
+        tuning.DEFAULT_TENANT, description="Tenant used by in-process calls."
+    )
+    tokenizer: str = Field(
+        tuning.TOKENIZER,
+        description="Tokenizer for stored token counts: cl100k_base (tiktoken's counts, made "
+        "in linear time by the bpe crate where installed; offline) or whitespace.",
+    )
+    token_limit: int = Field(tuning.TOKEN_LIMIT, ge=1, description="Default token limit of `get`.")
+    write_retries: int = Field(
+        tuning.WRITE_RETRIES, ge=1, description="Attempts of a write that races other writers."
+    )
+    aggregate_cache_size: int = Field(
+        10_000, ge=0, description="Sessions whose write state is cached per process."
+    )
+    snapshot_interval: int = Field(
+        tuning.SNAPSHOT_INTERVAL,
+        ge=2,
+        description="A snapshot of a session's write state every N events.",
+    )
+    master_key: str | None = Field(
+        None,
+        description="Encryption at rest: base64 of a 32-byte AES-256 master key, or "
+        "`id:base64,id:base64` (oldest first; the last wraps new data keys). Unset: "
+        "stored clear, and erasure is refused.",
+    )
+    master_key_file: str | None = Field(
+        None, description="A file holding `master_key`'s value (instead of it)."
+    )
+
+
+class LimitSettings(BaseModel):
+    """What one write, read or request may hold, and what a key, a tenant or a client
+    address may send (rate limits, quotas)."""
+
+    max_message_bytes: int = Field(
+        Limits.max_message_bytes, ge=1, description="Largest message (canonical JSON, bytes)."
+    )
+    max_messages_per_write: int = Field(
+        Limits.max_messages_per_write, ge=1, description="Most messages in one put_messages / set."
+    )
+    max_write_bytes: int = Field(
+        Limits.max_write_bytes, ge=1, description="Largest write (all its messages, bytes)."
+    )
+    max_provenance_bytes: int = Field(
+        Limits.max_provenance_bytes,
+        ge=0,
+        description="What a recorded answer keeps of the tool outputs and retrieved nodes "
+        "it was given (bytes; the rest is cut, and the cut recorded).",
+    )
+    max_page_messages: int = Field(
+        Limits.max_page_messages,
+        ge=1,
+        description="Most messages in one page of the history (GET .../messages): the page "
+        "size when no `limit` is given, and the most a `limit` gets.",
+    )
+    max_answer_bytes: int = Field(
+        Limits.max_answer_bytes,
+        ge=1,
+        description="Most bytes of messages one read answers: a page of the history ends "
+        "before them (its first message whatever its size); a context window over them is "
+        "refused (413 answer_too_large).",
+    )
+    max_body_bytes: int = Field(
+        40 * 1024 * 1024, ge=1, description="Largest HTTP request body (bytes)."
     )
     rate_limit_key_per_second: float = Field(
         1000, ge=0, allow_inf_nan=False,
@@ -241,54 +261,43 @@ class Settings(BaseSettings):
                 )
         return self
 
-    master_key: str | None = Field(
-        None,
-        description="Encryption at rest: base64 of a 32-byte AES-256 master key, or "
-        "`id:base64,id:base64` (oldest first; the last wraps new data keys). Unset: "
-        "stored clear, and erasure is refused.",
-    )
-    master_key_file: str | None = Field(
-        None, description="A file holding `master_key`'s value (instead of it)."
-    )
-    retention: str = Field(
+
+class ReplicaSettings(BaseModel):
+    """PostgreSQL standbys that serve reads (projections/replicas.py)."""
+
+    read_database_urls: str = Field(
         "",
-        description="Retention rules for `retention apply`: `tenant:prefix:days` items "
-        "separated by commas (a prefix may be empty), e.g. `default:request/:1`.",
+        description="PostgreSQL standbys that serve reads, comma separated "
+        "(postgresql://...); writes, and reads that must see a write, go to the primary.",
     )
-    retention_interval_minutes: float = Field(
-        0,
-        ge=0,
-        description="`serve` applies the retention rules every N minutes (0: only "
-        "`session-ledger retention apply` does). Safe with several servers: an erasure "
-        "another one made first is skipped.",
-    )
-    signing_key_file: Path | None = Field(
-        None,
-        description="Ed25519 private key (PEM) that signs checkpoints; kept outside the "
-        "database (`session-ledger checkpoint-keys` makes a pair).",
-    )
-    checkpoint_dir: Path = Field(
-        Path("./var/checkpoints"),
-        description="Where signed checkpoints are written (a folder per tenant) and "
-        "`GET /v1/checkpoints/latest` reads them.",
-    )
-    checkpoint_interval_minutes: float = Field(
-        0,
-        ge=0,
-        description="`serve` signs a checkpoint of every tenant every N minutes (0: only "
-        "`session-ledger checkpoint` makes them).",
-    )
-    log_agent_reads: bool = Field(
-        False,
-        description="Record agents' reads of windows, transcripts and audit trails in the "
-        "access log too (auditors', admins' reads and every export always are). Off: an "
-        "agent reads its window every turn, as many entries as messages.",
-    )
+    replica_max_lag_seconds: float = Field(
+        replicas.MAX_LAG_SECONDS, gt=0, allow_inf_nan=False,
+        description="A standby that trails the primary by more than this serves no reads "
+        "until it catches up.",
+    )  # fmt: skip
+    replica_wait_ms: int = Field(
+        replicas.WAIT_MS, ge=0,
+        description="How long a read that must see a version (min_version, If-None-Match, "
+        "this process's own write) waits for a standby to replay it before the primary answers.",
+    )  # fmt: skip
+    replica_check_seconds: float = Field(
+        replicas.CHECK_SECONDS, gt=0, allow_inf_nan=False,
+        description="How often each standby's lag and health are checked.",
+    )  # fmt: skip
+
+
+class StreamSettings(BaseModel):
+    """Streamed messages and live tails."""
+
     stream_flush_bytes: int = Field(
-        1024, ge=1, description="A stream's deltas are recorded once this many bytes wait."
+        tuning.STREAM_FLUSH_BYTES,
+        ge=1,
+        description="A stream's deltas are recorded once this many bytes wait.",
     )
     stream_flush_ms: int = Field(
-        250, ge=0, description="...or once this many ms passed since the last batch."
+        tuning.STREAM_FLUSH_MS,
+        ge=0,
+        description="...or once this many ms passed since the last batch.",
     )
     stream_timeout_seconds: float = Field(
         120,
@@ -340,3 +349,62 @@ class Settings(BaseSettings):
         "the store, made on first start (set it to share cursors across stores, or to "
         "rotate them by hand).",
     )  # fmt: skip
+
+
+class EvidenceSettings(BaseModel):
+    """The evidence kept beside the sessions: the access log, retention, signed checkpoints."""
+
+    log_agent_reads: bool = Field(
+        False,
+        description="Record agents' reads of windows, transcripts and audit trails in the "
+        "access log too (auditors', admins' reads and every export always are). Off: an "
+        "agent reads its window every turn, as many entries as messages.",
+    )
+    retention: str = Field(
+        "",
+        description="Retention rules for `retention apply`: `tenant:prefix:days` items "
+        "separated by commas (a prefix may be empty), e.g. `default:request/:1`.",
+    )
+    retention_interval_minutes: float = Field(
+        0,
+        ge=0,
+        description="`serve` applies the retention rules every N minutes (0: only "
+        "`session-ledger retention apply` does). Safe with several servers: an erasure "
+        "another one made first is skipped.",
+    )
+    signing_key_file: Path | None = Field(
+        None,
+        description="Ed25519 private key (PEM) that signs checkpoints; kept outside the "
+        "database (`session-ledger checkpoint-keys` makes a pair).",
+    )
+    checkpoint_dir: Path = Field(
+        Path("./var/checkpoints"),
+        description="Where signed checkpoints are written (a folder per tenant) and "
+        "`GET /v1/checkpoints/latest` reads them.",
+    )
+    checkpoint_interval_minutes: float = Field(
+        0,
+        ge=0,
+        description="`serve` signs a checkpoint of every tenant every N minutes (0: only "
+        "`session-ledger checkpoint` makes them).",
+    )
+
+
+class Settings(
+    ServerSettings, StoreSettings, LimitSettings, ReplicaSettings, StreamSettings,
+    EvidenceSettings, BaseSettings,
+):  # fmt: skip
+    """Configuration of one session-ledger process (see the README's table): every
+    group's settings, each read from its `LEDGER_*` variable, or given by name
+    (`Settings(database_url=...)`), which overrides the variable.
+
+    The groups are data only (fields and their checks), so their union is one flat model:
+    `settings.database_url`, and a `Settings` is each group wherever one is asked for."""
+
+    model_config = SettingsConfigDict(env_prefix="LEDGER_", extra="ignore")
+
+
+GROUPS: dict[str, type[BaseModel]] = {
+    "server": ServerSettings, "stores": StoreSettings, "limits": LimitSettings,
+    "replicas": ReplicaSettings, "streams": StreamSettings, "evidence": EvidenceSettings,
+}  # fmt: skip

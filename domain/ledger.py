@@ -29,7 +29,7 @@ from .errors import LedgerError, MessageNotFound, SessionErased
 from .feed import FeedPage, TenantFeed
 from .inputs import Limits, check_int, check_tenant, parse_messages
 from .messages import ChatMessage
-from .observer import LedgerObserver
+from .observer import SILENT, LedgerObserver
 from .ports import (
     ACTIVE,
     KEY_ORDER,
@@ -45,7 +45,16 @@ from .reads import Reads, Tokenizer
 from .session import Session
 from .streams import OpenedStream, Streams, StreamWriter
 from .tokens import LazyCounts, NamedTokenizer, load_tokenizer
-from .tuning import Tuning
+from .tuning import (
+    DEFAULT_TENANT,
+    SNAPSHOT_INTERVAL,
+    STREAM_FLUSH_BYTES,
+    STREAM_FLUSH_MS,
+    TOKEN_LIMIT,
+    TOKENIZER,
+    WRITE_RETRIES,
+    Tuning,
+)
 from .write_loop import Command, WriteLoop
 
 P = ParamSpec("P")
@@ -72,15 +81,16 @@ class Ledger(Application[uuid.UUID]):
         *,
         tokenizer: NamedTokenizer | None = None,
         limits: Limits | None = None,
-        default_tenant: str = "default",
+        default_tenant: str = DEFAULT_TENANT,
         default_actor: str = "local",
-        token_limit: int = 3000,
-        write_retries: int = 100,
-        snapshot_interval: int = 200,
-        stream_flush_bytes: int = 1024,
-        stream_flush_ms: int = 250,
+        token_limit: int = TOKEN_LIMIT,
+        write_retries: int = WRITE_RETRIES,
+        snapshot_interval: int = SNAPSHOT_INTERVAL,
+        stream_flush_bytes: int = STREAM_FLUSH_BYTES,
+        stream_flush_ms: int = STREAM_FLUSH_MS,
+        observer: LedgerObserver = SILENT,
     ) -> None:
-        self._tuning = Tuning(limits or Limits(), tokenizer or load_tokenizer("cl100k_base"))
+        self._tuning = Tuning(limits or Limits(), tokenizer or load_tokenizer(TOKENIZER), observer)
         self.default_tenant = check_tenant(default_tenant)
         self.default_actor = default_actor
         self.token_limit = token_limit

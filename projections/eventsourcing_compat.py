@@ -25,6 +25,9 @@ from eventsourcing.sqlite import SQLiteConnection, SQLiteConnectionPool
 from .sqlite_files import create_private
 
 STATEMENT_CACHE = 256  # prepared statements kept per connection
+# A write's wait for a lock when the environment names none (`memory://`; a file store's
+# environment names LEDGER_LOCK_TIMEOUT_SECONDS): sqlite3's own default.
+SQLITE_LOCK_WAIT_SECONDS = 5.0
 
 
 class DurableSQLitePool(SQLiteConnectionPool):
@@ -40,7 +43,7 @@ class DurableSQLitePool(SQLiteConnectionPool):
                 check_same_thread=False,
                 isolation_level=None,
                 cached_statements=STATEMENT_CACHE,
-                timeout=self.lock_timeout or 5,
+                timeout=self.lock_timeout or SQLITE_LOCK_WAIT_SECONDS,
             )
         except sqlite3.Error as e:
             raise InterfaceError(e) from e

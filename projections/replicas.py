@@ -33,6 +33,10 @@ from .replica_health import ReplicaMonitor, Standby, take_out
 
 OWN_WRITES_KEPT = 100_000  # sessions whose version this process wrote, newest kept
 POOL_WAIT_SECONDS = 1.0  # a standby that hands out no connection within this: the primary
+# The defaults of a store's environment that names none (the API's settings take them).
+MAX_LAG_SECONDS = 5.0  # a standby further behind serves no reads until it catches up
+WAIT_MS = 100  # a read's wait for a standby to replay the version it must see
+CHECK_SECONDS = 1.0  # how often each standby's lag and health are checked
 
 
 @dataclass(frozen=True)
@@ -158,15 +162,14 @@ def redact(url: str) -> str:
 
 def open_replicas(
     env: Mapping[str, str], primary: SessionViews,
-    standby_views: Callable[[PostgresDatastore], SessionViews],
+    standby_views: Callable[[PostgresDatastore], SessionViews], *, pool_size: int,
 ) -> ReplicaSet | None:  # fmt: skip
     """The standbys named in the environment (`READ_REPLICA_URLS`, comma separated) of the
     views `primary` (None: no standbys), each with views that `standby_views` makes on a
-    datastore of the primary's pool size."""
+    datastore of `pool_size` connections (the primary's)."""
     urls = [u.strip() for u in (env.get("READ_REPLICA_URLS") or "").split(",") if u.strip()]
     if not urls:
         return None
-    pool_size = int(env.get("POSTGRES_POOL_SIZE") or 5)
 
     def make_views(url: str) -> SessionViews:
         params = conninfo_to_dict(url)
@@ -185,7 +188,7 @@ def open_replicas(
     )  # fmt: skip
     return ReplicaSet(
         primary, primary_conninfo, urls, make_views,
-        max_lag=float(env.get("REPLICA_MAX_LAG_SECONDS") or 5),
-        wait=float(env.get("REPLICA_WAIT_MS") or 100) / 1000,
-        interval=float(env.get("REPLICA_CHECK_SECONDS") or 1),
+        max_lag=float(env.get("REPLICA_MAX_LAG_SECONDS") or MAX_LAG_SECONDS),
+        wait=float(env.get("REPLICA_WAIT_MS") or WAIT_MS) / 1000,
+        interval=float(env.get("REPLICA_CHECK_SECONDS") or CHECK_SECONDS),
     )  # fmt: skip

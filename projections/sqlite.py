@@ -38,7 +38,7 @@ from eventsourcing.sqlite import (
 
 from .changes import MessageRow
 from .dialect import Dialect
-from .eventsourcing_compat import DurableSQLitePool
+from .eventsourcing_compat import SQLITE_LOCK_WAIT_SECONDS, DurableSQLitePool
 from .feed import SQLiteFeed
 from .group_commit import GroupCommit
 from .key_rows import DataKeyTable, SessionContent
@@ -254,7 +254,7 @@ class SQLiteLedgerFactory(SealingFactory, SQLiteFactory):
         # The store's write turns (a lock file beside the database), closed with it.
         self.turns = WriteTurns(
             None if pool.is_sqlite_memory_mode else lock_file_of(pool.db_name),
-            pool.lock_timeout or 5,
+            pool.lock_timeout or SQLITE_LOCK_WAIT_SECONDS,
         )
         self.dialect = SQLiteDialect(self.datastore, self.turns)
 
