@@ -21,6 +21,7 @@ from session_ledger.projections.async_bridge import bridged
 
 from . import http_errors
 from .admission import enforce_limits
+from .app_observer import AppObserver
 from .auth import bearer
 from .feed_cursors import ServerFeedCursors
 from .keystore import KeyStore, open_key_store
@@ -29,7 +30,6 @@ from .live_tails import LiveTails
 from .logs import RequestIds
 from .metrics import Metrics, MetricsMiddleware
 from .middleware import BodyLimit, RawSessionPath
-from .observer import AppObserver
 from .ratelimit import Limiter, open_limit_store
 from .route_inputs import document_inputs
 from .routes import (

@@ -38,11 +38,11 @@ from uvicorn.logging import AccessFormatter
 
 from bench.results import write_diagnostic
 from session_ledger.api.app import create_app
+from session_ledger.api.app_observer import AppObserver
 from session_ledger.api.bootstrap import open_ledger
 from session_ledger.api.keystore import MemoryKeyStore
 from session_ledger.api.logs import JsonLines, RequestIds
 from session_ledger.api.metrics import Metrics
-from session_ledger.api.observer import AppObserver
 from session_ledger.api.tracing import TracingMiddleware
 from session_ledger.domain.ledger import Ledger
 from session_ledger.domain.observer import SILENT

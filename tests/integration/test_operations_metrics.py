@@ -13,10 +13,10 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from session_ledger.api.app import create_app
+from session_ledger.api.app_observer import AppObserver
 from session_ledger.api.bootstrap import open_ledger
 from session_ledger.api.keystore import MemoryKeyStore
 from session_ledger.api.metrics import Metrics
-from session_ledger.api.observer import AppObserver
 from session_ledger.api.settings import Settings
 
 MESSAGE = {"messages": [{"role": "user", "content": "hello"}]}
