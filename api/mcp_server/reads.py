@@ -24,7 +24,6 @@ from session_ledger.domain.ports import MessagesRead
 from ..access_logging import records_in
 from ..auth import EXPORT, PERMISSIONS, READ, Forbidden, Principal
 from ..deps import ALWAYS_LOGGED_ROLES, WindowInputs
-from ..responses import page_cursor
 from ..route_inputs import RouteInputs
 from ..routes.events import AuditInputs
 from ..routes.message_routes import HistoryInputs
@@ -32,6 +31,7 @@ from ..routes.replay import replayed
 from ..routes.search import FoundEventOut, SearchInputs
 from ..routes.sessions import SessionListInputs
 from ..schemas import AuditEvent, SessionHead
+from ..session_responses import page_cursor
 
 VIA = "mcp"  # the access log's `via` parameter of a read made through this server
 

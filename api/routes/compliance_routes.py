@@ -13,9 +13,9 @@ from session_ledger.domain.errors import InvalidInput
 
 from ..deps import AdminCall
 from ..http_errors import ERROR_RESPONSES
-from ..responses import etag
 from ..route_inputs import RouteInputs
 from ..schemas import EraseIn, HoldIn, WriteResult
+from ..session_responses import etag
 
 router = APIRouter(prefix="/v1/sessions", tags=["compliance"], responses=ERROR_RESPONSES)
 

@@ -11,9 +11,9 @@ from ..access_logging import AccessLoggedRoute
 from ..auth import READ
 from ..deps import BIG, SessionCall, on_session
 from ..http_errors import ERROR_RESPONSES
-from ..responses import etag
 from ..route_inputs import RouteInputs
 from ..schemas import AuditEvent, AuditTrail
+from ..session_responses import etag
 
 router = APIRouter(
     prefix="/v1/sessions", tags=["sessions"], responses=ERROR_RESPONSES,

@@ -40,8 +40,8 @@ from ..deps import (
 )
 from ..http_errors import ERROR_RESPONSES, PreconditionFailed
 from ..large_bodies import LargeBodyRoute
-from ..responses import message_list, message_page, written
 from ..schemas import AppendIn, ArchiveIn, MessageList, MessagePage, MessagesIn, WriteResult
+from ..session_responses import message_list, message_page, written
 
 router = APIRouter(
     prefix="/v1/sessions", tags=["sessions"], responses=ERROR_RESPONSES,

@@ -13,8 +13,8 @@ from ..access_logging import AccessLoggedRoute
 from ..auth import READ
 from ..deps import SessionCall, WindowInputs, on_session
 from ..http_errors import ERROR_RESPONSES
-from ..responses import etag
 from ..schemas import ContextWindow, Replay, SessionSummary
+from ..session_responses import etag
 
 router = APIRouter(
     prefix="/v1/sessions", tags=["replay"], responses=ERROR_RESPONSES,

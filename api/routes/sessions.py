@@ -12,9 +12,9 @@ from ..access_logging import AccessLoggedRoute, logged_query
 from ..auth import READ
 from ..deps import TEXT_PATTERN, LedgerDep, ReaderDep, ReadOptionsDep, SessionCall, on_session
 from ..http_errors import ERROR_RESPONSES
-from ..responses import etag, not_modified
 from ..route_inputs import RouteInputs
 from ..schemas import SessionHead, SessionKeys
+from ..session_responses import etag, not_modified
 
 router = APIRouter(
     prefix="/v1/sessions", tags=["sessions"], responses=ERROR_RESPONSES,

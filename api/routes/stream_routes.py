@@ -24,8 +24,8 @@ from ..deps import (
     on_session,
 )
 from ..http_errors import ERROR_RESPONSES
-from ..responses import written
 from ..schemas import WriteResult
+from ..session_responses import written
 from .message_routes import _precondition
 
 router = APIRouter(
