@@ -4,7 +4,7 @@ The Ledger holds collaborators, each built here with what it uses: the write loo
 (`write_loop.py`), which loads a session, runs a command on it and stores the events and
 their view rows in one transaction; the reads (`reads.py`, the views only); the stream
 commands (`streams.py`); compliance (`compliance.py`); the audit trail
-(`audit_trail.py`) and the tenant feed (`feed.py`). Each public method checks its
+(`audit_trail.py`) and the tenant feed (`tenant_feed.py`). Each public method checks its
 arguments or hands the call to its collaborator; the message commands live here, each
 handing the write loop what to do to the session.
 """
@@ -26,7 +26,6 @@ from .audit_trail import AuditTrail
 from .compliance import Compliance, RetentionAction, RetentionRule
 from .erasure import Erasures
 from .errors import LedgerError, MessageNotFound, SessionErased
-from .feed import FeedPage, TenantFeed
 from .inputs import Limits, check_int, check_tenant, parse_messages
 from .messages import ChatMessage
 from .observer import SILENT, LedgerObserver
@@ -44,6 +43,7 @@ from .ports import (
 from .reads import Reads, Tokenizer
 from .session import Session
 from .streams import OpenedStream, Streams, StreamWriter
+from .tenant_feed import FeedPage, TenantFeed
 from .tokens import LazyCounts, NamedTokenizer, load_tokenizer
 from .tuning import (
     DEFAULT_TENANT,

@@ -36,9 +36,9 @@ from pydantic import Field
 from starlette.types import Receive, Scope, Send
 
 from session_ledger.domain.errors import InvalidInput, StoreNotReady
-from session_ledger.domain.feed import FeedPage
 from session_ledger.domain.ledger import Ledger
 from session_ledger.domain.session import session_id
+from session_ledger.domain.tenant_feed import FeedPage
 
 from ..auth import Principal
 from ..deps import BIG, TEXT_PATTERN, ExporterDep, LedgerDep, ReadCall, mark_access

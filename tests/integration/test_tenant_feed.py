@@ -12,8 +12,8 @@ import psycopg
 import pytest
 
 from session_ledger.domain.errors import InvalidInput
-from session_ledger.domain.feed import FeedEntry
 from session_ledger.domain.ledger import Ledger
+from session_ledger.domain.tenant_feed import FeedEntry
 from tests.conftest import make_ledger, make_settings
 
 
