@@ -105,7 +105,7 @@ CALLER_KEYS_INDEX = (
     "CREATE UNIQUE INDEX ledger_timeline_idempotency ON ledger_timeline"
     " (session_id, idempotency_key) WHERE request_digest IS NOT NULL",
 )
-# Migration 6: the streams view (`projections/streams.py`); the sweep of streams left
+# Migration 6: the streams view (`projections/streams_view.py`); the sweep of streams left
 # open finds them by a partial index, without reading the ended ones.
 STREAMS = (
     "CREATE TABLE IF NOT EXISTS ledger_streams ("

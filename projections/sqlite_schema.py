@@ -148,7 +148,7 @@ STREAMS_TABLE = (
 
 
 def _streams(c: Any) -> None:
-    """Migration 6: the streams view (`projections/streams.py`)."""
+    """Migration 6: the streams view (`projections/streams_view.py`)."""
     for statement in STREAMS_TABLE:
         c.execute(statement)
 

@@ -42,7 +42,7 @@ from .sql import (
     SESSION_INSERT,
     TIMELINE_COLUMNS,
 )
-from .streams import OPEN, STREAM_COLUMNS
+from .streams_view import OPEN, STREAM_COLUMNS
 
 
 def _records(stored: Iterable[StoredEvent]) -> Iterator[tuple[int, str, bytes]]:

@@ -1,6 +1,6 @@
 """The session views in SQL, shared by the SQLite and PostgreSQL recorders: one `SQLViews`
 object (the domain's `SessionViews`) made of small parts, each given the store's
-`Dialect`: the reads of each view (`Context`, `Transcript`, `Timeline`, `Streams`, the
+`Dialect`: the reads of each view (`Context`, `Transcript`, `Timeline`, `StreamsView`, the
 tenant feed), the inline writes (`ViewWriter`), the session content's keys
 (`SessionContent`), and what `rebuild` and `check` need (emptying, the event log in
 order, table dumps). Statements are written with `?` placeholders; a dialect converts
@@ -27,7 +27,7 @@ from .evidence_rows import EvidenceRows
 from .feed import Feed
 from .key_rows import SessionContent
 from .sql import Reader, utc_text
-from .streams import Streams
+from .streams_view import StreamsView
 from .timeline import Timeline
 from .transcript import Transcript
 from .view_writes import ViewWriter
@@ -50,7 +50,7 @@ class ViewParts(NamedTuple):
     context: Context
     transcript: Transcript
     timeline: Timeline
-    streams: Streams
+    streams: StreamsView
     feed: Feed
     writer: ViewWriter
     evidence: EvidenceRows
@@ -62,7 +62,7 @@ def view_parts(dialect: Dialect, content: SessionContent, feed: Feed) -> ViewPar
     timeline = Timeline(dialect, rows)
     return ViewParts(
         dialect, content, rows, Context(dialect, rows), Transcript(dialect, rows),
-        timeline, Streams(dialect, content), feed,
+        timeline, StreamsView(dialect, content), feed,
         ViewWriter(dialect, rows, content, ClearSessionSealing(dialect, content.data_keys)),
         EvidenceRows(dialect, rows, timeline),
     )  # fmt: skip

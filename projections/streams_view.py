@@ -18,7 +18,7 @@ STREAM_COLUMNS = (
 OPEN = "open"
 
 
-class Streams:
+class StreamsView:
     """Reads of `ledger_streams` (its rows are written by `view_writes.ViewWriter`).
 
     A stream's text is read through the session content, which opens its sealed lines:
