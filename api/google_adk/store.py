@@ -104,6 +104,8 @@ class RemoteStore:
         try:
             found = self.client.get_all(key, offset=offset, limit=limit)
         except LedgerAPIError as e:
+            if e.code == "session_not_found":
+                return [], 0  # (as the Ledger reads a session it does not have)
             raise _domain_error(e, key) from e
         return [m.to_dict() for m in found], -1  # (the API's pages are of one version)
 

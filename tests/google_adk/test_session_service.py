@@ -1,0 +1,310 @@
+"""LedgerSessionService keeps ADK's BaseSessionService contract (the behaviours ADK's
+own tests check, tests/sdk_suites), in process on SQLite and PostgreSQL and over HTTP,
+and keeps what ADK's database service throws away: every event, every state change and
+the deletion itself, in the audit trail."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+import pytest
+from google.adk.errors._stale_session_error import StaleSessionError
+from google.adk.errors.already_exists_error import AlreadyExistsError
+from google.adk.errors.session_not_found_error import SessionNotFoundError
+from google.adk.events.event import Event
+from google.adk.events.event_actions import EventActions
+from google.adk.sessions.base_session_service import GetSessionConfig
+from google.genai import types
+
+from session_ledger.api.google_adk import LedgerSessionService, to_message
+from session_ledger.domain.errors import InvalidInput
+from tests.google_adk.conftest import Target
+
+T = TypeVar("T")
+USER = "user-1"
+
+
+def run(coroutine: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coroutine)
+
+
+def text_event(text: str, *, author: str = "user", **kwargs: Any) -> Event:
+    content = types.Content(role="user" if author == "user" else "model",
+                            parts=[types.Part(text=text)])  # fmt: skip
+    return Event(invocation_id="inv", author=author, content=content, **kwargs)
+
+
+def delta(**state: Any) -> EventActions:
+    return EventActions(state_delta=state)
+
+
+def test_create_get_list_and_delete(adk: Target) -> None:
+    sessions = adk.service()
+
+    async def scenario() -> None:
+        made = await sessions.create_session(app_name=adk.app, user_id=USER, state={"k": "v"})
+        assert made.id and made.state == {"k": "v"} and made.events == []
+        got = await sessions.get_session(app_name=adk.app, user_id=USER, session_id=made.id)
+        assert got == made
+        await sessions.create_session(app_name=adk.app, user_id="other", session_id="s/2 ü")
+        with pytest.raises(AlreadyExistsError):
+            await sessions.create_session(app_name=adk.app, user_id="other", session_id="s/2 ü")
+        mine = await sessions.list_sessions(app_name=adk.app, user_id=USER)
+        assert [s.id for s in mine.sessions] == [made.id]
+        every = await sessions.list_sessions(app_name=adk.app)
+        assert {(s.user_id, s.id) for s in every.sessions} == {(USER, made.id), ("other", "s/2 ü")}
+        await sessions.delete_session(app_name=adk.app, user_id=USER, session_id=made.id)
+        assert (
+            await sessions.get_session(app_name=adk.app, user_id=USER, session_id=made.id) is None
+        )
+        assert [s.id for s in (await sessions.list_sessions(app_name=adk.app)).sessions] == [
+            "s/2 ü"
+        ]
+        # A deleted id can be made again: a new session, none of the old one's state
+        again = await sessions.create_session(app_name=adk.app, user_id=USER, session_id=made.id)
+        assert again.state == {}
+
+    run(scenario())
+
+
+def test_state_scopes_are_shared_as_adk_defines_and_temp_is_never_stored(adk: Target) -> None:
+    sessions = adk.service()
+
+    async def scenario() -> None:
+        s1 = await sessions.create_session(
+            app_name=adk.app, user_id="u1", session_id="s1",
+            state={"app:a": 1, "user:u": 2, "sk": 3, "temp:t": 4},
+        )  # fmt: skip
+        assert s1.state == {"app:a": 1, "user:u": 2, "sk": 3}
+        changes = delta(**{"app:b": 5, "user:v": 6, "sk2": 7, "temp:x": 8})
+        event = Event(invocation_id="i", author="agent", actions=changes)
+        await sessions.append_event(s1, event)
+        assert s1.state["temp:x"] == 8  # (in memory, for the rest of the invocation)
+        assert "temp:x" not in event.actions.state_delta
+        same_user = await sessions.create_session(app_name=adk.app, user_id="u1", session_id="s2")
+        assert same_user.state == {"app:a": 1, "app:b": 5, "user:u": 2, "user:v": 6}
+        other_user = await sessions.create_session(app_name=adk.app, user_id="u2")
+        assert other_user.state == {"app:a": 1, "app:b": 5}
+        got = await sessions.get_session(app_name=adk.app, user_id="u1", session_id="s1")
+        assert got is not None
+        assert got.state == {"app:a": 1, "app:b": 5, "user:u": 2, "user:v": 6, "sk": 3, "sk2": 7}
+        assert await sessions.get_user_state(app_name=adk.app, user_id="u1") == {"u": 2, "v": 6}
+
+    run(scenario())
+    stored = adk.ledger.get_all(adk.key("u1", "s1"), tenant=adk.tenant)
+    assert "temp:" not in str([m.to_dict() for m in stored])
+
+
+def test_get_session_config_recent_events_and_after_timestamp(adk: Target) -> None:
+    sessions = adk.service()
+
+    async def scenario() -> None:
+        made = await sessions.create_session(app_name=adk.app, user_id=USER, state={"n": 0})
+        for i in range(1, 8):
+            changes = delta(n=i) if i == 3 else None
+            extra = {"actions": changes} if changes else {}
+            await sessions.append_event(made, text_event(f"e{i}", timestamp=float(i), **extra))
+
+        async def texts(**config: Any) -> tuple[list[str], dict[str, Any]]:
+            got = await sessions.get_session(
+                app_name=adk.app, user_id=USER, session_id=made.id,
+                config=GetSessionConfig(**config),
+            )  # fmt: skip
+            assert got is not None and got.last_update_time == 7.0
+            return [e.content.parts[0].text for e in got.events], got.state
+
+        assert (await texts())[0] == [f"e{i}" for i in range(1, 8)]
+        assert await texts(num_recent_events=0) == ([], {"n": 3})
+        # The state was set three events before the window: still read
+        assert await texts(num_recent_events=2) == (["e6", "e7"], {"n": 3})
+        assert (await texts(num_recent_events=100))[0] == [f"e{i}" for i in range(1, 8)]
+        assert (await texts(after_timestamp=5.0))[0] == ["e5", "e6", "e7"]
+        assert (await texts(after_timestamp=70.0))[0] == []
+        assert (await texts(after_timestamp=5.0, num_recent_events=2))[0] == ["e6", "e7"]
+
+    run(scenario())
+
+
+def test_after_timestamp_reads_back_only_as_far_as_it_needs(adk: Target) -> None:
+    if adk.remote:
+        pytest.skip("the read pattern is the same over HTTP; counted in process")
+    sessions = adk.service()
+    reads: list[tuple[int, int | None]] = []
+    messages = sessions.store.messages
+
+    def counted(key: str, offset: int, limit: int | None) -> Any:
+        if key == adk.key(USER, "long"):  # (not the app's and the user's state)
+            reads.append((offset, limit))
+        return messages(key, offset, limit)
+
+    async def scenario() -> list[Event]:
+        made = await sessions.create_session(app_name=adk.app, user_id=USER, session_id="long")
+        key = adk.key(USER, "long")
+        batch = [to_message(text_event(f"e{i}", timestamp=float(i)), {"adk_state_at": 0})
+                 for i in range(1, 251)]  # fmt: skip
+        adk.ledger.put_messages(key, batch, tenant=adk.tenant)  # (250 events at once)
+        del made
+        sessions.store.messages = counted  # type: ignore[method-assign]
+        got = await sessions.get_session(
+            app_name=adk.app, user_id=USER, session_id="long",
+            config=GetSessionConfig(after_timestamp=240.0),
+        )  # fmt: skip
+        assert got is not None
+        return got.events
+
+    events = run(scenario())
+    assert [e.timestamp for e in events] == [float(i) for i in range(240, 251)]
+    # One page of the newest events, and the first message for the state: not all 251
+    assert reads == [(151, 100), (0, 1)]
+
+
+def test_a_stale_session_is_refused_and_nothing_is_stored(adk: Target) -> None:
+    sessions = adk.service()
+
+    async def scenario() -> None:
+        made = await sessions.create_session(app_name=adk.app, user_id=USER)
+        await sessions.append_event(made, text_event("one", actions=delta(k=1)))
+        fresh = await sessions.get_session(app_name=adk.app, user_id=USER, session_id=made.id)
+        assert fresh is not None
+        stale_a, stale_b = fresh.model_copy(deep=True), fresh.model_copy(deep=True)
+        stale_a._storage_update_marker = stale_b._storage_update_marker = (
+            fresh._storage_update_marker
+        )
+        results = await asyncio.gather(
+            sessions.append_event(stale_a, text_event("a", actions=delta(k="a"))),
+            sessions.append_event(stale_b, text_event("b", actions=delta(k="b"))),
+            return_exceptions=True,
+        )
+        refused = [r for r in results if isinstance(r, Exception)]
+        assert len(refused) == 1 and isinstance(refused[0], StaleSessionError)
+        assert "modified in storage" in str(refused[0])
+        with pytest.raises(StaleSessionError):
+            await sessions.append_event(made, text_event("late"))
+        final = await sessions.get_session(app_name=adk.app, user_id=USER, session_id=made.id)
+        assert final is not None
+        assert [e.content.parts[0].text for e in final.events] in (["one", "a"], ["one", "b"])
+        assert final.state["k"] == final.events[-1].content.parts[0].text
+        # A session made by hand (no marker) that holds the newest stored event appends
+        by_hand = final.model_copy(deep=True)
+        by_hand._storage_update_marker = None
+        await sessions.append_event(by_hand, text_event("by hand"))
+        # ... and one that does not hold it is stale
+        behind = final.model_copy(deep=True)
+        behind._storage_update_marker = None
+        behind.last_update_time = 0.0
+        with pytest.raises(StaleSessionError):
+            await sessions.append_event(behind, text_event("behind", timestamp=1.0))
+        await sessions.delete_session(app_name=adk.app, user_id=USER, session_id=made.id)
+        with pytest.raises(SessionNotFoundError):
+            await sessions.append_event(by_hand, text_event("after delete"))
+
+    run(scenario())
+
+
+def test_delete_session_is_an_event_and_replay_keeps_the_events(adk: Target) -> None:
+    sessions = adk.service()
+    key = adk.key(USER, "kept")
+
+    async def write() -> None:
+        made = await sessions.create_session(app_name=adk.app, user_id=USER, session_id="kept")
+        await sessions.append_event(made, text_event("hello"))
+        await sessions.append_event(made, text_event("hi there", author="agent"))
+
+    run(write())
+    before = adk.ledger.head(key, tenant=adk.tenant).version
+    run(sessions.delete_session(app_name=adk.app, user_id=USER, session_id="kept"))
+    trail = adk.ledger.audit(key, tenant=adk.tenant)
+    assert [e.event_type for e in trail][-1] == "HistoryCleared"
+    assert adk.ledger.get_all(key, tenant=adk.tenant) == []
+    replayed = adk.ledger.get_all(key, tenant=adk.tenant, as_of_version=before)
+    texts = [m.additional_kwargs["adk_event"]["content"]["parts"][0]["text"]
+             for m in replayed if "adk_event" in m.additional_kwargs]  # fmt: skip
+    assert texts == ["hello", "hi there"]
+    assert adk.ledger.verify(key, tenant=adk.tenant).first_bad_version is None
+
+
+def test_each_event_is_one_ledger_event_kept_whole_and_shown_readably(adk: Target) -> None:
+    sessions = adk.service()
+    call = types.FunctionCall(id="c1", name="weather", args={"city": "Zürich"})
+    answer = types.FunctionResponse(id="c1", name="weather", response={"result": "sunny"})
+    events = [
+        text_event("weather Zürich"),
+        Event(invocation_id="i", author="bot", content=types.Content(role="model", parts=[
+            types.Part(text="thinking...", thought=True), types.Part(function_call=call)]),
+            long_running_tool_ids={"c1"}, branch="a.b",
+            usage_metadata=types.GenerateContentResponseUsageMetadata(total_token_count=3)),
+        Event(invocation_id="i", author="bot", content=types.Content(role="user", parts=[
+            types.Part(function_response=answer),
+            types.Part.from_bytes(data=b"\x00\xffpng", mime_type="image/png")]),
+            actions=EventActions(artifact_delta={"f": 1}, transfer_to_agent="other",
+                                 state_delta={"k": [1, {"x": None}]}),
+            custom_metadata={"ü": "✓"}, error_code="E", interrupted=True),
+    ]  # fmt: skip
+
+    async def scenario() -> list[Event]:
+        made = await sessions.create_session(app_name=adk.app, user_id=USER, session_id="whole")
+        for event in events:
+            await sessions.append_event(made, event)
+        got = await sessions.get_session(app_name=adk.app, user_id=USER, session_id="whole")
+        assert got is not None
+        return got.events
+
+    assert run(scenario()) == events
+    key = adk.key(USER, "whole")
+    trail = adk.ledger.audit(key, tenant=adk.tenant)
+    assert [e.event_type for e in trail] == ["SessionStarted"] + ["MessagesAppended"] * 4
+    stored = adk.ledger.get_all(key, tenant=adk.tenant)[1:]
+    assert [m.additional_kwargs["adk_event"] for m in stored] == [
+        e.model_dump(mode="json", exclude_none=True) for e in events
+    ]
+    assert [m.role for m in stored] == ["user", "assistant", "tool"]
+    assert stored[0].content == "weather Zürich"
+    assert [b["block_type"] for b in stored[1].blocks] == ["thinking", "tool_call"]
+    assert stored[1].blocks[1]["tool_name"] == "weather"
+    assert stored[1].blocks[1]["tool_kwargs"] == {"city": "Zürich"}
+    assert "sunny" in stored[2].blocks[0]["text"]
+
+
+def test_app_state_changes_from_two_services_at_once_are_all_kept(adk: Target) -> None:
+    one, two = adk.service(), adk.service()
+
+    async def scenario() -> dict[str, Any]:
+        a = await one.create_session(app_name=adk.app, user_id="u1")
+        b = await two.create_session(app_name=adk.app, user_id="u2")
+        for i in range(5):
+            await asyncio.gather(
+                one.append_event(a, Event(author="x", actions=delta(**{f"app:a{i}": i}))),
+                two.append_event(b, Event(author="y", actions=delta(**{f"app:b{i}": i}))),
+            )
+        got = await one.get_session(app_name=adk.app, user_id="u1", session_id=a.id)
+        assert got is not None
+        return got.state
+
+    state = run(scenario())
+    assert state == {**{f"app:a{i}": i for i in range(5)}, **{f"app:b{i}": i for i in range(5)}}
+
+
+def test_bad_input_is_a_typed_error_and_stores_nothing(adk: Target) -> None:
+    sessions = adk.service()
+
+    async def scenario() -> None:
+        with pytest.raises(InvalidInput):
+            await sessions.create_session(app_name=adk.app, user_id=7)  # type: ignore[arg-type]
+        with pytest.raises(InvalidInput):
+            await sessions.create_session(app_name=adk.app, user_id=USER, state=[1])  # type: ignore[arg-type]
+        with pytest.raises(InvalidInput):
+            await sessions.create_session(app_name=adk.app, user_id=USER, session_id=5)  # type: ignore[arg-type]
+        with pytest.raises(InvalidInput):
+            await sessions.get_session(app_name=adk.app, user_id=USER, session_id=None)  # type: ignore[arg-type]
+        with pytest.raises(ValueError):
+            GetSessionConfig(num_recent_events=-1)
+        assert (await sessions.list_sessions(app_name=adk.app)).sessions == []
+
+    run(scenario())
+    assert adk.ledger.keys(tenant=adk.tenant, prefix=f"adk/{adk.app}/") == []
+    with pytest.raises(InvalidInput):
+        LedgerSessionService()
+    with pytest.raises(InvalidInput):
+        LedgerSessionService(url="http://127.0.0.1:1", api_key="k", tenant="t")
