@@ -11,7 +11,7 @@
 """
 
 from .items import ITEM_KEY, InvalidItem, canonical_item, from_message, item_text, to_message
-from .session import LedgerSession
+from .ledger_session import LedgerSession
 
 __all__ = [
     "ITEM_KEY",
