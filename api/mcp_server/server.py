@@ -1,5 +1,5 @@
 """The MCP server (the official `mcp` SDK's `MCPServer`): the ledger's read tools
-(reads.py) for any client that speaks the Model Context Protocol.
+(read_tools.py) for any client that speaks the Model Context Protocol.
 
 Callers authenticate with the HTTP API's own API keys and roles, in their own tenant:
 over streamable HTTP with `Authorization: Bearer <key>` on every request (the SDK's
@@ -36,7 +36,7 @@ from session_ledger.domain.ledger import Ledger
 
 from ..auth import Forbidden, Principal
 from ..keystore import KeyStore
-from .reads import LedgerReads
+from .read_tools import LedgerReads
 
 UNAUTHENTICATED = -32001  # JSON-RPC server errors of this server: no valid API key
 FORBIDDEN = -32003  # the key's role may not make this read
