@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from session_ledger.domain.errors import InvalidInput, LedgerError, VersionConflict
 
-from .backend import Head
+from .memory_backends import Head
 
 T = TypeVar("T")
 Call = tuple[str, tuple[Any, ...]]

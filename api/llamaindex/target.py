@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 from session_ledger.domain.ledger import Ledger
 
 from . import plans
-from .backend import Backend, make_backend, without_password
+from .memory_backends import Backend, make_backend, without_password
 
 T = TypeVar("T")
 

@@ -96,7 +96,7 @@ def test_a_database_password_is_not_saved_and_comes_from_the_environment(
 
 
 def test_a_url_password_is_never_serialized() -> None:
-    from session_ledger.api.llamaindex.backend import without_password
+    from session_ledger.api.llamaindex.memory_backends import without_password
 
     assert without_password("postgresql://u:s3cret@h:5/db") == "postgresql://u@h:5/db"
     assert without_password("https://x:y@ledger.example") == "https://x@ledger.example"
