@@ -1,11 +1,14 @@
 """Audit search across a tenant's sessions: the events of one actor, or of one type, in a
 time range, read from an index of the timeline in (time, session, version) order.
 
-Migration 3 adds the two indexes, `(actor, recorded_at, session_id, version)` and
+Two indexes serve it, `(actor, recorded_at, session_id, version)` and
 `(event_type, recorded_at, session_id, version)`: a search walks the range of one of them
-in order and stops after a page, never session by session. Every write pays for two more
-index entries; a search names an actor or a type so that one of them applies (actors are
-API keys, each of one tenant, so an actor's range holds that tenant's rows only).
+in order and stops after a page, never session by session. A search names an actor or a
+type so that one of them applies (actors are API keys, each of one tenant, so an actor's
+range holds that tenant's rows only). The type index leaves out the types of the frequent
+writes (`sql.UNINDEXED_TYPES`: a put, a stream's chunk), so that a put adds one index
+entry, not two: a search for one of those types with no actor reads the timeline whole
+and sorts what it finds (with an actor, the actor's index serves it as any other).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from session_ledger.domain.errors import InvalidInput
 from session_ledger.domain.ports import FoundEvent
 
 from .dialect import SQLStore
-from .sql import MAX_CHAR
+from .sql import INDEXED_TYPE, MAX_CHAR, UNINDEXED_TYPES
 
 FAR_PAST = datetime.fromisoformat("0001-01-01T00:00:00+00:00")
 FAR_FUTURE = datetime.fromisoformat("9999-12-31T23:59:59+00:00")
@@ -49,6 +52,8 @@ def search_events(
     first = (views.dialect.time(FAR_PAST), views.dialect.sid(uuid.UUID(int=0)), 0)
     after = _cursor(views, cursor) if cursor else first
     also = " AND t.event_type = ?" if actor is not None and event_type is not None else ""
+    if actor is None and event_type not in UNINDEXED_TYPES:  # the type index's own terms
+        also = " AND " + INDEXED_TYPE.replace("event_type", "t.event_type")
     sql = (
         "SELECT s.session_key, t.session_id, t.version, t.event_type, t.recorded_at, t.actor, "
         "t.reason FROM ledger_timeline t JOIN ledger_sessions s ON s.session_id = t.session_id "
@@ -62,7 +67,7 @@ def search_events(
         views.dialect.time(start or FAR_PAST),
         views.dialect.time(end or FAR_FUTURE),
     ]
-    params += [event_type] if also else []
+    params += [event_type] if actor is not None and event_type is not None else []
     params += [*after, tenant, prefix, prefix + MAX_CHAR, limit]
     with views.dialect.reading() as read:
         rows = views.rows.fetch(read, sql, params)

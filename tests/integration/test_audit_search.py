@@ -15,6 +15,7 @@ from session_ledger.api.settings import Settings
 from session_ledger.domain.errors import InvalidInput
 from session_ledger.domain.ledger import Ledger
 from session_ledger.projections.audit_search import search_events
+from session_ledger.projections.sql import INDEXED_TYPE
 from session_ledger.projections.views import SQLViews
 from tests.conftest import make_ledger
 
@@ -65,6 +66,7 @@ def test_search_equals_reading_every_session(own_store_settings: Settings, tmp_p
         for query in ({"actor": "key:0"}, {"event_type": "HistoryCleared"},
                       {"actor": "key:bot", "prefix": "team/"},
                       {"event_type": "MessagesAppended", "actor": "key:1"},
+                      {"event_type": "MessagesAppended", "prefix": "team/"},
                       {"actor": "key:bot", "start": middle}):  # fmt: skip
             got = searched(views, tenant, 2, **query)
             want = expect(**query)
@@ -90,12 +92,40 @@ def test_postgres_reads_the_search_from_the_index(fresh_postgres_url: str) -> No
     with psycopg.connect(fresh_postgres_url) as conn:
         conn.execute("SET enable_seqscan = off")  # an empty table: ask whether an index serves
         for column in ("actor", "event_type"):
+            # A search by type alone names the type index's terms (audit_search.py).
+            terms = "" if column == "actor" else " AND " + INDEXED_TYPE.replace("event", "t.event")
             plan = "\n".join(r[0] for r in conn.execute(
                 "EXPLAIN SELECT s.session_key FROM ledger_timeline t JOIN ledger_sessions s "
-                f"ON s.session_id = t.session_id WHERE t.{column} = 'a' AND t.recorded_at >= now() "
+                f"ON s.session_id = t.session_id WHERE t.{column} = 'a'{terms} "
+                "AND t.recorded_at >= now() "
                 "AND (t.recorded_at, t.session_id, t.version) > (now(), gen_random_uuid(), 0) "
                 "AND s.tenant = 'T' ORDER BY t.recorded_at, t.session_id, t.version LIMIT 10"
             ))  # fmt: skip
             index = "ledger_timeline_actor" if column == "actor" else "ledger_timeline_type"
             assert index in plan and "Seq Scan on ledger_timeline" not in plan, plan
             assert "Sort" not in plan.split("->")[1], plan  # read in index order, not sorted
+
+
+def test_a_put_adds_no_entry_to_the_type_index(tmp_path: Path) -> None:
+    """The type index leaves out the puts' type (sql.UNINDEXED_TYPES): puts write one
+    b-tree fewer, and the events of the other types are in it."""
+    from tests.conftest import make_settings
+
+    settings = make_settings("sqlite", tmp_path)
+    ledger = make_ledger(settings)
+    try:
+        for i in range(30):
+            ledger.put(f"s{i % 3}", {"role": "user", "content": f"m{i}"}, actor="key:0")
+        ledger.reset("s0", actor="key:0")
+        views = ledger.views
+        assert isinstance(views, SQLViews)
+        with views.dialect.reading() as read:
+            cells = read.tuples(
+                "SELECT coalesce(sum(ncell), 0) FROM dbstat WHERE name = ? AND pagetype = 'leaf'",
+                ("ledger_timeline_type",),
+            )
+        assert cells[0][0] == 4  # each session's start, and the reset
+        found, _ = search_events(views, settings.default_tenant, event_type="HistoryCleared")
+        assert [(e.key, e.event_type) for e in found] == [("s0", "HistoryCleared")]
+    finally:
+        ledger.close()
