@@ -40,8 +40,8 @@ def item_role(item: Mapping[str, Any]) -> str:
     """The ledger role of an item: a message's own role; "tool" for a tool's output (a
     type ending in `_output`); "assistant" for every other item (calls, reasoning)."""
     role = item.get("role")
-    if role in MESSAGE_ROLES:
-        return str(role)
+    if type(role) is str and role in MESSAGE_ROLES:
+        return role
     kind = item.get("type")
     return TOOL_ROLE if isinstance(kind, str) and kind.endswith("_output") else CALL_ROLE
 
@@ -89,9 +89,9 @@ def to_message(item: object) -> dict[str, Any]:
         if not isinstance(item, Mapping):
             raise InvalidItem(f"an item must be a JSON object, not {type(item).__name__}")
         item = dict(item)
-    content = item.get("content")
-    if len(item) == 2 and type(content) is str and item.get("role") in MESSAGE_ROLES:
-        return {"role": item["role"], "content": content}
+    content, role = item.get("content"), item.get("role")
+    if len(item) == 2 and type(content) is str and type(role) is str and role in MESSAGE_ROLES:
+        return {"role": role, "content": content}
     try:
         text = item_text(item)
     except (TypeError, ValueError) as e:  # (a value JSON cannot hold)
