@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .logs import current_request_id
-from .settings import Settings
+from .settings import ServerSettings
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 INSTRUMENTATION = "session_ledger"
 
 
-def open_tracer_provider(settings: Settings) -> TracerProvider | None:
+def open_tracer_provider(settings: ServerSettings) -> TracerProvider | None:
     """The tracer provider `settings` asks for (None: tracing off). The OTLP exporter
     reads its endpoint and headers from the standard `OTEL_EXPORTER_OTLP_*` variables."""
     if settings.otel_exporter == "none":
