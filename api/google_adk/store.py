@@ -7,6 +7,7 @@ The calls block; the service runs each of its operations in a worker thread.
 
 from __future__ import annotations
 
+import json
 from typing import Any, NamedTuple, Protocol
 
 from session_ledger.domain import errors
@@ -56,7 +57,7 @@ class LocalStore:
 
     def messages(self, key: str, offset: int, limit: int | None) -> tuple[list[dict], int]:
         found = self.ledger.history(key, tenant=self.tenant, offset=offset, limit=limit)
-        return [m.to_dict() for m in found.messages()], found.version
+        return [json.loads(text) for text in found.json()], found.version  # (no objects made)
 
     def append(self, key: str, messages: list[dict], expected_version: int | None) -> Head:
         done = self.ledger.put_messages(
