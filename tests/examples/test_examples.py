@@ -92,3 +92,17 @@ def test_compliance_export(database_url: str) -> None:
     )
     assert "is in the file: True" in printed
     assert "verify-export loan-advice-edited.jsonl: exit 1: broken at line 3: " in printed
+
+
+def test_adk_agent(database_url: str) -> None:
+    printed = run(sys.executable, str(EXAMPLES / "adk_agent.py"), database_url)
+    assert "> Which cities did I ask about?\nYou asked about Zürich and Oslo.\n" in printed
+    assert "The session as ADK reads it back: 10 events\n" in printed
+    assert "  forecaster Looking up Oslo. | calls weather(Oslo)\n" in printed
+    assert "state: {'user:cities': ['Zürich', 'Oslo']}\n" in printed
+    assert "  v12 MessagesAppended by weather-bot\n" in printed
+    assert "After delete_session ADK finds None; the audit trail ends with\n  HistoryCleared\n" in (
+        printed
+    )
+    assert "the ledger replays version 12: 11 messages" in printed
+    assert "hash chain of 13 events: intact" in printed
