@@ -49,7 +49,7 @@ from .schemas import (
     SessionHead,
     SessionKeys,
     Status,
-    WriteResult,
+    WriteAnswer,
 )  # fmt: skip
 
 __all__ = [
@@ -111,35 +111,35 @@ class LedgerClient:
             raise LedgerAPIError.from_response(response)
         return response.text
 
-    def put(self, key: str, message: MessageLike, **w: Unpack[WriteOptions]) -> WriteResult:
+    def put(self, key: str, message: MessageLike, **w: Unpack[WriteOptions]) -> WriteAnswer:
         """Append one message (creates the session)."""
         return self._send(Requests.put_messages(key, [message], **w))
 
     def put_messages(
         self, key: str, messages: Iterable[MessageLike], **w: Unpack[WriteOptions]
-    ) -> WriteResult:
+    ) -> WriteAnswer:
         """Append messages, all or none."""
         return self._send(Requests.put_messages(key, messages, **w))
 
     def set(
         self, key: str, messages: Iterable[MessageLike], **w: Unpack[WriteOptions]
-    ) -> WriteResult:
+    ) -> WriteAnswer:
         """Replace the whole history."""
         return self._send(Requests.set(key, messages, **w))
 
-    def reset(self, key: str, **w: Unpack[WriteOptions]) -> WriteResult:
+    def reset(self, key: str, **w: Unpack[WriteOptions]) -> WriteAnswer:
         """Clear the history."""
         return self._send(Requests.reset(key, **w))
 
-    def delete_message(self, key: str, index: int, **w: Unpack[WriteOptions]) -> WriteResult:
+    def delete_message(self, key: str, index: int, **w: Unpack[WriteOptions]) -> WriteAnswer:
         """Remove the message at `index`; the result's `removed` holds it."""
         return self._send(Requests.delete_message(key, index, **w))
 
-    def delete_last_message(self, key: str, **w: Unpack[WriteOptions]) -> WriteResult:
+    def delete_last_message(self, key: str, **w: Unpack[WriteOptions]) -> WriteAnswer:
         """Remove the newest message; the result's `removed` holds it."""
         return self._send(Requests.delete_last_message(key, **w))
 
-    def archive_oldest(self, key: str, count: int, **w: Unpack[WriteOptions]) -> WriteResult:
+    def archive_oldest(self, key: str, count: int, **w: Unpack[WriteOptions]) -> WriteAnswer:
         """Move the `count` oldest active messages to the archive."""
         return self._send(Requests.archive_oldest(key, count, **w))
 

@@ -35,7 +35,7 @@ from .schemas import (
     SessionHead,
     SessionKeys,
     Status,
-    WriteResult,
+    WriteAnswer,
 )  # fmt: skip
 
 
@@ -93,35 +93,35 @@ class AsyncLedgerClient:
             raise LedgerAPIError.from_response(response)
         return response.text
 
-    async def put(self, key: str, message: MessageLike, **w: Unpack[WriteOptions]) -> WriteResult:
+    async def put(self, key: str, message: MessageLike, **w: Unpack[WriteOptions]) -> WriteAnswer:
         """Append one message (creates the session)."""
         return await self._send(Requests.put_messages(key, [message], **w))
 
     async def put_messages(
         self, key: str, messages: Iterable[MessageLike], **w: Unpack[WriteOptions]
-    ) -> WriteResult:
+    ) -> WriteAnswer:
         """Append messages, all or none."""
         return await self._send(Requests.put_messages(key, messages, **w))
 
     async def set(
         self, key: str, messages: Iterable[MessageLike], **w: Unpack[WriteOptions]
-    ) -> WriteResult:
+    ) -> WriteAnswer:
         """Replace the whole history."""
         return await self._send(Requests.set(key, messages, **w))
 
-    async def reset(self, key: str, **w: Unpack[WriteOptions]) -> WriteResult:
+    async def reset(self, key: str, **w: Unpack[WriteOptions]) -> WriteAnswer:
         """Clear the history."""
         return await self._send(Requests.reset(key, **w))
 
-    async def delete_message(self, key: str, index: int, **w: Unpack[WriteOptions]) -> WriteResult:
+    async def delete_message(self, key: str, index: int, **w: Unpack[WriteOptions]) -> WriteAnswer:
         """Remove the message at `index`; the result's `removed` holds it."""
         return await self._send(Requests.delete_message(key, index, **w))
 
-    async def delete_last_message(self, key: str, **w: Unpack[WriteOptions]) -> WriteResult:
+    async def delete_last_message(self, key: str, **w: Unpack[WriteOptions]) -> WriteAnswer:
         """Remove the newest message; the result's `removed` holds it."""
         return await self._send(Requests.delete_last_message(key, **w))
 
-    async def archive_oldest(self, key: str, count: int, **w: Unpack[WriteOptions]) -> WriteResult:
+    async def archive_oldest(self, key: str, count: int, **w: Unpack[WriteOptions]) -> WriteAnswer:
         """Move the `count` oldest active messages to the archive."""
         return await self._send(Requests.archive_oldest(key, count, **w))
 

@@ -26,7 +26,7 @@ from .schemas import (
     SessionHead,
     SessionKeys,
     Status,
-    WriteResult,
+    WriteAnswer,
 )  # fmt: skip
 
 T = TypeVar("T", bound=BaseModel)
@@ -131,7 +131,7 @@ def history_pages(
 def _write(
     method: str, key: str, suffix: str, json: Any = None, *, if_match: int | str | None = None,
     if_none_match: bool = False, idempotency_key: str | None = None, reason: str | None = None,
-) -> Request[WriteResult]:  # fmt: skip
+) -> Request[WriteAnswer]:  # fmt: skip
     headers: dict[str, str] = {}
     if if_match is not None:
         headers["If-Match"] = f'"{if_match}"' if isinstance(if_match, int) else if_match
@@ -141,7 +141,7 @@ def _write(
     # dropped connection or a 503) is applied once.
     headers["Idempotency-Key"] = idempotency_key or f"client-{uuid.uuid4().hex}"
     params = {"reason": reason} if reason is not None else {}
-    return Request(method, session_path(key, suffix), WriteResult, params, headers, json, key)
+    return Request(method, session_path(key, suffix), WriteAnswer, params, headers, json, key)
 
 
 @dataclass(frozen=True)
@@ -176,7 +176,7 @@ class WrittenVersions:
         self._versions: dict[str, int] = {}
 
     def note(self, call: Request[Any], result: Any) -> None:
-        if call.session is not None and isinstance(result, WriteResult):
+        if call.session is not None and isinstance(result, WriteAnswer):
             self._versions.pop(call.session, None)
             self._versions[call.session] = result.version
             if len(self._versions) > self.kept:
@@ -200,27 +200,27 @@ class Requests:
     if_match (a version or an ETag), if_none_match, idempotency_key, reason."""
 
     @staticmethod
-    def put_messages(key: str, messages: Iterable[MessageLike], **w: Any) -> Request[WriteResult]:
+    def put_messages(key: str, messages: Iterable[MessageLike], **w: Any) -> Request[WriteAnswer]:
         return _write("POST", key, "/messages", _messages(messages), **w)
 
     @staticmethod
-    def set(key: str, messages: Iterable[MessageLike], **w: Any) -> Request[WriteResult]:
+    def set(key: str, messages: Iterable[MessageLike], **w: Any) -> Request[WriteAnswer]:
         return _write("PUT", key, "/messages", _messages(messages), **w)
 
     @staticmethod
-    def reset(key: str, **w: Any) -> Request[WriteResult]:
+    def reset(key: str, **w: Any) -> Request[WriteAnswer]:
         return _write("DELETE", key, "/messages", **w)
 
     @staticmethod
-    def delete_message(key: str, index: int, **w: Any) -> Request[WriteResult]:
+    def delete_message(key: str, index: int, **w: Any) -> Request[WriteAnswer]:
         return _write("DELETE", key, f"/messages/{int(index)}", **w)
 
     @staticmethod
-    def delete_last_message(key: str, **w: Any) -> Request[WriteResult]:
+    def delete_last_message(key: str, **w: Any) -> Request[WriteAnswer]:
         return _write("DELETE", key, "/messages/last", **w)
 
     @staticmethod
-    def archive_oldest(key: str, count: int, **w: Any) -> Request[WriteResult]:
+    def archive_oldest(key: str, count: int, **w: Any) -> Request[WriteAnswer]:
         return _write("POST", key, "/archive", {"count": count}, **w)
 
     @staticmethod

@@ -66,7 +66,7 @@ STATUS: dict[type[Exception], tuple[int, str]] = {
     domain.VersionConflict: (412, "version_conflict"),
     domain.IdempotencyKeyReused: (422, "idempotency_key_reused"),
     domain.StoreUnavailable: (503, "store_unavailable"),
-    domain.SessionErased: (410, "session_erased"),
+    domain.SessionErasedError: (410, "session_erased"),
     domain.LegalHold: (409, "legal_hold"),
     domain.HoldConflict: (409, "hold_conflict"),
     domain.HoldNotFound: (404, "hold_not_found"),
@@ -147,7 +147,7 @@ async def handle_error(request: Request, exc: Exception) -> JSONResponse:
         if "if-match" not in request.headers and "if-none-match" not in request.headers:
             # The caller set no precondition: the ledger gave up retrying a busy session.
             status, code = 409, "write_conflict"
-    elif isinstance(exc, domain.SessionErased):
+    elif isinstance(exc, domain.SessionErasedError):
         details = {"erased_at": exc.erased_at.isoformat(), "reason": exc.reason,
                    "basis": exc.basis}  # fmt: skip
     elif isinstance(exc, domain.HoldNotFound):

@@ -75,7 +75,7 @@ class AppendIn(MessagesIn):
     messages: list[MessageIn] = Field(min_length=1)
 
 
-class WriteResult(BaseModel):
+class WriteAnswer(BaseModel):
     """What a write did: the session's new version and its active message count."""
 
     version: int

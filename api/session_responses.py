@@ -10,10 +10,9 @@ from fastapi import Response
 from fastapi.responses import StreamingResponse
 
 from session_ledger.domain.errors import SessionNotFound
-from session_ledger.domain.ports import MessagesRead
-from session_ledger.domain.ports import WriteResult as Written
+from session_ledger.domain.ports import MessagesRead, WriteResult
 
-from .schemas import WriteResult
+from .schemas import WriteAnswer
 
 JSON = "application/json"
 STREAMED_CHARS = 1024 * 1024  # answers of more are encoded and sent in chunks of
@@ -91,7 +90,7 @@ async def _chunks(texts: list[str], end: bytes) -> AsyncIterator[bytes]:
     yield b"]" + end
 
 
-def written(result: Written, answer: type[WriteResult] = WriteResult, status_code: int = 200,
+def written(result: WriteResult, answer: type[WriteAnswer] = WriteAnswer, status_code: int = 200,
             **extra: Any) -> Response:  # fmt: skip
     """A write's answer (`answer`, with `extra` fields, e.g. a stream's id), its version as
     the ETag. Made as a Response here: a route that returns a model has FastAPI validate

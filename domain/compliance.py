@@ -26,7 +26,7 @@ from .errors import (
     HoldNotFound,
     InvalidInput,
     LegalHold,
-    SessionErased,
+    SessionErasedError,
     SessionNotFound,
 )
 from .inputs import MAX_REASON_CHARS, check_int, check_tenant, check_text
@@ -212,7 +212,7 @@ class Compliance:
                 key, "encrypt", {}, command=command, tenant=tenant, actor=actor,
                 reason="encrypt-existing: the content sealed at rest",
             )  # fmt: skip
-        except (_SealedAlready, SessionErased):
+        except (_SealedAlready, SessionErasedError):
             return None
 
     def encrypt_all(self, actor: str | None = None) -> Iterator[tuple[str, str, bool]]:
@@ -261,6 +261,6 @@ class Compliance:
                            actor="retention")  # fmt: skip
             except LegalHold:  # held since it was read: kept
                 action = "held"
-            except (SessionNotFound, SessionErased):  # another process's retention was first
+            except (SessionNotFound, SessionErasedError):  # another process's retention was first
                 return None
         return RetentionAction(rule.tenant, key, head.updated_at, action, rule.reason)

@@ -8,7 +8,7 @@ from typing import Any
 
 from eventsourcing.persistence import EventStore
 
-from .errors import SessionErased
+from .errors import SessionErasedError
 from .ports import SessionViews
 
 ERASED_EVENT = "SessionErased"
@@ -21,12 +21,12 @@ class Erasures:
     def __init__(self, views: SessionViews, events: EventStore[uuid.UUID]) -> None:
         self._views, self._events = views, events
 
-    def error(self, session_id: uuid.UUID, key: str) -> SessionErased | None:
-        """The SessionErased error of an erased session (when, why, on what basis), else
+    def error(self, session_id: uuid.UUID, key: str) -> SessionErasedError | None:
+        """The `SessionErasedError` of an erased session (when, why, on what basis), else
         None. An erased session's last event is its erasure: nothing is written after it."""
         head = self._views.session_head(session_id)
         if head is None or head.last_event != ERASED_EVENT:
             return None
         found: Iterable[Any] = self._events.get(session_id, gt=head.version - 1, limit=1)
         (event,) = found  # (the session's SessionErased event)
-        return SessionErased(key, event.timestamp, event.reason, event.basis)
+        return SessionErasedError(key, event.timestamp, event.reason, event.basis)

@@ -6,7 +6,9 @@ raises library or database errors for an outcome the caller caused.
 
 from __future__ import annotations
 
+import warnings
 from datetime import datetime
+from typing import Any
 
 
 class LedgerError(Exception):
@@ -112,8 +114,9 @@ class StoreUnavailable(StoreNotReady):
     code = "store_unavailable"
 
 
-class SessionErased(LedgerError):
-    """The session's content was erased: nothing of it can be read or written again."""
+class SessionErasedError(LedgerError):
+    """The session's content was erased: nothing of it can be read or written again.
+    (The erasure itself is the session's `SessionErased` event.)"""
 
     code = "session_erased"
 
@@ -187,3 +190,16 @@ class StreamNotFound(LedgerError, LookupError):
     """The session has no stream of this id."""
 
     code = "stream_not_found"
+
+
+# Renamed, kept importable for callers that catch them: SessionErased is the name of the
+# erasure event (`Session.SessionErased`, in the audit trail), the error is SessionErasedError.
+_RENAMED = {"SessionErased": SessionErasedError}
+
+
+def __getattr__(name: str) -> Any:
+    renamed = _RENAMED.get(name)
+    if renamed is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(f"{name} is now {renamed.__name__}", DeprecationWarning, stacklevel=2)
+    return renamed

@@ -25,7 +25,7 @@ from .addresses import SessionAddresses
 from .audit_trail import AuditTrail
 from .compliance import Compliance, RetentionAction, RetentionRule
 from .erasure import Erasures
-from .errors import LedgerError, MessageNotFound, SessionErased
+from .errors import LedgerError, MessageNotFound, SessionErasedError
 from .inputs import Limits, check_int, check_tenant, parse_messages
 from .messages import ChatMessage
 from .observer import SILENT, LedgerObserver
@@ -40,7 +40,7 @@ from .ports import (
     StreamView,
     WriteResult,
 )
-from .reads import Reads, Tokenizer
+from .reads import Reads, TokenizerChoice
 from .session import Session
 from .streams import OpenedStream, Streams, StreamWriter
 from .tenant_feed import FeedPage, TenantFeed
@@ -236,7 +236,7 @@ class Ledger(Application[uuid.UUID]):
 
     def get(
         self, key: str, *, tenant: str | None = None, token_limit: int | None = None,
-        initial_token_count: int = 0, tokenizer: Tokenizer = None,
+        initial_token_count: int = 0, tokenizer: TokenizerChoice = None,
         as_of_version: int | None = None, as_of: datetime | None = None,
     ) -> list[ChatMessage]:  # fmt: skip
         """The context window: the newest messages that fit `token_limit` (ChatMemoryBuffer.get),
@@ -248,7 +248,7 @@ class Ledger(Application[uuid.UUID]):
 
     def window(
         self, key: str, *, tenant: str | None = None, token_limit: int | None = None,
-        initial_token_count: int = 0, tokenizer: Tokenizer = None,
+        initial_token_count: int = 0, tokenizer: TokenizerChoice = None,
         as_of_version: int | None = None, as_of: datetime | None = None,
         min_version: int | None = None,
     ) -> MessagesRead:  # fmt: skip
@@ -351,8 +351,8 @@ class Ledger(Application[uuid.UUID]):
         """`encrypt` every session of every tenant (`Compliance.encrypt_all`)."""
         return self._compliance.encrypt_all(actor)
 
-    def erasure(self, session_id: uuid.UUID, key: str) -> SessionErased | None:
-        """The SessionErased error of an erased session (when, why, on what basis), else
+    def erasure(self, session_id: uuid.UUID, key: str) -> SessionErasedError | None:
+        """The `SessionErasedError` of an erased session (when, why, on what basis), else
         None."""
         return self._erasures.error(session_id, key)
 

@@ -25,7 +25,8 @@ from .ports import KEY_ORDER, KEY_ORDERS, STATUSES, MessagesRead, SessionHead, S
 from .tokens import NamedTokenizer, check_window_arguments
 from .tuning import Tuning
 
-Tokenizer = NamedTokenizer | Callable[[str], Any] | None
+# What a read's `tokenizer=` takes: a named tokenizer, a function, or None for the ledger's.
+TokenizerChoice = NamedTokenizer | Callable[[str], Any] | None
 
 
 def past_version(key: str, head: SessionHead, version: object) -> int:
@@ -60,7 +61,7 @@ class Reads:
 
     def get(
         self, key: str, *, tenant: str | None = None, token_limit: int | None = None,
-        initial_token_count: int = 0, tokenizer: Tokenizer = None,
+        initial_token_count: int = 0, tokenizer: TokenizerChoice = None,
         as_of_version: int | None = None, as_of: datetime | None = None,
     ) -> list[ChatMessage]:  # fmt: skip
         """The context window: the newest messages that fit `token_limit` (ChatMemoryBuffer.get),
@@ -72,7 +73,7 @@ class Reads:
 
     def window(
         self, key: str, *, tenant: str | None = None, token_limit: int | None = None,
-        initial_token_count: int = 0, tokenizer: Tokenizer = None,
+        initial_token_count: int = 0, tokenizer: TokenizerChoice = None,
         as_of_version: int | None = None, as_of: datetime | None = None,
         min_version: int | None = None,
     ) -> MessagesRead:  # fmt: skip
@@ -248,7 +249,7 @@ class Reads:
         return past_version(key, head, as_of_version)
 
     def _unless_erased(self, read: MessagesRead, sid: uuid.UUID, key: str) -> MessagesRead:
-        """`read`, unless its session was erased (SessionErased). Erasure drops every row of
+        """`read`, unless its session was erased (SessionErasedError). Erasure drops every row of
         the session, so only a read that found none asks (one more read, rarely)."""
         if not len(read) and read.version:
             erased = self._erasures.error(sid, key)

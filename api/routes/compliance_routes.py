@@ -14,14 +14,14 @@ from session_ledger.domain.errors import InvalidInput
 from ..deps import AdminCall
 from ..http_errors import ERROR_RESPONSES
 from ..route_inputs import RouteInputs
-from ..schemas import EraseIn, HoldIn, WriteResult
+from ..schemas import EraseIn, HoldIn, WriteAnswer
 from ..session_responses import etag
 
 router = APIRouter(prefix="/v1/sessions", tags=["compliance"], responses=ERROR_RESPONSES)
 
 
-@router.post("/{key}/erase", response_model=WriteResult)
-def erase_session(call: AdminCall, body: EraseIn, response: Response) -> WriteResult:
+@router.post("/{key}/erase", response_model=WriteAnswer)
+def erase_session(call: AdminCall, body: EraseIn, response: Response) -> WriteAnswer:
     """Erase the session: its data key is destroyed and its messages dropped from every
     view; its events and hash chain stay. Afterwards reads answer 410 session_erased.
     409 legal_hold if it is held; 409 encryption_required without a master key."""
@@ -29,7 +29,7 @@ def erase_session(call: AdminCall, body: EraseIn, response: Response) -> WriteRe
     result = ledger.erase(key, reason=body.reason, basis=body.basis, tenant=who.tenant,
                           actor=who.actor)  # fmt: skip
     etag(response, result.version)
-    return WriteResult(version=result.version, message_count=0, replayed=result.replayed)
+    return WriteAnswer(version=result.version, message_count=0, replayed=result.replayed)
 
 
 class EraseInputs(RouteInputs):
@@ -39,12 +39,12 @@ class EraseInputs(RouteInputs):
     basis: str | None = Field(None, min_length=1, max_length=4096)
 
 
-@router.delete("/{key}", response_model=WriteResult)
+@router.delete("/{key}", response_model=WriteAnswer)
 def delete_session(
     call: AdminCall, response: Response,
     inputs: Annotated[EraseInputs, Depends(EraseInputs.parse)],
     body: Annotated[EraseIn | None, Body()] = None,
-) -> WriteResult:  # fmt: skip
+) -> WriteAnswer:  # fmt: skip
     """`?erase=true`: the same as `POST .../erase`, with `reason` and `basis` in the query
     or in the body. Without it nothing is deleted (422): events are never deleted."""
     erase, reason, basis = inputs.erase, inputs.reason, inputs.basis
@@ -62,8 +62,8 @@ def delete_session(
     return erase_session(call, body, response)
 
 
-@router.post("/{key}/hold", response_model=WriteResult)
-def place_hold(call: AdminCall, body: HoldIn, response: Response) -> WriteResult:
+@router.post("/{key}/hold", response_model=WriteAnswer)
+def place_hold(call: AdminCall, body: HoldIn, response: Response) -> WriteAnswer:
     """Place a legal hold under a reference (a matter), beside any others: the session
     cannot be erased (nor by retention) until every hold is released. 409 hold_conflict
     if it is held under this reference already."""
@@ -71,17 +71,17 @@ def place_hold(call: AdminCall, body: HoldIn, response: Response) -> WriteResult
     result = ledger.place_hold(key, reference=body.reference, reason=body.reason,
                                tenant=who.tenant, actor=who.actor)  # fmt: skip
     etag(response, result.version)
-    return WriteResult(version=result.version, message_count=result.message_count,
+    return WriteAnswer(version=result.version, message_count=result.message_count,
                        replayed=False)  # fmt: skip
 
 
-@router.post("/{key}/hold/release", response_model=WriteResult)
-def release_hold(call: AdminCall, body: HoldIn, response: Response) -> WriteResult:
+@router.post("/{key}/hold/release", response_model=WriteAnswer)
+def release_hold(call: AdminCall, body: HoldIn, response: Response) -> WriteAnswer:
     """Release the hold placed under this reference; the others stay. 404
     hold_not_found if the session holds none under it (`details.holds` lists those held)."""
     key, who, ledger = call
     result = ledger.release_hold(key, reference=body.reference, reason=body.reason,
                                  tenant=who.tenant, actor=who.actor)  # fmt: skip
     etag(response, result.version)
-    return WriteResult(version=result.version, message_count=result.message_count,
+    return WriteAnswer(version=result.version, message_count=result.message_count,
                        replayed=False)  # fmt: skip

@@ -20,7 +20,7 @@ from pydantic import Field
 
 from session_ledger.domain.errors import InvalidInput, SessionNotFound
 from session_ledger.domain.ledger import Ledger
-from session_ledger.domain.ports import WriteResult as Written
+from session_ledger.domain.ports import WriteResult
 
 from ..admission import new_session_counted
 from ..auth import READ
@@ -40,7 +40,7 @@ from ..deps import (
 )
 from ..http_errors import ERROR_RESPONSES, PreconditionFailed
 from ..large_bodies import LargeBodyRoute
-from ..schemas import AppendIn, ArchiveIn, MessageList, MessagePage, MessagesIn, WriteResult
+from ..schemas import AppendIn, ArchiveIn, MessageList, MessagePage, MessagesIn, WriteAnswer
 from ..session_responses import message_list, message_page, written
 
 router = APIRouter(
@@ -59,14 +59,14 @@ def _precondition(ledger: LedgerDep, key: str, tenant: str, options: WriteOption
 
 async def _write(
     request: Request, call: SessionCall, options: WriteOptions,
-    command: Callable[[Ledger, str, dict[str, Any]], Written], creates: bool = False,
+    command: Callable[[Ledger, str, dict[str, Any]], WriteResult], creates: bool = False,
 ) -> Response:  # fmt: skip
     """`command(ledger, key, kwargs)` after the write's precondition, on the event loop
     when it is alone (`short_write`); `creates`: it may create the session, so it counts
     against the tenant's sessions quota."""
     key, who, ledger = call
 
-    def write() -> Written:
+    def write() -> WriteResult:
         _precondition(ledger, key, who.tenant, options)
         with new_session_counted(request, who.tenant, key) if creates else nullcontext():
             return command(ledger, key, options.ledger_kwargs(who))
@@ -130,7 +130,7 @@ async def get_context(
     return message_list(read, who.tenant, key, options.held)
 
 
-@router.post("/{key}/messages", response_model=WriteResult)
+@router.post("/{key}/messages", response_model=WriteAnswer)
 async def append_messages(
     request: Request, call: WriteCall, body: AppendIn, options: WriteOptionsDep,
 ) -> Response:  # fmt: skip
@@ -139,7 +139,7 @@ async def append_messages(
                         ledger.put_messages(key, body.messages, **kw), creates=True)  # fmt: skip
 
 
-@router.put("/{key}/messages", response_model=WriteResult)
+@router.put("/{key}/messages", response_model=WriteAnswer)
 async def replace_history(
     request: Request, call: WriteCall, body: MessagesIn, options: WriteOptionsDep,
 ) -> Response:  # fmt: skip
@@ -148,13 +148,13 @@ async def replace_history(
                         ledger.set(key, body.messages, **kw), creates=True)  # fmt: skip
 
 
-@router.delete("/{key}/messages", response_model=WriteResult)
+@router.delete("/{key}/messages", response_model=WriteAnswer)
 async def clear_history(request: Request, call: WriteCall, options: WriteOptionsDep) -> Response:
     """Clear the session's history (reset)."""
     return await _write(request, call, options, lambda ledger, key, kw: ledger.reset(key, **kw))
 
 
-@router.delete("/{key}/messages/last", response_model=WriteResult)
+@router.delete("/{key}/messages/last", response_model=WriteAnswer)
 async def delete_last_message(
     request: Request, call: WriteCall, options: WriteOptionsDep,
 ) -> Response:  # fmt: skip
@@ -163,7 +163,7 @@ async def delete_last_message(
                         ledger.delete_last_message(key, **kw))  # fmt: skip
 
 
-@router.delete("/{key}/messages/{index}", response_model=WriteResult)
+@router.delete("/{key}/messages/{index}", response_model=WriteAnswer)
 async def delete_message(
     request: Request, call: WriteCall, index: Annotated[int, Path(ge=-BIG, le=BIG)],
     options: WriteOptionsDep,
@@ -173,7 +173,7 @@ async def delete_message(
                         ledger.delete_message(key, index, **kw))  # fmt: skip
 
 
-@router.post("/{key}/archive", response_model=WriteResult)
+@router.post("/{key}/archive", response_model=WriteAnswer)
 async def archive_oldest(
     request: Request, call: WriteCall, body: ArchiveIn, options: WriteOptionsDep,
 ) -> Response:  # fmt: skip

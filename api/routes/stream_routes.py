@@ -24,7 +24,7 @@ from ..deps import (
     on_session,
 )
 from ..http_errors import ERROR_RESPONSES
-from ..schemas import WriteResult
+from ..schemas import WriteAnswer
 from ..session_responses import written
 from .message_routes import _precondition
 
@@ -76,7 +76,7 @@ class AbortIn(BaseModel):
     )
 
 
-class StreamOpened(WriteResult):
+class StreamOpened(WriteAnswer):
     stream_id: str
 
 
@@ -107,7 +107,7 @@ def open_stream(
     return written(opened.result, StreamOpened, 201, stream_id=opened.stream_id)
 
 
-@router.post("/{key}/streams/{stream_id}/chunks", response_model=WriteResult)
+@router.post("/{key}/streams/{stream_id}/chunks", response_model=WriteAnswer)
 def append_chunks(
     call: WriteCall, stream_id: StreamIdDep, body: ChunksIn, options: WriteOptionsDep,
 ) -> Response:  # fmt: skip
@@ -117,7 +117,7 @@ def append_chunks(
     return written(result)
 
 
-@router.post("/{key}/streams/{stream_id}/complete", response_model=WriteResult)
+@router.post("/{key}/streams/{stream_id}/complete", response_model=WriteAnswer)
 def complete_stream(
     call: WriteCall, stream_id: StreamIdDep, body: CompleteIn, options: WriteOptionsDep,
 ) -> Response:  # fmt: skip
@@ -128,7 +128,7 @@ def complete_stream(
     return written(result)
 
 
-@router.post("/{key}/streams/{stream_id}/abort", response_model=WriteResult)
+@router.post("/{key}/streams/{stream_id}/abort", response_model=WriteAnswer)
 def abort_stream(
     call: WriteCall, stream_id: StreamIdDep, body: AbortIn, options: WriteOptionsDep,
 ) -> Response:  # fmt: skip

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 import pytest
 
 from session_ledger.api.client import LedgerAPIError, LedgerClient
-from session_ledger.api.schemas import WriteResult
+from session_ledger.api.schemas import WriteAnswer
 
 from .conftest import Deployment
 
@@ -49,7 +49,7 @@ def api_path(key: str) -> str:
     ids=["put", "put_messages", "set", "reset", "delete_message", "delete_last_message"],
 )
 def test_stale_if_match_is_412_and_writes_nothing(
-    deployment: Deployment, session_key: str, write: Callable[[LedgerClient, str, int], WriteResult]
+    deployment: Deployment, session_key: str, write: Callable[[LedgerClient, str, int], WriteAnswer]
 ) -> None:
     with deployment.client("a_agent") as api:
         stale = api.put(session_key, USER).version

@@ -17,7 +17,7 @@ import psycopg
 import pytest
 
 from session_ledger.api.settings import Settings
-from session_ledger.domain.errors import EncryptionRequired, SessionErased
+from session_ledger.domain.errors import EncryptionRequired, SessionErasedError
 from session_ledger.domain.ledger import Ledger
 from session_ledger.domain.session import session_id
 from session_ledger.projections.export import export_session
@@ -109,7 +109,7 @@ def test_a_clear_store_is_sealed_in_place_and_can_then_be_erased(
         raw = store_bytes(ledger)
         assert raw.count(canary.encode()) == 0 and raw.count(other.encode()) == 0
         assert exports(ledger, "victim").count(canary.encode()) == 0
-        with pytest.raises(SessionErased):
+        with pytest.raises(SessionErasedError):
             ledger.get_all("victim")
         assert ledger.verify("victim").intact and ledger.verify("bystander").intact
         assert ledger.get_all("bystander")[-1].content == f"later {other}"

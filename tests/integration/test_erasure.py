@@ -22,7 +22,7 @@ from session_ledger.domain.compliance import RetentionRule
 from session_ledger.domain.errors import (
     EncryptionRequired,
     LegalHold,
-    SessionErased,
+    SessionErasedError,
 )
 from session_ledger.domain.ledger import Ledger
 from session_ledger.projections.export import export_session
@@ -144,7 +144,7 @@ def test_reads_and_writes_of_an_erased_session_are_refused(sealed: Ledger) -> No
         lambda: sealed.put("victim", {"role": "user", "content": "again"}),
         lambda: sealed.reset("victim"),
     ):
-        with pytest.raises(SessionErased) as refused:
+        with pytest.raises(SessionErasedError) as refused:
             read()
         assert refused.value.basis == "GDPR art. 17"
         assert refused.value.reason == "the user asked"
@@ -152,7 +152,7 @@ def test_reads_and_writes_of_an_erased_session_are_refused(sealed: Ledger) -> No
     settings: Settings = sealed.test_settings  # type: ignore[attr-defined]
     other = make_ledger(settings)
     try:
-        with pytest.raises(SessionErased):
+        with pytest.raises(SessionErasedError):
             other.put("victim", {"role": "user", "content": "again"})
         trail = other.audit("victim")
     finally:

@@ -12,7 +12,7 @@ import pytest
 
 from session_ledger.api.timers import start_retention_timer
 from session_ledger.domain.compliance import RetentionAction, parse_retention
-from session_ledger.domain.errors import InvalidInput, SessionErased
+from session_ledger.domain.errors import InvalidInput, SessionErasedError
 from session_ledger.domain.ledger import Ledger
 from tests.conftest import make_ledger, make_settings
 from tests.integration.test_erasure import master_key
@@ -79,7 +79,7 @@ def test_the_timer_applies_the_rules_at_its_interval(tmp_path: Path) -> None:
             for _ in range(600):  # the first round comes after one interval (0.6 s)
                 try:
                     ledger.get_all("request/a")
-                except SessionErased:
+                except SessionErasedError:
                     break
                 time.sleep(0.1)
             else:

@@ -12,9 +12,9 @@ import httpx
 from session_ledger.api.client import LedgerClient
 from session_ledger.api.client_async import AsyncLedgerClient
 from session_ledger.api.client_requests import AsOf, Requests, WrittenVersions
-from session_ledger.api.schemas import WriteResult
+from session_ledger.api.schemas import WriteAnswer
 
-WRITTEN = WriteResult(version=7, message_count=1, replayed=False, removed=[])
+WRITTEN = WriteAnswer(version=7, message_count=1, replayed=False, removed=[])
 HEAD = {
     "key": "s", "version": 7, "message_count": 1, "archived_count": 0, "token_total": 1,
     "created_at": "2026-01-01T00:00:00Z", "updated_at": "2026-01-01T00:00:00Z",
