@@ -1,35 +1,35 @@
 """Where a `LedgerSession`'s items live: an in-process `Ledger` or a server over HTTP.
 
-Both answer the session's four calls with plain message dicts (the ledger's canonical
-shape) and block; the session runs them in a worker thread, as `SQLiteSession` does.
+Both answer the session's four calls with its items and block; the session runs them
+in a worker thread, as `SQLiteSession` does.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import threading
 from typing import Any, Protocol
 
 from session_ledger.domain.errors import InvalidInput, MessageNotFound, SessionNotFound
 from session_ledger.domain.ledger import Ledger
+from session_ledger.domain.messages import ChatMessage
 
 from ..client import LedgerClient
 from ..client_requests import LedgerAPIError
-from .items import check
+from .items import check, from_chat_message, from_message
 
 API_KEY_ENV = "LEDGER_API_KEY"  # the server's API key, when none is passed in
 _EMPTY = frozenset({"session_not_found", "message_not_found"})  # a pop of nothing
 
 
 class Items(Protocol):
-    """A session's items as ledger messages, oldest first."""
+    """A session's items, stored as ledger messages, oldest first."""
 
     def add(self, key: str, messages: list[dict[str, Any]]) -> None: ...
     # The newest `limit` (None: all), in order; [] for a session never written.
-    def read(self, key: str, limit: int | None) -> list[dict[str, Any]]: ...
-    def pop(self, key: str) -> dict[str, Any] | None: ...
+    def read(self, key: str, limit: int | None) -> list[Any]: ...
+    def pop(self, key: str) -> Any | None: ...
     def clear(self, key: str) -> None: ...
     def close(self) -> None: ...
 
@@ -44,10 +44,10 @@ class LocalItems:
     def add(self, key: str, messages: list[dict[str, Any]]) -> None:
         self.ledger.put_messages(key, messages, **self.write)
 
-    def read(self, key: str, limit: int | None) -> list[dict[str, Any]]:
+    def read(self, key: str, limit: int | None) -> list[Any]:
         ledger, tenant = self.ledger, self.tenant
         if limit is None:
-            return [json.loads(text) for text in ledger.history(key, tenant=tenant).json()]
+            return _items(ledger.history(key, tenant=tenant).messages())
         while True:  # the newest `limit` of one version: read again if a write came between
             try:
                 head = ledger.head(key, tenant=tenant)
@@ -56,14 +56,14 @@ class LocalItems:
             offset = max(0, head.message_count - limit)
             found = ledger.history(key, tenant=tenant, offset=offset, limit=limit)
             if found.version == head.version:
-                return [json.loads(text) for text in found.json()]
+                return _items(found.messages())
 
-    def pop(self, key: str) -> dict[str, Any] | None:
+    def pop(self, key: str) -> Any | None:
         try:
             done = self.ledger.delete_last_message(key, **self.write)
         except (SessionNotFound, MessageNotFound):
             return None
-        return done.removed[0].to_dict()
+        return from_chat_message(done.removed[0])
 
     def clear(self, key: str) -> None:
         with contextlib.suppress(SessionNotFound):  # a session never written holds none
@@ -82,10 +82,10 @@ class RemoteItems:
     def add(self, key: str, messages: list[dict[str, Any]]) -> None:
         self.client.put_messages(key, check(messages))
 
-    def read(self, key: str, limit: int | None) -> list[dict[str, Any]]:
+    def read(self, key: str, limit: int | None) -> list[Any]:
         try:
             if limit is None:
-                return [m.to_dict() for m in self.client.get_all(key)]
+                return _items(self.client.get_all(key))
             head = self.client.head(key)
             offset = max(0, head.message_count - limit)
             found = self.client.get_all(
@@ -95,16 +95,16 @@ class RemoteItems:
             if e.code == "session_not_found":
                 return []
             raise
-        return [m.to_dict() for m in found]
+        return _items(found)
 
-    def pop(self, key: str) -> dict[str, Any] | None:
+    def pop(self, key: str) -> Any | None:
         try:
             done = self.client.delete_last_message(key)
         except LedgerAPIError as e:
             if e.code in _EMPTY:
                 return None
             raise
-        return done.removed[0].model_dump()
+        return from_message(done.removed[0].model_dump())
 
     def clear(self, key: str) -> None:
         try:
@@ -115,6 +115,10 @@ class RemoteItems:
 
     def close(self) -> None:
         self.client.close()
+
+
+def _items(messages: list[ChatMessage]) -> list[Any]:
+    return [from_chat_message(m) for m in messages]
 
 
 _opened: dict[str, Ledger] = {}

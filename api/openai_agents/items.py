@@ -146,6 +146,14 @@ def from_message(message: Mapping[str, Any]) -> Any:
     return {"role": message["role"], "content": "\n".join(texts)}
 
 
+def from_chat_message(message: ChatMessage) -> Any:
+    """`from_message` of a message as a read made it (no JSON made and decoded again)."""
+    kwargs = message.additional_kwargs
+    if ITEM_KEY in kwargs:
+        return kwargs[ITEM_KEY]
+    return {"role": message.role, "content": message.content or ""}
+
+
 def canonical_item(item: object) -> str:
     """An item's canonical JSON (keys sorted, compact, UTF-8): two items are the same
     when these are equal."""

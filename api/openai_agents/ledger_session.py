@@ -24,7 +24,7 @@ from session_ledger.domain.inputs import check_key
 from session_ledger.domain.ledger import Ledger
 
 from .backend import Items, open_items
-from .items import as_invalid_item, from_message, to_messages
+from .items import as_invalid_item, to_messages
 
 T = TypeVar("T")
 
@@ -69,8 +69,7 @@ class LedgerSession:
             if limit == 0:
                 return []
             limit = None if limit < 0 else limit
-        messages = await asyncio.to_thread(self._items.read, self.key, limit)
-        return [from_message(m) for m in messages]
+        return await asyncio.to_thread(self._items.read, self.key, limit)
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append the items, all or none, as one event."""
@@ -89,8 +88,7 @@ class LedgerSession:
         """Remove the newest item and return it (None: the session holds none); the
         removal is an event, and the item stays in the session's past versions."""
         self._check_open()
-        message = await _settled(asyncio.to_thread(self._items.pop, self.key))
-        return None if message is None else from_message(message)
+        return await _settled(asyncio.to_thread(self._items.pop, self.key))
 
     async def clear_session(self) -> None:
         """Clear the history (an event: the items stay in the past versions)."""
