@@ -204,8 +204,8 @@ class LedgerSessionService(BaseSessionService):
         if wanted is None and config.after_timestamp is not None:
             return self._read_after(key, head, config.after_timestamp)
         offset = 0 if wanted is None else max(1, count - wanted)
-        if wanted == 0:
-            offset = count - 1  # (the newest message alone: the session's time and state)
+        # At least the newest message: the session's time and where its state is
+        offset = min(offset, count - 1)
         found, version = self.store.messages(key, offset, None)
         if version not in (-1, head.version) or len(found) != count - offset:
             return None
@@ -288,7 +288,10 @@ class LedgerSessionService(BaseSessionService):
             if head is None or head.cleared:
                 raise SessionNotFoundError(f"Session {sid} not found.") from None
             raise StaleSessionError(_STALE) from None
-        self._change_shared(app, user, deltas["app"], deltas["user"])
+        if deltas["app"]:
+            self._change_one(_app_key(app), deltas["app"])
+        if deltas["user"]:
+            self._change_one(_user_key(app, user), deltas["user"])
         session.last_update_time = event.timestamp
         session._storage_update_marker = _marker(written, state_at)
 
@@ -333,11 +336,12 @@ class LedgerSessionService(BaseSessionService):
         )
 
     def _change_one(self, key: str, delta: dict[str, Any]) -> dict[str, Any]:
+        """The app's or user's state after `delta` (a read alone when it is empty)."""
+        if not delta:
+            return self._shared_state(key)
         for _ in range(STATE_RETRIES):
             head = self.store.head(key)
             state = self._shared_state(key) if head and head.message_count else {}
-            if not delta:
-                return state
             state.update(delta)
             message = _message("system", [], {SHARED_STATE: state})
             try:

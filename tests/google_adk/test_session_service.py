@@ -102,6 +102,12 @@ def test_get_session_config_recent_events_and_after_timestamp(adk: Target) -> No
 
     async def scenario() -> None:
         made = await sessions.create_session(app_name=adk.app, user_id=USER, state={"n": 0})
+        for config in ({"num_recent_events": 3}, {"num_recent_events": 0}, {"after_timestamp": 1}):
+            empty = await sessions.get_session(
+                app_name=adk.app, user_id=USER, session_id=made.id,
+                config=GetSessionConfig(**config),
+            )  # fmt: skip
+            assert empty is not None and (empty.events, empty.state) == ([], {"n": 0})
         for i in range(1, 8):
             changes = delta(n=i) if i == 3 else None
             extra = {"actions": changes} if changes else {}
