@@ -94,11 +94,19 @@ class NamedTokenizer:
 class LazyCounts(Sequence[TokenCount]):
     """The token counts of some texts, each counted when first read: a replace that keeps
     most of the history (set(history + [new])) counts only what it adds, where counting
-    every message was half of its time."""
+    every message was half of its time.
 
-    def __init__(self, tokenizer: NamedTokenizer, texts: Sequence[str | None]) -> None:
+    `text_of`: the text of an item of `texts` when the items are not texts themselves,
+    made only for the items counted (rebuild counts the stored messages of an event, and
+    only those the views read)."""
+
+    def __init__(
+        self, tokenizer: NamedTokenizer, texts: Sequence[Any],
+        text_of: Callable[[Any], str | None] | None = None,
+    ) -> None:  # fmt: skip
         self._tokenizer = tokenizer
         self._texts = texts
+        self._text_of = text_of
         self._counts: dict[int, TokenCount] = {}
 
     def __len__(self) -> int:
@@ -121,7 +129,10 @@ class LazyCounts(Sequence[TokenCount]):
         position = range(len(self))[index]  # IndexError as a list's
         found = self._counts.get(position)
         if found is None:
-            found = self._counts[position] = self._tokenizer.count(self._texts[position])
+            text = self._texts[position]
+            if self._text_of is not None:
+                text = self._text_of(text)
+            found = self._counts[position] = self._tokenizer.count(text)
         return found
 
 

@@ -12,14 +12,14 @@ import itertools
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, overload
+from typing import Any
 
 from eventsourcing.sqlite import SQLiteDatastore
 
 from session_ledger.domain.messages import ChatMessage
 from session_ledger.domain.ports import WriteBatch
 from session_ledger.domain.session import Session
-from session_ledger.domain.tokens import NamedTokenizer, TokenCount
+from session_ledger.domain.tokens import LazyCounts, NamedTokenizer
 
 from .changes import view_changes
 from .key_rows import SessionContent
@@ -48,40 +48,24 @@ def write_batches(events: Iterable[Any], tokenizer: NamedTokenizer) -> Iterator[
             message_count=after.message_count,
             archived_count=after.archived_count,
             next_message_id=after.next_message_id,
-            counts=AddedCounts(tokenizer, event),
+            # counted when the views' handler of the event reads them (only the handler
+            # of an event that adds messages does; the live write counts them before)
+            counts=LazyCounts(tokenizer, added_messages(event), message_text),
         )
 
 
-class AddedCounts(Sequence[TokenCount]):
-    """The token counts of the messages `event` adds (its `messages`, or the one `message`
-    that ends a stream), each counted when the views' handler of the event reads it: only
-    the handler of an event that adds messages reads any (the live write counts them
-    before it writes)."""
+def added_messages(event: Any) -> Sequence[dict[str, Any]]:
+    """The messages `event` adds: its `messages`, or the one `message` that ends a stream."""
+    messages: Sequence[dict[str, Any]] | None = getattr(event, "messages", None)
+    if messages is not None:
+        return messages
+    message: dict[str, Any] | None = getattr(event, "message", None)
+    return () if message is None else (message,)
 
-    def __init__(self, tokenizer: NamedTokenizer, event: Any) -> None:
-        self._tokenizer = tokenizer
-        self._event = event
 
-    def _messages(self) -> list[dict[str, Any]]:
-        messages: list[dict[str, Any]] | None = getattr(self._event, "messages", None)
-        return [self._event.message] if messages is None else messages
-
-    def __len__(self) -> int:
-        return len(self._messages())
-
-    @overload
-    def __getitem__(self, index: int) -> TokenCount: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[TokenCount]: ...
-
-    def __getitem__(self, index: int | slice) -> TokenCount | Sequence[TokenCount]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(len(self))[index]]
-        message = self._messages()[index]
-        return self._tokenizer.count(
-            ChatMessage(message["role"], tuple(message["blocks"]), {}).content
-        )
+def message_text(message: dict[str, Any]) -> str | None:
+    """A stored message's text, as its token counts were made from when it was written."""
+    return ChatMessage(message["role"], tuple(message["blocks"]), {}).content
 
 
 def rebuild(

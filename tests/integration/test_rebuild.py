@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from session_ledger.api.settings import Settings
 from session_ledger.domain.ledger import Ledger
+from session_ledger.domain.tokens import NamedTokenizer, TokenCount
 from session_ledger.projections.rebuild import check, rebuild
 from session_ledger.projections.views import SQLViews
 from tests.conftest import make_ledger, make_settings
@@ -51,6 +53,30 @@ def test_rebuild_reproduces_the_views_exactly(store: str, busy_ledger: Ledger) -
     assert count == processed[-1] == 3 * 10
     assert all_rows(busy_ledger) == before
     busy_ledger.close()
+
+
+@dataclass(frozen=True)
+class CountingTokenizer(NamedTokenizer):
+    counted: list[str | None] = field(default_factory=list)
+
+    def count(self, content: str | None) -> TokenCount:
+        self.counted.append(content)
+        return super().count(content)
+
+
+def test_rebuild_counts_each_message_an_event_adds_once(tmp_path: Path) -> None:
+    ledger = make_ledger(make_settings("sqlite", tmp_path))
+    write_a_bit_of_everything(ledger, "s")
+    before = all_rows(ledger)
+    used = ledger.tokenizer
+    tokenizer = CountingTokenizer(used.name, used.encode, used.pretokenized, used.length)
+    rebuild(views(ledger), ledger.mapper, tokenizer)
+    assert all_rows(ledger) == before
+    # what each write added: the replace keeps its first message, whose count it keeps
+    added = ["be brief", *(f"q{i}" for i in range(5)), "new", "NUL\x00 😀", "after archive",
+             "fresh start"]  # fmt: skip
+    assert tokenizer.counted == added
+    ledger.close()
 
 
 def test_check_reports_no_difference_on_an_untouched_store(store: str, busy_ledger: Ledger) -> None:
