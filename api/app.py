@@ -24,13 +24,13 @@ from .admission import enforce_limits
 from .app_observer import AppObserver
 from .auth import bearer
 from .feed_cursors import ServerFeedCursors
-from .keystore import KeyStore, open_key_store
+from .keystore import KeyStore
 from .live_hub import LiveHub
 from .live_tails import LiveTails
 from .logs import RequestIds
 from .metrics import Metrics, MetricsMiddleware
 from .middleware import BodyLimit, RawSessionPath
-from .ratelimit import Limiter, open_limit_store
+from .ratelimit import Limiter
 from .route_inputs import document_inputs
 from .routes import (
     access_log_routes,
@@ -91,7 +91,7 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # the root picks the store
-        from .bootstrap import open_ledger, reads_in_process, store_bridged
+        from .bootstrap import open_key_store, open_ledger, reads_in_process, store_bridged
 
         if ledger is None:
             # `serve` made the tables already unless LEDGER_MIGRATE_ON_START=false, which
@@ -201,6 +201,8 @@ def create_app(
 
 def open_limiter(settings: Settings) -> Limiter:
     """The rate limits and quotas of `settings`, kept in the store of its database URL."""
+    from .bootstrap import open_limit_store
+
     store = open_limit_store(settings.database_url, pool_size=settings.pool_size,
                              lock_timeout=settings.lock_timeout_seconds)  # fmt: skip
     return Limiter(settings, store)

@@ -11,14 +11,30 @@ import psycopg
 from session_ledger.domain.errors import InvalidInput, StoreNotReady
 from session_ledger.domain.ledger import Ledger, Limits
 from session_ledger.domain.tokens import load_tokenizer
+from session_ledger.projections import api_key_table, rate_limit_store
+from session_ledger.projections.api_key_table import (
+    MemoryKeyTable,
+    PostgresKeyTable,
+    SQLiteKeyTable,
+)
 from session_ledger.projections.postgres_partitions import partition
 from session_ledger.projections.postgres_schema import layout as postgres_layout
+from session_ledger.projections.rate_limit_store import (
+    LimitStore,
+    MemoryLimitStore,
+    PostgresLimitStore,
+    SQLiteLimitStore,
+)
 from session_ledger.projections.sqlite import sqlite_layout
+from session_ledger.projections.table_connections import (
+    Notices,
+    PostgresTableConnections,
+    SQLiteTableConnections,
+)
 from session_ledger.projections.views import SQLViews
 
 from .durability import postgres_durability_problems, refuse_unsafe, sqlite_durability_problems
-from .keystore import open_key_store
-from .ratelimit import open_limit_store
+from .keystore import KeyStore
 from .settings import Settings
 
 SQLITE_FACTORY = "session_ledger.projections.sqlite:SQLiteLedgerFactory"
@@ -208,6 +224,53 @@ def migrate(settings: Settings) -> None:
         finally:
             conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATE_LOCK_ID,))
     _migrate_api_tables(settings)
+
+
+def open_key_store(
+    database_url: str, *, pool_size: int = 4, lock_timeout: float = 30, connect_wait: float = 30
+) -> KeyStore:
+    """The key store for the same URL the ledger uses, with at most `pool_size`
+    connections; on PostgreSQL a request waits at most `connect_wait` seconds for a
+    connection (then 503), rather than holding the request through an outage."""
+    if database_url.startswith("memory://"):
+        return KeyStore(MemoryKeyTable())
+    if database_url.startswith("sqlite://"):
+        return KeyStore(SQLiteKeyTable(SQLiteTableConnections(
+            _sqlite_path(database_url), lock_timeout, api_key_table.NOT_MIGRATED,
+            size=pool_size,
+        )))  # fmt: skip
+    if database_url.startswith(("postgresql://", "postgres://")):
+        notices = Notices(database_url, api_key_table.NOTIFY_CHANNEL)
+        connections = PostgresTableConnections(
+            database_url, api_key_table.NOT_MIGRATED, size=pool_size, wait=connect_wait,
+            lock_id=api_key_table.LOCK_ID,
+        )  # fmt: skip
+        return KeyStore(PostgresKeyTable(connections, notices))
+    raise InvalidInput(f"unsupported database URL {database_url.split(':', 1)[0]!r}")
+
+
+def open_limit_store(
+    database_url: str, *, pool_size: int = 4, lock_timeout: float = 30
+) -> LimitStore:
+    """The limit store for the same URL the ledger uses, with at most `pool_size`
+    connections."""
+    if database_url.startswith("memory://"):
+        return MemoryLimitStore()
+    if database_url.startswith("sqlite://"):
+        return SQLiteLimitStore(SQLiteTableConnections(
+            _sqlite_path(database_url), lock_timeout, rate_limit_store.NOT_MIGRATED,
+            rate_limit_store.SQLITE_PRAGMAS, size=pool_size,
+        ))  # fmt: skip
+    if database_url.startswith(("postgresql://", "postgres://")):
+        return PostgresLimitStore(PostgresTableConnections(
+            database_url, rate_limit_store.NOT_MIGRATED, size=pool_size, wait=lock_timeout,
+            lock_id=rate_limit_store.LOCK_ID, autocommit=True,
+        ))  # fmt: skip
+    raise InvalidInput(f"unsupported database URL {database_url.split(':', 1)[0]!r}")
+
+
+def _sqlite_path(database_url: str) -> str:
+    return unquote(database_url.removeprefix("sqlite:///"))
 
 
 def _migrate_api_tables(settings: Settings) -> None:

@@ -5,25 +5,19 @@ moves the version in the same transaction, and every process then drops its cach
 before its next request. How a process learns the version is the store's: SQLite reads
 its one-row version table (a primary-key read, about as cheap as a dict lookup on a
 local file), PostgreSQL keeps a connection LISTENing for the revoke's NOTIFY
-(`KeyNotices`), so no request waits for a round trip. Only active keys are cached; an
-unknown or revoked secret is looked up every time. Open live tails, authenticated once
-when they opened, follow the same version (`live_tails.py`) and end with their key.
+(`projections/api_key_table.py`), so no request waits for a round trip. Only active keys
+are cached; an unknown or revoked secret is looked up every time. Open live tails,
+authenticated once when they opened, follow the same version (`live_tails.py`) and end
+with their key.
 """
 
 from __future__ import annotations
 
-import logging
-import threading
 from collections.abc import Hashable
 from datetime import datetime
 from typing import Generic, Protocol, TypeVar
 
 MAX_CACHED_KEYS = 10_000  # more keys than this in one process: the rest are looked up
-NOTIFY_CHANNEL = "ledger_api_keys"
-RECONNECT_SECONDS = 1.0
-POLL_SECONDS = 0.25  # how soon the listener sees close()
-
-log = logging.getLogger(__name__)
 
 
 class CachedKey(Protocol):
@@ -67,51 +61,3 @@ class KeyCache(Generic[Key]):
 
     def clear(self) -> None:
         self._held = (None, {})
-
-
-class KeyNotices:
-    """The version of PostgreSQL's key table as this process knows it: a counter moved by
-    every NOTIFY of a revoke (and by every reconnection, which may have missed some).
-    None while not listening: then no cached key is trusted."""
-
-    def __init__(self, database_url: str) -> None:
-        self.database_url = database_url
-        self._version: int | None = None
-        self._moves = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._listen, name="key-notices", daemon=True)
-
-    @property
-    def version(self) -> int | None:
-        return self._version
-
-    def start(self) -> None:
-        """Start listening (until the first LISTEN, keys are looked up)."""
-        self._thread.start()
-
-    def close(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=5)
-
-    def _moved(self, listening: bool) -> None:
-        self._moves += 1
-        self._version = self._moves if listening else None
-
-    def _listen(self) -> None:
-        import psycopg
-
-        while not self._stop.is_set():
-            try:
-                with psycopg.connect(self.database_url, autocommit=True) as conn:
-                    conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
-                    self._moved(listening=True)
-                    while not self._stop.is_set():
-                        for _ in conn.notifies(timeout=POLL_SECONDS, stop_after=1):
-                            self._moved(listening=True)
-            except psycopg.Error as exc:
-                if not self._stop.is_set():
-                    log.warning("API key notices: %s; keys are looked up until back", exc)
-            finally:
-                self._moved(listening=False)
-            self._stop.wait(RECONNECT_SECONDS)

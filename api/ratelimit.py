@@ -8,33 +8,26 @@ stays within the bucket's `span` (its burst, in seconds); admitting it moves the
 there. A request asks every bucket it touches at once and is admitted by all or charged
 to none, so a key refused by its own limit does not spend its tenant's budget.
 
-The buckets live in the store the ledger uses (`ratelimit_sql.py`), so several API
-processes share one budget: the process computes the steps and the verdict's message,
-and admits most requests from leases it took of the shared buckets
-(`ratelimit_lease.py`) without a store round trip. The count of a tenant's sessions is a
-level that never drains.
+The buckets live in the store the ledger uses (`projections/rate_limit_store.py`, picked
+by `bootstrap.open_limit_store`), so several API processes share one budget: the process
+computes the steps and the verdict's message, and admits most requests from leases it
+took of the shared buckets (`ratelimit_lease.py`) without a store round trip. The count
+of a tenant's sessions is a level that never drains.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from abc import ABC, abstractmethod
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
-from session_ledger.domain.errors import InvalidInput, PayloadTooLarge, SessionNotFound
+from session_ledger.domain.errors import PayloadTooLarge, SessionNotFound
 from session_ledger.domain.ledger import Ledger
+from session_ledger.projections.rate_limit_store import Bucket, LimitStore, settle
 
 from .auth import Principal
-from .ratelimit_budget import (
-    DAY,
-    Bucket,
-    Budget,
-    QuotaExceeded,
-    RateLimited,
-    settle,
-)
+from .ratelimit_budget import DAY, Budget, QuotaExceeded, RateLimited
 from .ratelimit_lease import Leases, leases_to_ask
 from .settings import Settings
 
@@ -42,77 +35,6 @@ from .settings import Settings
 # operator to raise it, so it is told to come back much later.
 SESSIONS_RETRY_AFTER = 3600.0
 KEYS_PER_PAGE = 10_000
-
-
-class LimitStore(ABC):
-    """Where buckets and session counts live; `migrate()` makes its table."""
-
-    @abstractmethod
-    def migrate(self) -> None: ...
-
-    @abstractmethod
-    def take(self, buckets: Sequence[Bucket], now: float) -> list[float]:
-        """Charge every bucket, atomically and only if each admits; the waits of `settle`."""
-
-    @abstractmethod
-    def count(self, scope: str, limit: int, start: Callable[[], int]) -> bool:
-        """Add one to the count at `scope` if it stays within `limit`; a count not kept
-        yet begins at `start()`."""
-
-    @abstractmethod
-    def uncount(self, scope: str) -> None:
-        """Take back one `count`."""
-
-    def close(self) -> None:  # noqa: B027 - only the pooled backend holds connections
-        """Release connections."""
-
-
-class MemoryLimitStore(LimitStore):
-    """Buckets in a dict: for `memory://` stores, which live in one process anyway."""
-
-    def __init__(self) -> None:
-        self._levels: dict[str, float] = {}
-        self._lock = threading.Lock()
-
-    def migrate(self) -> None:
-        return None
-
-    def take(self, buckets: Sequence[Bucket], now: float) -> list[float]:
-        with self._lock:
-            moved, waits = settle([self._levels.get(b.scope) for b in buckets], buckets, now)
-            if not any(waits):
-                self._levels.update(zip([b.scope for b in buckets], moved, strict=True))
-            return waits
-
-    def count(self, scope: str, limit: int, start: Callable[[], int]) -> bool:
-        begun = start() if scope not in self._levels else 0
-        with self._lock:
-            level = self._levels.setdefault(scope, begun)
-            if level + 1 > limit:
-                return False
-            self._levels[scope] = level + 1
-            return True
-
-    def uncount(self, scope: str) -> None:
-        with self._lock:
-            self._levels[scope] = max(0.0, self._levels.get(scope, 0.0) - 1)
-
-
-def open_limit_store(
-    database_url: str, *, pool_size: int = 4, lock_timeout: float = 30
-) -> LimitStore:
-    """The limit store for the same URL the ledger uses."""
-    if database_url.startswith("memory://"):
-        return MemoryLimitStore()
-    if database_url.startswith("sqlite://"):
-        from .ratelimit_sql import SQLiteLimitStore
-
-        return SQLiteLimitStore(database_url, lock_timeout=lock_timeout, pool_size=pool_size)
-    if database_url.startswith(("postgresql://", "postgres://")):
-        from .ratelimit_sql import PostgresLimitStore
-
-        return PostgresLimitStore(database_url, pool_size=pool_size, lock_timeout=lock_timeout)
-    raise InvalidInput(f"unsupported database URL {database_url.split(':', 1)[0]!r}")
 
 
 def budgets(settings: Settings) -> tuple[list[Budget], list[Budget]]:

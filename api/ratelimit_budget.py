@@ -1,19 +1,18 @@
-"""What a limit is: buckets kept by GCRA, the budgets the settings make, and the refusals.
+"""What a limit is: the budgets the settings make, each asked as a GCRA bucket, and the
+refusals.
 
-A bucket's level is the theoretical arrival time (TAT) of its next request, in seconds
-since the epoch; `settle` is the arithmetic every limit store applies where its levels
-are (`ratelimit.py`, `ratelimit_sql.py`).
+A bucket (its level, and `settle`, the arithmetic every limit store applies where its
+levels are) is the store's: `projections/rate_limit_store.py`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 
+from session_ledger.projections.rate_limit_store import Bucket
+
 DAY = 86_400.0
-# GCRA sums float steps: ten steps of 0.1 s can exceed a span of 1 s by 2e-16.
-SLACK = 1e-9
 
 
 class Refused(Exception):
@@ -45,17 +44,6 @@ class QuotaExceeded(Refused):
 
 
 @dataclass(frozen=True)
-class Bucket:
-    """One budget as a request asks it: `step` and `span` in seconds of budget, and the
-    `lease` a process may take of it at once (`ratelimit_lease.py`; 0: none)."""
-
-    scope: str
-    step: float
-    span: float
-    lease: float = 0.0
-
-
-@dataclass(frozen=True)
 class Budget:
     """A limit: `per_second` units refill a bucket that holds `burst` units."""
 
@@ -77,17 +65,3 @@ class Budget:
         if self.daily:
             return f"{self.burst:.0f} {self.unit} a day"
         return f"{self.per_second:g} {self.unit} a second (burst {self.burst:g})"
-
-
-def settle(
-    levels: Sequence[float | None], buckets: Sequence[Bucket], now: float
-) -> tuple[list[float], list[float]]:
-    """GCRA over every bucket of one request: the levels it would leave, and per bucket
-    the seconds until it would admit the request (all 0: admitted)."""
-    moved, waits = [], []
-    for level, bucket in zip(levels, buckets, strict=True):
-        after = max(level if level is not None else now, now) + bucket.step
-        moved.append(after)
-        wait = after - bucket.span - now
-        waits.append(wait if wait > SLACK else 0.0)
-    return moved, waits

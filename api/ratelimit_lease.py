@@ -20,7 +20,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import replace
 
-from .ratelimit_budget import SLACK, Bucket
+from session_ledger.projections.rate_limit_store import SLACK, Bucket
 
 
 class Leases:

@@ -51,11 +51,11 @@ import httpx
 from bench.postgres import scratch_database
 from bench.results import write_diagnostic
 from session_ledger.api.auth import Principal
-from session_ledger.api.bootstrap import migrate
+from session_ledger.api.bootstrap import migrate, open_limit_store
 from session_ledger.api.client_requests import session_path
-from session_ledger.api.ratelimit import Limiter, open_limit_store
-from session_ledger.api.ratelimit_budget import Bucket
+from session_ledger.api.ratelimit import Limiter
 from session_ledger.api.settings import Settings
+from session_ledger.projections.rate_limit_store import Bucket
 
 POSTGRES_URL = os.environ.get("LEDGER_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1/test")
 CLI = [sys.executable, "-c", "from session_ledger.api.cli import main; main()"]

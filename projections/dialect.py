@@ -1,5 +1,5 @@
-"""What each SQL dialect supplies to the views (`Dialect`), and the row reads the views
-share (`ViewRows`)."""
+"""What each SQL dialect supplies to the views (`Dialect`) and to the tables beside them
+(`TableConnections`), and the row reads the views share (`ViewRows`)."""
 
 from __future__ import annotations
 
@@ -85,6 +85,30 @@ class Dialect(ABC):
     @abstractmethod
     def close(self) -> None:
         """Close the connections (views that own theirs: a standby's)."""
+
+
+class TableConnections(ABC):
+    """How one SQL dialect reaches the tables kept beside the ledger's own (API keys:
+    `api_key_table.py`; rate limits: `rate_limit_store.py`): a few pooled connections of
+    their own, statements written with `?` placeholders as the views' are, and the
+    driver's errors said as the domain's (`driver_errors.py`): a table not made yet is
+    StoreNotReady, a store that cannot answer now StoreUnavailable."""
+
+    @abstractmethod
+    def transaction(
+        self, *, writes: bool = False, serial: bool = False
+    ) -> AbstractContextManager[Any]:
+        """A cursor inside one transaction. `writes`: one that writes, holding SQLite's
+        write lock from its start (writers queue rather than fail on an upgrade);
+        `serial`: one at a time across processes (a migration, a first key)."""
+
+    @abstractmethod
+    def execute(self, cursor: Any, sql: str, params: Sequence[Any] = ()) -> None:
+        """Run `sql`, written with `?` placeholders, on a cursor of `transaction`."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Close the connections (those lent now close when given back)."""
 
 
 class BodyOpener(Protocol):

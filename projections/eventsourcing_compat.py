@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import sqlite3
 
-from eventsourcing.persistence import InterfaceError
 from eventsourcing.sqlite import SQLiteConnection, SQLiteConnectionPool
 
+from .driver_errors import SQLITE
 from .sqlite_files import create_private
 
 STATEMENT_CACHE = 256  # prepared statements kept per connection
@@ -46,7 +46,7 @@ class DurableSQLitePool(SQLiteConnectionPool):
                 timeout=self.lock_timeout or SQLITE_LOCK_WAIT_SECONDS,
             )
         except sqlite3.Error as e:
-            raise InterfaceError(e) from e
+            raise SQLITE.unconnected(e) from e
         if not self.is_sqlite_memory_mode:
             conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=FULL")

@@ -17,7 +17,6 @@ from typing import Any
 import psycopg
 from eventsourcing.persistence import (
     ApplicationRecorder,
-    IntegrityError,
     InterfaceError,
     Mapper,
     OperationalError,
@@ -31,13 +30,13 @@ from eventsourcing.postgres import (
 from psycopg.rows import tuple_row
 from psycopg_pool import PoolTimeout
 
-from session_ledger.domain.errors import StoreUnavailable
 from session_ledger.domain.integrity import chain_hashes, record_bytes
 from session_ledger.domain.ports import ACTIVE, ReadRouting
 
 from .async_bridge import in_bridge, retried
 from .changes import InsertMessages, MessageRow, ViewChanges
 from .dialect import Dialect
+from .driver_errors import POSTGRES
 from .feed import PostgresFeed
 from .key_rows import DataKeyTable, SessionContent
 from .postgres_append import MAX_VALUES_ROWS, MESSAGES_INSERT, append_sql, events_insert, to_psycopg
@@ -89,7 +88,7 @@ class PostgresDialect(Dialect):
                 yield conn
         except OperationalError as exc:
             if isinstance(exc.__cause__, PoolTimeout):
-                raise StoreUnavailable(f"no PostgreSQL connection: {exc}") from exc
+                raise POSTGRES.store(exc.__cause__) from exc
             raise
 
     def close(self) -> None:
@@ -129,7 +128,7 @@ class PostgresDialect(Dialect):
             with self.connection() as conn, conn.transaction(), conn.cursor() as curs:
                 yield curs
         except psycopg.errors.UniqueViolation as e:
-            raise IntegrityError(str(e)) from e
+            raise POSTGRES.library(e) from e
 
     def reader(self, cursor: Any) -> Reader:
         return PostgresReader(cursor)

@@ -25,29 +25,13 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
-from eventsourcing import persistence
 from eventsourcing.postgres import PostgresDatastore
 from psycopg import AsyncConnection, AsyncCursor
 from psycopg.types.composite import register_composite
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
-from session_ledger.domain.errors import StoreUnavailable
-
 from .async_bridge import in_bridge, wait_for
-
-# psycopg's errors as the library's pool raises them for a blocking connection (its
-# PostgresDatastore.get_connection), most specific first: callers catch the same types.
-ERRORS: tuple[tuple[type[Exception], type[Exception]], ...] = (
-    (psycopg.InterfaceError, persistence.InterfaceError),
-    (psycopg.OperationalError, persistence.OperationalError),
-    (psycopg.DataError, persistence.DataError),
-    (psycopg.IntegrityError, persistence.IntegrityError),
-    (psycopg.InternalError, persistence.InternalError),
-    (psycopg.ProgrammingError, persistence.ProgrammingError),
-    (psycopg.NotSupportedError, persistence.NotSupportedError),
-    (psycopg.DatabaseError, persistence.DatabaseError),
-    (psycopg.Error, persistence.PersistenceError),
-)
+from .driver_errors import POSTGRES
 
 
 class BridgedCursor:
@@ -135,13 +119,13 @@ class LoopPool:
             pool = self._opened()
             conn = wait_for(pool.getconn())
         except PoolTimeout as exc:
-            raise StoreUnavailable(f"no PostgreSQL connection: {exc}") from exc
+            raise POSTGRES.store(exc) from exc
         try:
             yield BridgedConnection(conn)
         except psycopg.Error as exc:
-            raise next(ours for theirs, ours in ERRORS if isinstance(exc, theirs))(
-                str(exc)
-            ) from exc
+            # As the library's pool raises them for a blocking connection (its
+            # PostgresDatastore.get_connection): callers catch the same types.
+            raise POSTGRES.library(exc) from exc
         finally:
             wait_for(pool.putconn(conn))
 

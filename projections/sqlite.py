@@ -17,16 +17,7 @@ from typing import Any
 from eventsourcing.persistence import (
     AggregateRecorder,
     ApplicationRecorder,
-    DatabaseError,
-    DataError,
-    IntegrityError,
-    InterfaceError,
-    InternalError,
     Mapper,
-    NotSupportedError,
-    OperationalError,
-    PersistenceError,
-    ProgrammingError,
     StoredEvent,
 )
 from eventsourcing.sqlite import (
@@ -38,6 +29,7 @@ from eventsourcing.sqlite import (
 
 from .changes import MessageRow
 from .dialect import Dialect
+from .driver_errors import SQLITE
 from .eventsourcing_compat import SQLITE_LOCK_WAIT_SECONDS, DurableSQLitePool
 from .feed import SQLiteFeed
 from .group_commit import GroupCommit
@@ -49,14 +41,6 @@ from .views import SQLViews, view_parts
 from .write_turns import WriteTurns, lock_file_of
 
 MESSAGE_INSERT = f"INSERT INTO ledger_messages ({LIVE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-# sqlite3's errors as the library's transaction raises them, most specific first.
-LIBRARY_ERRORS: tuple[tuple[type[Exception], type[Exception]], ...] = (
-    (sqlite3.InterfaceError, InterfaceError), (sqlite3.DataError, DataError),
-    (sqlite3.OperationalError, OperationalError), (sqlite3.IntegrityError, IntegrityError),
-    (sqlite3.InternalError, InternalError), (sqlite3.ProgrammingError, ProgrammingError),
-    (sqlite3.NotSupportedError, NotSupportedError), (sqlite3.DatabaseError, DatabaseError),
-    (sqlite3.Error, PersistenceError),
-)  # fmt: skip
 
 
 class SQLiteDialect(Dialect):
@@ -166,7 +150,7 @@ class SQLiteLedgerRecorder(SQLiteApplicationRecorder):
         self.group_commit = GroupCommit(
             dialect.taking_turn,
             lambda cursor, statement: cursor.execute(statement),
-            _library_error,
+            SQLITE.library,  # sqlite3's errors as the library's transaction raises them
         )
 
     def insert_events(
@@ -204,15 +188,6 @@ class SQLiteLedgerRecorder(SQLiteApplicationRecorder):
         if batch is not None:
             self._apply_changes(c, self._view_changes(batch), stored_events)
         return ids
-
-
-def _library_error(error: BaseException) -> BaseException:
-    for driver, library in LIBRARY_ERRORS:
-        if isinstance(error, driver):
-            converted = library(error)
-            converted.__cause__ = error
-            return converted
-    return error
 
 
 class _Reader:

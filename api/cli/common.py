@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from session_ledger.domain.errors import LedgerError
 from session_ledger.domain.ledger import Ledger
 
-from ..keystore import KeyNotFound, KeyStore, open_key_store
+from ..keystore import KeyNotFound, KeyStore
 from ..settings import Settings
 from ..terminal import secho
 
@@ -42,6 +42,8 @@ def load_settings(database_url: str | None = None, **overrides: Any) -> Settings
 
 @contextmanager
 def key_store(settings: Settings) -> Iterator[KeyStore]:
+    from ..bootstrap import open_key_store
+
     store = open_key_store(
         settings.database_url, pool_size=1, lock_timeout=settings.lock_timeout_seconds
     )

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from ..keystore import KeyStore, open_key_store
+from ..keystore import KeyStore
 from ..settings import Settings
 from .common import DatabaseUrl, failing_cleanly, key_store, load_settings
 
@@ -60,7 +60,7 @@ def serve(
     import uvicorn
 
     from ..app import create_app
-    from ..bootstrap import check_durability, store_env
+    from ..bootstrap import check_durability, open_key_store, store_env
     from ..logs import log_config
     from ..metrics import shared_by_workers
     from ..timers import serve_timers

@@ -23,8 +23,7 @@ from schemathesis.specs.openapi.checks import (
 )  # fmt: skip
 
 from session_ledger.api.app import create_app
-from session_ledger.api.bootstrap import migrate, open_ledger
-from session_ledger.api.keystore import open_key_store
+from session_ledger.api.bootstrap import migrate, open_key_store, open_ledger
 from session_ledger.api.settings import Settings
 from tests.conftest import fresh_postgres_database
 

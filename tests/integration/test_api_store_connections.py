@@ -12,9 +12,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from session_ledger.api.keystore import open_key_store
-from session_ledger.api.ratelimit import open_limit_store
-from session_ledger.api.ratelimit_budget import Bucket
+from session_ledger.api.bootstrap import open_key_store, open_limit_store
+from session_ledger.projections.rate_limit_store import Bucket
 
 POOL_SIZE = 4
 # Each connection holds the database and its WAL; the -shm is one per file and process.
@@ -53,7 +52,7 @@ def test_threads_that_come_and_go_leave_no_descriptor_open(tmp_path: Path) -> No
     holder = open_key_store(url, pool_size=1)  # another connection, in a read: a lock held
     before = open_descriptors()
     try:
-        with holder.connections.connection() as held:  # type: ignore[attr-defined]
+        with holder.table.connections.connection() as held:  # type: ignore[attr-defined]
             held.execute("BEGIN")
             held.execute("SELECT * FROM ledger_api_keys").fetchall()
 

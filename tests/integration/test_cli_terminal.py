@@ -10,8 +10,8 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
+from session_ledger.api.bootstrap import open_key_store
 from session_ledger.api.cli import cli
-from session_ledger.api.keystore import open_key_store
 from tests.conftest import make_ledger, make_settings
 
 # Set the window title, clear the screen, a C1 CSI, a right-to-left override, a carriage

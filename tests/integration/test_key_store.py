@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from session_ledger.api.keystore import KeyNotFound, KeyStore, open_key_store
+from session_ledger.api.bootstrap import open_key_store
+from session_ledger.api.keystore import KeyNotFound, KeyStore
 from session_ledger.domain.errors import InvalidInput, StoreNotReady
 from tests.conftest import fresh_postgres_database
 

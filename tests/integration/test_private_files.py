@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from session_ledger.api.keystore import open_key_store
-from session_ledger.api.ratelimit import open_limit_store
-from session_ledger.api.ratelimit_budget import Bucket
+from session_ledger.api.bootstrap import open_key_store, open_limit_store
+from session_ledger.projections.rate_limit_store import Bucket
 from tests.conftest import make_ledger, make_settings
 
 SUFFIXES = ("", "-wal", "-shm", "-writers")

@@ -1,5 +1,5 @@
 """The limit stores on every backend: one contract (the same verdicts as the arithmetic in
-`ratelimit.settle`), all-or-nothing charging, and one budget shared by racing stores."""
+`rate_limit_store.settle`), all-or-nothing charging, and one budget shared by racing stores."""
 
 from __future__ import annotations
 
@@ -11,10 +11,12 @@ from pathlib import Path
 import pytest
 
 from session_ledger.api.auth import Principal
-from session_ledger.api.ratelimit import Limiter, LimitStore, open_limit_store
-from session_ledger.api.ratelimit_budget import Bucket, RateLimited
+from session_ledger.api.bootstrap import open_limit_store
+from session_ledger.api.ratelimit import Limiter
+from session_ledger.api.ratelimit_budget import RateLimited
 from session_ledger.api.settings import Settings
 from session_ledger.domain.errors import StoreNotReady
+from session_ledger.projections.rate_limit_store import Bucket, LimitStore
 from tests.conftest import fresh_postgres_database
 
 POSTGRES = pytest.param("postgres", marks=pytest.mark.postgres)
@@ -175,7 +177,7 @@ def test_a_count_begun_by_another_process_meanwhile_is_not_a_refusal(
         stack.callback(mine.close)
         stack.callback(other.close)
         mine.migrate()
-        opened = mine._transaction  # type: ignore[attr-defined]
+        opened = mine.connections.transaction  # type: ignore[attr-defined]
 
         class Interleaved:
             """The cursor of `mine`: the other process counts after its first UPDATE."""
@@ -197,7 +199,7 @@ def test_a_count_begun_by_another_process_meanwhile_is_not_a_refusal(
             with opened(*args, **kwargs) as cursor:
                 yield Interleaved(cursor)
 
-        monkeypatch.setattr(mine, "_transaction", transaction)
+        monkeypatch.setattr(mine.connections, "transaction", transaction)  # type: ignore[attr-defined]
         assert mine.count("sessions:acme", 1000, lambda: 0) is True
         monkeypatch.undo()
         for _ in range(998):

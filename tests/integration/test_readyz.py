@@ -10,8 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from session_ledger.api.app import create_app
-from session_ledger.api.bootstrap import open_ledger
-from session_ledger.api.keystore import open_key_store
+from session_ledger.api.bootstrap import open_key_store, open_ledger
 from session_ledger.api.settings import Settings
 
 

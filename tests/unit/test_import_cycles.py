@@ -1,5 +1,6 @@
 """No import cycles among the project's modules (issue 52): the graph of `session_ledger.*`
-imports, read from the source with `ast`, has no cycle but the known ones listed here.
+imports, read from the source with `ast`, has no cycle but the known ones listed here
+(none now).
 
 Every import statement is an edge: at module level, inside a function, or under
 `if TYPE_CHECKING:`. An import deferred into a function (or kept for types only) avoids
@@ -20,14 +21,7 @@ PACKAGES = {"domain": "session_ledger.domain", "projections": "session_ledger.pr
 
 # Cycles not broken yet, each as its modules in sorted order; a cycle not listed here
 # fails the test, and so does one listed here once it is broken (remove it then).
-KNOWN_CYCLES = {
-    # Issue 52 ("keys and limits stored through the projections' dialect and connection
-    # layer", bootstrap.py the only module naming a backend): `open_key_store` and
-    # `open_limit_store` pick the SQL store class by URL, from the module that defines
-    # the base class the SQL stores extend. They go once bootstrap.py picks the store.
-    ("session_ledger.api.keystore", "session_ledger.api.keystore_sql"),
-    ("session_ledger.api.ratelimit", "session_ledger.api.ratelimit_sql"),
-}
+KNOWN_CYCLES: set[tuple[str, ...]] = set()
 
 
 def modules() -> dict[str, Path]:

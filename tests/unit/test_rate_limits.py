@@ -15,10 +15,11 @@ from session_ledger.api.app import create_app
 from session_ledger.api.auth import Principal
 from session_ledger.api.bootstrap import open_ledger
 from session_ledger.api.keystore import MemoryKeyStore
-from session_ledger.api.ratelimit import Limiter, MemoryLimitStore
-from session_ledger.api.ratelimit_budget import DAY, Bucket, QuotaExceeded, RateLimited
+from session_ledger.api.ratelimit import Limiter
+from session_ledger.api.ratelimit_budget import DAY, QuotaExceeded, RateLimited
 from session_ledger.api.settings import Settings
 from session_ledger.domain.errors import PayloadTooLarge
+from session_ledger.projections.rate_limit_store import Bucket, MemoryLimitStore
 
 OFF = {
     "rate_limit_key_per_second": 0, "rate_limit_tenant_per_second": 0,
