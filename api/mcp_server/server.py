@@ -29,7 +29,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
 from mcp_types import ToolAnnotations
-from pydantic import Field
+from pydantic import AnyHttpUrl, Field
 
 from session_ledger.domain.errors import LedgerError
 from session_ledger.domain.ledger import Ledger
@@ -67,6 +67,15 @@ AsOf = Annotated[
 _caller: ContextVar[Principal | None] = ContextVar("ledger_mcp_caller", default=None)
 
 
+async def _key_owner(keys: KeyStore, secret: str) -> Principal | None:
+    """Who the active key of `secret` is: from the process's cache on the event loop when
+    it holds the key (as the HTTP API's `auth.authenticate`), else from a worker thread."""
+    record = keys.cached(secret)
+    if record is None:
+        record = await anyio.to_thread.run_sync(keys.authenticate, secret)
+    return None if record is None else Principal(record.id, record.tenant, record.role)
+
+
 class KeyVerifier:
     """The SDK's `TokenVerifier` on the ledger's API keys: a bearer token is an API key;
     its id, tenant and role travel in the `AccessToken` (the SDK binds an MCP session to
@@ -76,11 +85,11 @@ class KeyVerifier:
         self.keys = keys
 
     async def verify_token(self, token: str) -> AccessToken | None:
-        record = await anyio.to_thread.run_sync(self.keys.authenticate, token)
-        if record is None:
+        who = await _key_owner(self.keys, token)
+        if who is None:
             return None
-        return AccessToken(token=token, client_id=record.id, scopes=[record.role],
-                           claims={"tenant": record.tenant, "role": record.role})  # fmt: skip
+        return AccessToken(token=token, client_id=who.key_id, scopes=[who.role],
+                           claims={"tenant": who.tenant, "role": who.role})  # fmt: skip
 
 
 class Callers:
@@ -105,10 +114,10 @@ class Callers:
 
     async def _principal(self, ctx: ServerRequestContext[Any, Any]) -> Principal:
         if self.secret is not None:
-            record = await anyio.to_thread.run_sync(self.keys.authenticate, self.secret)
-            if record is None:
+            who = await _key_owner(self.keys, self.secret)
+            if who is None:
                 raise MCPError(UNAUTHENTICATED, "the API key is unknown or revoked")
-            return Principal(record.id, record.tenant, record.role)
+            return who
         scope = getattr(ctx.request, "scope", None) or {}
         user = scope.get("user")
         if not isinstance(user, AuthenticatedUser) or not user.access_token.claims:
@@ -138,13 +147,13 @@ def build_server(
     HTTP (`api_key` None), `url` is where it listens, and every request brings a key."""
     reads = LedgerReads(ledger, log_agent_reads=log_agent_reads)
     http = api_key is None
+    # The SDK's resource-server settings; the "issuer" issues no tokens: the keys come
+    # from `session-ledger keys create`, so no OAuth route is served.
+    issuer = AnyHttpUrl(url or "http://127.0.0.1")
     server: MCPServer = MCPServer(
         "session-ledger", instructions=INSTRUCTIONS,
         token_verifier=KeyVerifier(keys) if http else None,
-        # The SDK's resource-server settings; the "issuer" issues no tokens: the keys
-        # come from `session-ledger keys create`, so no OAuth route is served.
-        auth=AuthSettings(issuer_url=url or "http://127.0.0.1", resource_server_url=None)
-        if http else None,
+        auth=AuthSettings(issuer_url=issuer, resource_server_url=None) if http else None,
         middleware=[Callers(keys, api_key)],
     )  # fmt: skip
     for tool in _tools(reads):
