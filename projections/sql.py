@@ -73,6 +73,7 @@ NOT_CLEARED = (  # the session's last change (encrypt-existing's is none) is not
 UNINDEXED_TYPES = ("MessagesAppended", "StreamChunksAppended")
 INDEXED_TYPE = " AND ".join(f"event_type <> '{name}'" for name in UNINDEXED_TYPES)
 CHAIN_AT = "SELECT chain AS value FROM ledger_timeline WHERE session_id = ? AND version = ?"
+HEAD_AT = "SELECT chain, token_total FROM ledger_timeline WHERE session_id = ? AND version = ?"
 LIVE = "session_id = ? AND status = ?"  # in ledger_messages every row is live
 LIVE_COLUMNS = "session_id, status, message_id, valid_from, role, tokens, tokens_joined, message"
 # A version's rows: those live since it or before, and those that ended after it.

@@ -37,12 +37,14 @@ from .sql import (
     ADDED_TOKENS,
     CHAIN_AT,
     ENDED_TOKENS,
+    HEAD_AT,
     LIVE,
     LIVE_COLUMNS,
     SESSION_INSERT,
     TIMELINE_COLUMNS,
 )
 from .streams_view import OPEN, STREAM_COLUMNS
+from .write_heads import WriteHeads
 
 
 def _records(stored: Iterable[StoredEvent]) -> Iterator[tuple[int, str, bytes]]:
@@ -74,6 +76,8 @@ class ViewWriter:
         self._sid = dialect.sid
         self._time = dialect.time
         self._seal_session = sealing.seal_session
+        # The row each session's last write left, so that the next append need not read it.
+        self.heads = WriteHeads()
 
     # -- inline writes ----------------------------------------------------------------------
 
@@ -90,7 +94,10 @@ class ViewWriter:
         which the timeline's hash chain covers). `chain_before` is h_{v-1} when the caller
         knows it (else it is read); returns the last record's hash (None: unchained).
         `check_kept` (views derived from the log): a replace's kept messages must be the
-        rows it keeps, byte for byte, else `EventsDisagree`."""
+        rows it keeps, byte for byte, else `EventsDisagree`.
+
+        The chain hash and token total of the row before come from `heads` where a write
+        of this process noted them (write_heads.py), else from one read of that row."""
         sid = self._sid(vc.session_id)
         run = self._execute
         times = self.times(vc)
@@ -119,18 +126,46 @@ class ViewWriter:
                 self._extend_stream(cursor, sid, c)
             else:
                 raise TypeError(f"no row writer for {type(c).__name__}")
+        heads = self.heads
+        noting = not check_kept and heads.usable(cursor)
+        total_before: int | None = None
+        if noting and not vc.started:
+            previous = records[0].originator_version - 1
+            known = heads.before(vc.session_id, previous)
+            if known is None:
+                run(cursor, HEAD_AT, (sid, previous))
+                row = cursor.fetchone()
+                known = None if row is None else (row[0] and bytes(row[0]), row[1])
+            if known is not None:
+                chain_before = chain_before or known[0]
+                total_before = known[1]
         chains = self._chains(cursor, vc.session_id, records, chain_before)
         rows = zip(
             self.timeline_params(vc, times, sid),
             chains,
             vc.timeline,
-            self.token_totals(vc, sid),
+            self.token_totals(vc, sid, total_before),
             strict=True,
         )
         for row, chain, t, (tokens, token_params) in rows:
             run(cursor, self._timeline_insert(tokens),
                 (*row, chain, t.archived_count, *token_params))  # fmt: skip
+        total = self._total_after(vc, total_before)
+        if noting and total is not None and all(type(c) is InsertMessages for c in vc.changes):
+            heads.note(vc.session_id, vc.timeline[-1].version, chains[-1], total)
+        else:  # rebuilt, or a write that may change rows before it: read them next time
+            heads.drop(vc.session_id)
         return chains[-1]
+
+    @staticmethod
+    def _total_after(vc: ViewChanges, total_before: int | None) -> int | None:
+        """The token total of the write's last row, when known without reading the store."""
+        total = 0 if vc.started else total_before
+        for t in vc.timeline:
+            if total is None or t.ends_rows:
+                return None
+            total += t.tokens_added
+        return total
 
     @staticmethod
     @functools.cache
@@ -139,10 +174,13 @@ class ViewWriter:
         string per expression: a write builds none)."""
         return f"INSERT INTO ledger_timeline ({TIMELINE_COLUMNS}) VALUES ({'?, ' * 12}{tokens})"
 
-    def token_totals(self, vc: ViewChanges, sid: Any) -> list[tuple[str, tuple[Any, ...]]]:
+    def token_totals(
+        self, vc: ViewChanges, sid: Any, total_before: int | None = None
+    ) -> list[tuple[str, tuple[Any, ...]]]:
         """Each timeline row's token total, as an SQL expression and its parameters. A
         write that starts its session knows them (nothing came before, and a new session
-        has no rows to end); any other adds to the total before it, less the tokens of
+        has no rows to end), as does one given the total before it (`total_before`) up to
+        a row that ends rows; any other adds to the total before it, less the tokens of
         the rows it ended (which its changes have closed by then)."""
         if vc.started:
             totals = itertools.accumulate(t.tokens_added for t in vc.timeline)
@@ -150,8 +188,12 @@ class ViewWriter:
         out: list[tuple[str, tuple[Any, ...]]] = []
         for t in vc.timeline:
             if t.ends_rows:
+                total_before = None
                 out.append((self._less_ended, (sid, t.version - 1, t.tokens_added, sid, ACTIVE,
                                                t.version)))  # fmt: skip
+            elif total_before is not None:
+                total_before += t.tokens_added
+                out.append(("?", (total_before,)))
             else:
                 out.append((ADDED_TOKENS, self._added_tokens(sid, t)))
         return out
