@@ -32,12 +32,13 @@ change) without its effect on the shared state.
 from __future__ import annotations
 
 import asyncio
+import copy
 import os
 import threading
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 from urllib.parse import quote, unquote
 
 from google.adk.errors._stale_session_error import StaleSessionError
@@ -72,11 +73,24 @@ API_KEY_ENV = "LEDGER_API_KEY"
 STATE_RETRIES = 50  # attempts of an app or user state change that loses a race
 READ_RETRIES = 20  # attempts of a read whose session moved between its two reads
 PAGE = 100  # events a read of `after_timestamp` takes at a time, newest first
+KNOWN_SESSIONS = 4096  # sessions and shared states whose last known version is kept
 
 _STALE = (
     "The session has been modified in storage since it was loaded. "
     "Please reload the session before appending more events."
 )
+
+
+class _Known(NamedTuple):
+    """A session as this service last wrote or read it: its version, its message count,
+    the position of the message holding its own state, and that state (None: not read).
+    Valid while the session is at that version: a read of the same version, or a write
+    expecting it, needs nothing more."""
+
+    version: int
+    message_count: int
+    state_at: int
+    state: dict[str, Any] | None
 
 
 class LedgerSessionService(BaseSessionService):
@@ -90,6 +104,12 @@ class LedgerSessionService(BaseSessionService):
     ) -> None:  # fmt: skip
         """`tenant` and `actor` in process only: a server takes both from the API key."""
         self.store = store or _make_store(ledger, url, api_key, tenant, actor)
+        # What this service last wrote or read of each session and shared state, and at
+        # which version: a read whose answer is of that version needs no other
+        # (`_Known`). In process only: over HTTP a read does not say its version.
+        self._known: dict[str, _Known] = {}
+        self._shared: dict[str, tuple[int, dict[str, Any]]] = {}
+        self._lock = threading.Lock()
 
     async def close(self) -> None:
         """Nothing to release: the ledger (or the server's connection) outlives the service."""
@@ -161,6 +181,7 @@ class LedgerSessionService(BaseSessionService):
             state=_merge(app_state, user_state, deltas["session"]),
         )  # fmt: skip
         session._storage_update_marker = _marker(written, 0)
+        self._remember(key, _Known(written.version, written.message_count, 0, deltas["session"]))
         return session
 
     def _get(
@@ -169,17 +190,23 @@ class LedgerSessionService(BaseSessionService):
         app, user, sid = _name(app_name), _name(user_id), _session_id(session_id)
         config = config or GetSessionConfig()
         key = _session_key(app, user, sid)
-        for _ in range(READ_RETRIES):
-            head = self.store.head(key)
-            if head is None or head.cleared or head.message_count == 0:
-                return None
+        known = self._known.get(key) if self.store.reads_versions else None
+        for attempt in range(READ_RETRIES):
+            if attempt == 0 and known is not None and config.after_timestamp is None:
+                # As this service left it: one read tells whether it still is
+                head = Head(known.version, known.message_count, False)
+            else:
+                known, head = None, self.store.head(key)  # type: ignore[assignment]
+                if head is None or head.cleared or head.message_count == 0:
+                    return None
             found = self._read(key, head, config)
             if found is None:
                 continue  # the session moved between the reads: again
             messages, offset, last, state_at = found
-            state = self._state_of(key, messages, offset, state_at)
+            state = self._state_of(key, messages, offset, state_at, self._known.get(key), head)
             if state is None:
                 continue
+            self._remember(key, _Known(head.version, head.message_count, state_at, state))
             events = [Event.model_validate(m[EVENT]) for m in messages if EVENT in m]
             after = config.after_timestamp
             if after is not None:
@@ -235,11 +262,15 @@ class LedgerSessionService(BaseSessionService):
         return kept, end, last, _state_at(last, head.message_count - 1)
 
     def _state_of(
-        self, key: str, messages: list[dict[str, Any]], offset: int, state_at: int
-    ) -> dict[str, Any] | None:
-        """The session's own state: in the messages read, or read at `state_at`."""
+        self, key: str, messages: list[dict[str, Any]], offset: int, state_at: int,
+        known: _Known | None, head: Head,
+    ) -> dict[str, Any] | None:  # fmt: skip
+        """The session's own state: in the messages read, as this service knew it at the
+        same version, or read at `state_at`."""
         if offset <= state_at < offset + len(messages):
             return dict(messages[state_at - offset][STATE])
+        if known is not None and known.state is not None and known.version == head.version:
+            return copy.deepcopy(known.state)
         found, _ = self.store.messages(key, state_at, 1)
         if not found or STATE not in found[0]["additional_kwargs"]:
             return None
@@ -274,11 +305,15 @@ class LedgerSessionService(BaseSessionService):
         delta = event.actions.state_delta if event.actions and event.actions.state_delta else {}
         deltas = _session_util.extract_json_safe_state_delta(delta)
         extra: dict[str, Any]
+        known = self._known.get(key)
+        state = known.state if known is not None and known.version == version else None
         if deltas["session"]:
-            state = self._state_of(key, [], 0, state_at)
+            if state is None:
+                state = self._state_of(key, [], 0, state_at, None, Head(version, count, False))
             if state is None:
                 raise StaleSessionError(_STALE)
-            extra, state_at = {STATE: {**state, **deltas["session"]}}, count
+            state = {**state, **deltas["session"]}
+            extra, state_at = {STATE: state}, count
         else:
             extra = {STATE_AT: state_at}
         try:
@@ -294,6 +329,18 @@ class LedgerSessionService(BaseSessionService):
             self._change_one(_user_key(app, user), deltas["user"])
         session.last_update_time = event.timestamp
         session._storage_update_marker = _marker(written, state_at)
+        self._remember(key, _Known(written.version, written.message_count, state_at, state))
+
+    def _remember(self, key: str, known: _Known) -> None:
+        """Keep `known` (a copy of its state: the session handed out holds the same values)."""
+        if not self.store.reads_versions:
+            return
+        known = known._replace(state=copy.deepcopy(known.state))
+        with self._lock:
+            self._known.pop(key, None)
+            self._known[key] = known
+            if len(self._known) > KNOWN_SESSIONS:
+                del self._known[next(iter(self._known))]  # (the longest unused)
 
     def _position(self, key: str, session: Session) -> tuple[int, int, int]:
         """The version, message count and state position `session` was read at: from
@@ -323,8 +370,28 @@ class LedgerSessionService(BaseSessionService):
     # -- app and user state -------------------------------------------------------------
 
     def _shared_state(self, key: str) -> dict[str, Any]:
-        found, _ = self.store.messages(key, 0, 1)
-        return dict(found[0]["additional_kwargs"][SHARED_STATE]) if found else {}
+        """An app's or user's state (a copy: the caller may change it)."""
+        if not self.store.reads_versions:
+            found, _ = self.store.messages(key, 0, 1)
+            return dict(found[0]["additional_kwargs"][SHARED_STATE]) if found else {}
+        head = self.store.head(key)
+        if head is None or head.message_count == 0:
+            return {}
+        cached = self._shared.get(key)
+        if cached is None or cached[0] != head.version:
+            found, version = self.store.messages(key, 0, 1)
+            if not found:
+                return {}
+            cached = (version, found[0]["additional_kwargs"][SHARED_STATE])
+            self._keep_shared(key, cached)
+        return copy.deepcopy(cached[1])
+
+    def _keep_shared(self, key: str, found: tuple[int, dict[str, Any]]) -> None:
+        with self._lock:
+            self._shared.pop(key, None)
+            self._shared[key] = found
+            if len(self._shared) > KNOWN_SESSIONS:
+                del self._shared[next(iter(self._shared))]
 
     def _change_shared(
         self, app: str, user: str, app_delta: dict[str, Any], user_delta: dict[str, Any]
@@ -345,9 +412,11 @@ class LedgerSessionService(BaseSessionService):
             state.update(delta)
             message = _message("system", [], {SHARED_STATE: state})
             try:
-                self.store.replace(key, [message], head.version if head else 0)
+                written = self.store.replace(key, [message], head.version if head else 0)
             except VersionConflict:
                 continue  # another writer changed it first: read it again
+            if self.store.reads_versions:
+                self._keep_shared(key, (written.version, copy.deepcopy(state)))
             return state
         raise VersionConflict(key, 0, -1)
 

@@ -32,6 +32,8 @@ class Head(NamedTuple):
 class Store(Protocol):
     """The ledger calls an ADK session service makes."""
 
+    reads_versions: bool  # `messages` answers the version it read (else -1)
+
     def head(self, key: str) -> Head | None: ...
     # Messages [offset, offset + limit) of the active history, and the version read.
     def messages(self, key: str, offset: int, limit: int | None) -> tuple[list[dict], int]: ...
@@ -43,6 +45,8 @@ class Store(Protocol):
 
 class LocalStore:
     """A `Ledger` in this process; writes carry `tenant` and `actor`."""
+
+    reads_versions = True
 
     def __init__(self, ledger: Ledger, *, tenant: str | None, actor: str | None) -> None:
         self.ledger, self.tenant = ledger, tenant
@@ -88,6 +92,8 @@ class LocalStore:
 
 class RemoteStore:
     """A session-ledger server; the API key decides the tenant and is the actor."""
+
+    reads_versions = False
 
     def __init__(self, base_url: str, api_key: str, *, timeout: float = 30.0) -> None:
         self.client = LedgerClient(base_url, api_key, timeout=timeout)

@@ -314,3 +314,37 @@ def test_bad_input_is_a_typed_error_and_stores_nothing(adk: Target) -> None:
         LedgerSessionService()
     with pytest.raises(InvalidInput):
         LedgerSessionService(url="http://127.0.0.1:1", api_key="k", tenant="t")
+
+
+def test_what_one_service_knows_never_hides_what_another_wrote(adk: Target) -> None:
+    one, two = adk.service(), adk.service()
+    last = GetSessionConfig(num_recent_events=1)
+
+    async def scenario() -> None:
+        async def get(service: LedgerSessionService, config: GetSessionConfig = last) -> Any:
+            got = await service.get_session(
+                app_name=adk.app, user_id=USER, session_id="s", config=config
+            )
+            assert got is not None
+            return got
+
+        made = await one.create_session(
+            app_name=adk.app, user_id=USER, session_id="s", state={"k": [1]}
+        )
+        await one.append_event(made, text_event("one"))
+        (await get(one)).state["k"].append(2)  # a caller changing what it was given
+        assert (await get(one)).state == {"k": [1]}
+        await two.append_event(await get(two), Event(author="x", actions=delta(k=[3])))
+        assert (await get(one)).state == {"k": [3]}
+        await two.delete_session(app_name=adk.app, user_id=USER, session_id="s")
+        await two.create_session(app_name=adk.app, user_id=USER, session_id="s", state={"k": 0})
+        renewed = await get(one, GetSessionConfig(num_recent_events=5))
+        assert (renewed.state, renewed.events) == ({"k": 0}, [])
+        with pytest.raises(StaleSessionError):
+            await one.append_event(made, text_event("from before the delete"))
+        await two.append_event(await get(two), Event(author="x", actions=delta(**{"app:z": 1})))
+        assert (await get(one)).state == {"k": 0, "app:z": 1}
+        await one.append_event(await get(one), Event(author="y", actions=delta(**{"app:z": 2})))
+        assert (await get(two)).state == {"k": 0, "app:z": 2}
+
+    run(scenario())
