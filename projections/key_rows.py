@@ -20,7 +20,7 @@ CONTENT_TABLES = ("ledger_messages", "ledger_ended_messages", "ledger_streams")
 
 
 class DataKeyTable:
-    """Reads and writes of `ledger_data_keys` (the `KeyTable` of `sealing.DataKeys`)."""
+    """Reads and writes of `ledger_data_keys` (the `DataKeyStore` of `sealing.DataKeys`)."""
 
     def __init__(self, dialect: Dialect) -> None:
         self.dialect = dialect

@@ -95,7 +95,7 @@ class MasterKeys:
                             "key") from None  # fmt: skip
 
 
-class KeyTable(Protocol):
+class DataKeyStore(Protocol):
     """Where wrapped data keys are kept (`key_rows.DataKeyTable`)."""
 
     def data_key_row(self, session_id: uuid.UUID) -> tuple[str, bytes] | None: ...
@@ -111,7 +111,7 @@ class DataKeys:
 
     cache_size = 10_000
 
-    def __init__(self, master: MasterKeys, table: KeyTable, transcoder: Any) -> None:
+    def __init__(self, master: MasterKeys, table: DataKeyStore, transcoder: Any) -> None:
         self.master = master
         self.table = table
         self.transcoder = transcoder  # the stored events' (encrypt-existing reseals with it)
@@ -268,7 +268,7 @@ class SealingFactory:
     env: Any
     _data_keys: DataKeys | None
 
-    def data_keys(self, table: KeyTable, transcoder: Any) -> DataKeys | None:
+    def data_keys(self, table: DataKeyStore, transcoder: Any) -> DataKeys | None:
         """The data keys (None: no master key configured), made once, with the store's key
         table and the stored events' transcoder (the mapper's: the library makes the mapper
         before the recorder)."""
