@@ -17,6 +17,7 @@ from session_ledger.projections.api_key_table import (
     PostgresKeyTable,
     SQLiteKeyTable,
 )
+from session_ledger.projections.driver_errors import POSTGRES
 from session_ledger.projections.postgres_partitions import partition
 from session_ledger.projections.postgres_schema import layout as postgres_layout
 from session_ledger.projections.rate_limit_store import (
@@ -292,7 +293,7 @@ def _layout(settings: Settings, env: dict[str, str]) -> str:
     try:
         with psycopg.connect(settings.database_url, connect_timeout=10) as conn:
             return postgres_layout(conn.cursor())
-    except psycopg.OperationalError as e:
+    except POSTGRES.lost as e:
         raise StoreNotReady(f"cannot reach {redact(settings.database_url)}: {e}") from None
 
 

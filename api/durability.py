@@ -13,6 +13,7 @@ import sqlite3
 import psycopg
 
 from session_ledger.domain.errors import LedgerError, StoreNotReady
+from session_ledger.projections.driver_errors import POSTGRES
 from session_ledger.projections.sqlite_files import create_private
 
 # The server settings whose values lose committed writes in a crash.
@@ -38,7 +39,7 @@ def postgres_durability_problems(database_url: str, connect_timeout: int = 10) -
                 name: str(conn.execute(f"SHOW {name}").fetchone()[0])  # type: ignore[index]
                 for name in POSTGRES_UNSAFE
             }
-    except psycopg.OperationalError as exc:
+    except POSTGRES.lost as exc:
         raise StoreNotReady(f"cannot check the store's durability settings: {exc}") from None
     return [f"{name}={value}" for name, value in found.items() if value in POSTGRES_UNSAFE[name]]
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import psycopg
 from eventsourcing import persistence
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -17,6 +16,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from session_ledger.domain import errors as domain
+from session_ledger.projections.driver_errors import POSTGRES
 
 from .auth import Forbidden, Unauthenticated
 from .keystore import KeyNotFound
@@ -78,10 +78,7 @@ STATUS: dict[type[Exception], tuple[int, str]] = {
     domain.LedgerError: (500, "ledger_error"),
 }
 # A connection lost, refused or not had in time: the store, not the request, failed.
-CONNECTION_ERRORS = (
-    persistence.OperationalError, persistence.InterfaceError,
-    psycopg.OperationalError, psycopg.InterfaceError,
-)  # fmt: skip
+CONNECTION_ERRORS = (persistence.OperationalError, persistence.InterfaceError, *POSTGRES.lost)
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorResponse, "description": description}
     for status, description in {

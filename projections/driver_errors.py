@@ -35,11 +35,14 @@ class DriverErrors:
         library: Pairs,
         missing: Callable[[BaseException], bool],
         unavailable: Sequence[tuple[type[BaseException], str]],
+        lost: tuple[type[BaseException], ...] = (),
     ) -> None:
         self._library = tuple(library)  # most specific first
         self._missing = missing
         self._unavailable = tuple(unavailable)  # (error, what the message says it was)
-        self.unavailable = tuple(driver for driver, _ in self._unavailable)
+        # A connection lost, refused or not had in time: the store, not the call, failed
+        # (the API answers 503; at start-up the store is not ready).
+        self.lost = lost
 
     def library(self, error: BaseException) -> BaseException:
         """The library's error of the same meaning, caused by `error` (not a driver
@@ -113,4 +116,5 @@ POSTGRES = DriverErrors(
         (PoolTimeout, "no PostgreSQL connection"),
         (psycopg.OperationalError, "PostgreSQL unreachable"),
     ),
+    lost=(psycopg.OperationalError, psycopg.InterfaceError),
 )

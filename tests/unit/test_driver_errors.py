@@ -78,3 +78,11 @@ def test_a_connection_not_made_is_the_librarys_interface_error() -> None:
     error = sqlite3.OperationalError("unable to open database file")
     converted = SQLITE.unconnected(error)
     assert type(converted) is persistence.InterfaceError and converted.__cause__ is error
+
+
+def test_a_lost_connection_is_the_stores_failure_not_the_calls() -> None:
+    for lost in (PoolTimeout("30 s"), psycopg.OperationalError("refused"),
+                 psycopg.InterfaceError("the connection is closed")):  # fmt: skip
+        assert isinstance(lost, POSTGRES.lost)
+    assert not isinstance(psycopg.errors.UniqueViolation("duplicate key"), POSTGRES.lost)
+    assert SQLITE.lost == ()  # a file: no connection to lose
