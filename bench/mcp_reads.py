@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import httpx2
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 
 from session_ledger.api.client_async import AsyncLedgerClient
 
@@ -74,7 +74,7 @@ async def _http(env: dict[str, str], workdir: Path) -> AsyncIterator[ClientSessi
                 await asyncio.sleep(0.1)
             headers = {"Authorization": f"Bearer {env['LEDGER_API_KEY']}"}
             async with (
-                create_mcp_http_client(headers=headers) as client,
+                httpx2.AsyncClient(headers=headers, timeout=60) as client,
                 streamable_http_client(url, http_client=client) as streams,
                 ClientSession(*streams) as session,
             ):

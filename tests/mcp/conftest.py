@@ -23,10 +23,10 @@ from tests.e2e import conftest as e2e
 from tests.e2e.conftest import CLI, STARTUP_SECONDS, Deployment, free_port
 
 pytest.importorskip("mcp", reason="the MCP server needs the mcp extra")
+import httpx2
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 
 deployment = e2e.deployment
 session_key = e2e.session_key
@@ -96,7 +96,7 @@ class Mcp:
                 streams = await stack.enter_async_context(stdio_client(server, errlog=errors))
             else:
                 assert not env, "the HTTP server's settings are its process's"
-                client = create_mcp_http_client(headers={"Authorization": f"Bearer {key}"})
+                client = httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=60)
                 await stack.enter_async_context(client)
                 streams = await stack.enter_async_context(
                     streamable_http_client(self.http.url, http_client=client)
