@@ -72,25 +72,42 @@ function block(b) {
   }
 }
 
+// An OpenAI Agents item kept whole beside its text (api/openai_agents/items.py): its type
+// is named, a call is spelled out as one, and the item itself is folded beneath.
+function openaiItem(kwargs) {
+  const item = kwargs.openai_item;
+  if (!item || typeof item !== "object" || Array.isArray(item)) return null;
+  delete kwargs.openai_item;
+  const call = item.type === "function_call" || item.type === "custom_tool_call"
+    ? toolCall(item.name, item.arguments ?? item.input, item.call_id) : null;
+  return { item, kind: item.type || "message", call };
+}
+
 export function renderMessage(message, position) {
   const kwargs = { ...(message.additional_kwargs || {}) };
   const calls = Array.isArray(kwargs.tool_calls) ? kwargs.tool_calls : [];
   delete kwargs.tool_calls;
+  const agentsItem = openaiItem(kwargs);
   const result = message.role === "tool" || message.role === "function";
+  const resultOf = kwargs.tool_call_id || kwargs.name || agentsItem?.item.call_id;
   const heading = el("div", { class: "meta" },
     el("span", { class: "role" }, result ? `${message.role} result` : message.role),
+    agentsItem ? el("span", { class: "item-type" }, agentsItem.kind) : null,
     position === undefined ? null : el("span", { class: "position" }, `#${position}`),
-    result && (kwargs.tool_call_id || kwargs.name)
-      ? el("span", { class: "for" }, `for ${kwargs.tool_call_id || kwargs.name}`) : null);
+    result && resultOf ? el("span", { class: "for" }, `for ${resultOf}`) : null);
   const extra = Object.keys(kwargs).length
     ? el("details", { class: "kwargs" }, el("summary", {}, "additional_kwargs"),
       el("pre", { class: "code" }, pretty(kwargs)))
     : null;
+  const item = agentsItem
+    ? el("details", { class: "kwargs" }, el("summary", {}, `OpenAI item (${agentsItem.kind})`),
+      el("pre", { class: "code" }, pretty(agentsItem.item)))
+    : null;
   return el("article", { class: `message role-${message.role}` },
     heading,
-    (message.blocks || []).map(block),
+    agentsItem?.call ?? (message.blocks || []).map(block),
     calls.map((c) => toolCall(c.function?.name ?? c.name, c.function?.arguments ?? c.args, c.id)),
-    extra);
+    item, extra);
 }
 
 export function renderMessages(messages, firstPosition) {
