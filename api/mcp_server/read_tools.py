@@ -7,7 +7,7 @@ same page limits, the same cursors); checks the caller's role as the route does;
 written to the access log as the route's read is (`deps.mark_access`'s rule: every read
 of an auditor or admin key, an agent's only with LEDGER_LOG_AGENT_READS), under the
 route's action name, with the inputs the caller gave (by the route's names) and
-`"via": "mcp"`, and the number of records the answer holds (`access_log.records_in`).
+`"via": "mcp"`, and the number of records the answer holds (`access_logging.records_in`).
 """
 
 from __future__ import annotations
