@@ -38,6 +38,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple, TypeVar
 from urllib.parse import quote, unquote
 
@@ -73,6 +74,7 @@ API_KEY_ENV = "LEDGER_API_KEY"
 STATE_RETRIES = 50  # attempts of an app or user state change that loses a race
 READ_RETRIES = 20  # attempts of a read whose session moved between its two reads
 PAGE = 100  # events a read of `after_timestamp` takes at a time, newest first
+READERS = 4  # threads reading the app's and user's state while the session is read
 KNOWN_SESSIONS = 4096  # sessions and shared states whose last known version is kept
 
 _STALE = (
@@ -110,9 +112,20 @@ class LedgerSessionService(BaseSessionService):
         self._known: dict[str, _Known] = {}
         self._shared: dict[str, tuple[int, dict[str, Any]]] = {}
         self._lock = threading.Lock()
+        self._readers: ThreadPoolExecutor | None = None  # made on first use
 
     async def close(self) -> None:
-        """Nothing to release: the ledger (or the server's connection) outlives the service."""
+        """Stop the threads reading shared state (the ledger outlives the service)."""
+        with self._lock:
+            pool, self._readers = self._readers, None
+        if pool is not None:
+            pool.shutdown(wait=False)
+
+    def _pool(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._readers is None:
+                self._readers = ThreadPoolExecutor(READERS, thread_name_prefix="adk-ledger-read")
+            return self._readers
 
     async def __aenter__(self) -> LedgerSessionService:
         return self
@@ -190,6 +203,11 @@ class LedgerSessionService(BaseSessionService):
         app, user, sid = _name(app_name), _name(user_id), _session_id(session_id)
         config = config or GetSessionConfig()
         key = _session_key(app, user, sid)
+        # The app's and the user's state are read meanwhile, each on a connection of its own
+        shared = [
+            self._pool().submit(self._shared_state, k)
+            for k in (_app_key(app), _user_key(app, user))
+        ]
         known = self._known.get(key) if self.store.reads_versions else None
         for attempt in range(READ_RETRIES):
             if attempt == 0 and known is not None and config.after_timestamp is None:
@@ -211,8 +229,7 @@ class LedgerSessionService(BaseSessionService):
             after = config.after_timestamp
             if after is not None:
                 events = [e for e in events if e.timestamp >= after]
-            app_state = self._shared_state(_app_key(app))
-            user_state = self._shared_state(_user_key(app, user))
+            app_state, user_state = (f.result() for f in shared)
             session = Session(
                 app_name=app, user_id=user, id=sid, events=events,
                 state=_merge(app_state, user_state, state), last_update_time=_time_of(last),
