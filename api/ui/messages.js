@@ -83,16 +83,48 @@ function openaiItem(kwargs) {
   return { item, kind: item.type || "message", call };
 }
 
+// An ADK event kept whole beside its blocks (api/google_adk/): its author and what it
+// changed are named, the event itself folded beneath; the session's state the message
+// carries is folded too, and the position of the message that holds it left out.
+function adkEvent(kwargs) {
+  const event = kwargs.adk_event;
+  const state = kwargs.adk_state;
+  const created = kwargs.adk_session;
+  delete kwargs.adk_event;
+  delete kwargs.adk_state;
+  delete kwargs.adk_state_at;
+  delete kwargs.adk_session;
+  const shared = kwargs.adk_shared_state;
+  delete kwargs.adk_shared_state;
+  if (!event && state === undefined && !created && !shared) return null;
+  const answered = (event?.content?.parts || []).find((p) => p.function_response)?.function_response;
+  const changed = Object.keys(event?.actions?.state_delta || {});
+  const kind = created ? "ADK session" : shared ? "ADK shared state" : `by ${event?.author || "?"}`;
+  return {
+    kind,
+    resultOf: answered?.id || answered?.name,
+    details: [
+      changed.length ? el("div", { class: "label" }, `state changed: ${changed.join(", ")}`) : null,
+      event ? el("details", { class: "kwargs" }, el("summary", {}, `ADK event (invocation ${event.invocation_id || "?"})`),
+        el("pre", { class: "code" }, pretty(event))) : null,
+      state !== undefined || shared ? el("details", { class: "kwargs" }, el("summary", {}, "ADK state"),
+        el("pre", { class: "code" }, pretty(state ?? shared))) : null,
+    ],
+  };
+}
+
 export function renderMessage(message, position) {
   const kwargs = { ...(message.additional_kwargs || {}) };
   const calls = Array.isArray(kwargs.tool_calls) ? kwargs.tool_calls : [];
   delete kwargs.tool_calls;
   const agentsItem = openaiItem(kwargs);
+  const adk = adkEvent(kwargs);
   const result = message.role === "tool" || message.role === "function";
-  const resultOf = kwargs.tool_call_id || kwargs.name || agentsItem?.item.call_id;
+  const resultOf = kwargs.tool_call_id || kwargs.name || agentsItem?.item.call_id || adk?.resultOf;
   const heading = el("div", { class: "meta" },
     el("span", { class: "role" }, result ? `${message.role} result` : message.role),
     agentsItem ? el("span", { class: "item-type" }, agentsItem.kind) : null,
+    adk ? el("span", { class: "item-type" }, adk.kind) : null,
     position === undefined ? null : el("span", { class: "position" }, `#${position}`),
     result && resultOf ? el("span", { class: "for" }, `for ${resultOf}`) : null);
   const extra = Object.keys(kwargs).length
@@ -107,7 +139,7 @@ export function renderMessage(message, position) {
     heading,
     agentsItem?.call ?? (message.blocks || []).map(block),
     calls.map((c) => toolCall(c.function?.name ?? c.name, c.function?.arguments ?? c.args, c.id)),
-    item, extra);
+    item, adk?.details ?? null, extra);
 }
 
 export function renderMessages(messages, firstPosition) {

@@ -308,3 +308,53 @@ def test_ten_thousand_messages_open_at_the_newest(
         print(f"\nviewer: a 10,000-message session showed its newest 50 messages {shown:.0f} ms "
               f"after the page load began ({waited * 1000:.0f} ms as the test waited)")  # fmt: skip
     assert page.problems == []
+
+
+def test_an_adk_session_reads_as_a_conversation(page: Any, viewer: Viewer) -> None:
+    """Events written through LedgerSessionService: author, tool call and its result,
+    the state change, the ADK event folded beneath."""
+    import asyncio
+
+    from google.adk.events.event import Event
+    from google.adk.events.event_actions import EventActions
+    from google.genai import types
+
+    from session_ledger.api.google_adk import LedgerSessionService
+
+    app, sid = fresh_key("adk").replace("/", "-"), "chat-1"
+    sessions = LedgerSessionService(url=viewer.base_url, api_key=viewer.keys["a_agent"])
+    call = types.FunctionCall(id="call-7", name="weather", args={"city": "Oslo"})
+    answer = types.FunctionResponse(id="call-7", name="weather", response={"result": "rain"})
+    turns = [
+        ("user", types.Part(text="weather Oslo"), None),
+        ("forecaster", types.Part(function_call=call), None),
+        ("forecaster", types.Part(function_response=answer), {"last_city": "Oslo"}),
+        ("forecaster", types.Part(text="It is raining in Oslo."), None),
+    ]
+
+    async def write() -> None:
+        session = await sessions.create_session(app_name=app, user_id="u-1", session_id=sid)
+        for author, part, state in turns:
+            content = types.Content(role="user" if author == "user" else "model", parts=[part])
+            await sessions.append_event(session, Event(
+                invocation_id="inv-1", author=author, content=content,
+                actions=EventActions(state_delta=state or {}),
+            ))  # fmt: skip
+
+    asyncio.run(write())
+    sign_in(page, viewer)
+    open_session(page, viewer, f"adk/{app}/u-1/{sid}")
+    messages = page.locator(".tab-body article.message")
+    expect(messages).to_have_count(5)
+    expect(messages.nth(0)).to_contain_text("ADK session")
+    expect(messages.nth(1)).to_contain_text("weather Oslo")
+    expect(messages.nth(2)).to_contain_text("by forecaster")
+    expect(messages.nth(2)).to_contain_text("tool call: weather (call-7)")
+    expect(messages.nth(3)).to_contain_text("tool result")
+    expect(messages.nth(3)).to_contain_text("for call-7")
+    expect(messages.nth(3)).to_contain_text("state changed: last_city")
+    expect(messages.nth(4)).to_contain_text("It is raining in Oslo.")
+    expect(messages.nth(4)).not_to_contain_text("adk_state_at")
+    messages.nth(4).get_by_text("ADK event (invocation inv-1)").click()
+    expect(messages.nth(4)).to_contain_text('"author": "forecaster"')
+    assert page.problems == []
