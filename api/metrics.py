@@ -2,9 +2,10 @@
 by type, write retries and version conflicts, store call latency), and rate-limit refusals.
 
 Each app gets its own registry (several apps in one test process must not collide).
-`serve` with several workers sets `PROMETHEUS_MULTIPROC_DIR` for them
-(cli/serve_commands.py): every worker then writes its numbers to files there, and
-`/metrics`, whichever worker answers, sums them all (prometheus_client's multiprocess mode).
+`serve` with several workers makes them a folder (`shared_by_workers`), which each worker
+names in its own `PROMETHEUS_MULTIPROC_DIR` (cli/serve_commands.py): every worker then
+writes its numbers to files there, and `/metrics`, whichever worker answers, sums them all
+(prometheus_client's multiprocess mode).
 """
 
 from __future__ import annotations
@@ -96,19 +97,13 @@ class Metrics:
 
 
 @contextmanager
-def shared_by_workers() -> Iterator[None]:
-    """Multiprocess mode for the worker processes started inside (`serve` only: it sets
-    a process-wide variable): a temporary folder of their metric files, removed after."""
+def shared_by_workers() -> Iterator[str]:
+    """A temporary folder for the metric files of `serve`'s worker processes, removed
+    after the block."""
     path = tempfile.mkdtemp(prefix="session-ledger-metrics-")
-    before = os.environ.get(MULTIPROC_DIR)
-    os.environ[MULTIPROC_DIR] = path
     try:
-        yield
+        yield path
     finally:
-        if before is None:
-            os.environ.pop(MULTIPROC_DIR, None)
-        else:
-            os.environ[MULTIPROC_DIR] = before
         shutil.rmtree(path, ignore_errors=True)
 
 

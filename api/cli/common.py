@@ -4,7 +4,6 @@ message rather than a traceback."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Annotated, Any
@@ -26,9 +25,9 @@ Tenant = Annotated[str | None, typer.Option(help="Tenant (default: LEDGER_DEFAUL
 
 
 def load_settings(database_url: str | None = None, **overrides: Any) -> Settings:
+    """The `LEDGER_*` settings with the command's options over them (None: not given);
+    the environment is only read: `serve` hands its workers the settings themselves."""
     if database_url is not None:
-        # Exported too, so uvicorn's worker processes read the same store.
-        os.environ["LEDGER_DATABASE_URL"] = database_url
         overrides["database_url"] = database_url
     try:
         return Settings(**{k: v for k, v in overrides.items() if v is not None})

@@ -4,14 +4,19 @@ admin key) and `serve` (uvicorn, with the checkpoint and retention timers of tim
 from __future__ import annotations
 
 import os
+import sys
 from contextlib import ExitStack
-from typing import Annotated
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from ..keystore import KeyStore
 from ..settings import Settings
 from .common import DatabaseUrl, failing_cleanly, key_store, load_settings
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
 
 app = typer.Typer()
 
@@ -95,8 +100,40 @@ def serve(
             uvicorn.run(create_app(settings, key_store=store, owns_process=True), **listen)
             return
         store.close()
-        for name in ("host", "port", "workers"):
-            os.environ[f"LEDGER_{name.upper()}"] = str(getattr(settings, name))
-        with shared_by_workers():  # /metrics sums every worker's numbers
-            uvicorn.run("session_ledger.api.app:app_from_env", factory=True,
-                        workers=settings.workers, **listen)  # fmt: skip
+        with shared_by_workers() as metrics:  # /metrics sums every worker's numbers
+            serve_workers(WorkerApp(settings, metrics), listen)
+
+
+@dataclass(frozen=True)
+class WorkerApp:
+    """The app factory of `serve`'s worker processes, holding the settings `serve` was
+    given (its options over the `LEDGER_*` variables) and the folder of the workers'
+    metric files. uvicorn hands its configuration, this factory in it, to each worker
+    process it spawns (pickled), so the settings reach the workers whole, and `serve`'s
+    own environment is left as it was."""
+
+    settings: Settings
+    metrics: str
+
+    def __call__(self) -> FastAPI:
+        # prometheus_client takes its multiprocess mode from this variable, once, when it
+        # is imported: set here, in the worker (a process of serve's own), before the app
+        # imports the client.
+        if "prometheus_client" in sys.modules:
+            raise RuntimeError("prometheus_client was imported before its metrics folder was set")
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = self.metrics
+        from ..app import create_app
+
+        return create_app(self.settings, owns_process=True)
+
+
+def serve_workers(app: WorkerApp, listen: dict[str, Any]) -> None:
+    """`app.settings.workers` uvicorn worker processes on one socket, each serving what
+    `app` makes, until a signal stops them: the steps `uvicorn.run` takes for workers
+    (which names the app by an import string only, leaving the workers the environment
+    alone to read the settings from)."""
+    import uvicorn
+    from uvicorn.supervisors import Multiprocess
+
+    config = uvicorn.Config(app, factory=True, workers=app.settings.workers, **listen)
+    Multiprocess(config, sockets=[config.bind_socket()]).run()
