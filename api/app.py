@@ -96,8 +96,9 @@ def create_app(
         if ledger is None:
             # `serve` made the tables already unless LEDGER_MIGRATE_ON_START=false, which
             # asks for an explicit `migrate`: the server never makes them on its own.
-            app.state.ledger = open_ledger(settings, auto_migrate=False, serving=True)
-            app.state.ledger.observer = observer
+            app.state.ledger = open_ledger(
+                settings, auto_migrate=False, serving=True, observer=observer
+            )
         app.state.reads_in_process = reads_in_process(app.state.ledger)
         # Only a ledger this lifespan opens reads on its loop: its loop pool lives and is
         # closed with it (a handed-in ledger may outlive the loop, or serve several).
@@ -260,5 +261,7 @@ def _drop_null(schema: dict[str, Any]) -> None:
 
 
 def app_from_env() -> FastAPI:
-    """The app configured by `LEDGER_*` variables: uvicorn's factory for `serve`."""
+    """The app configured by `LEDGER_*` variables, for a server started by uvicorn
+    itself (`uvicorn --factory session_ledger.api.app:app_from_env`); `serve` hands its
+    workers its own settings instead (cli/serve_commands.py)."""
     return create_app(Settings(), owns_process=True)

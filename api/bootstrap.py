@@ -10,6 +10,7 @@ import psycopg
 
 from session_ledger.domain.errors import InvalidInput, StoreNotReady
 from session_ledger.domain.ledger import Ledger, Limits
+from session_ledger.domain.observer import SILENT, LedgerObserver
 from session_ledger.domain.tokens import load_tokenizer
 from session_ledger.projections import api_key_table, rate_limit_store
 from session_ledger.projections.api_key_table import (
@@ -36,7 +37,7 @@ from session_ledger.projections.views import SQLViews
 
 from .durability import postgres_durability_problems, refuse_unsafe, sqlite_durability_problems
 from .keystore import KeyStore
-from .settings import Settings
+from .settings import ReplicaSettings, Settings, StoreSettings
 
 SQLITE_FACTORY = "session_ledger.projections.sqlite:SQLiteLedgerFactory"
 POSTGRES_FACTORY = "session_ledger.projections.postgres:PostgresLedgerFactory"
@@ -87,7 +88,7 @@ def store_env(settings: Settings, *, create_tables: bool) -> dict[str, str]:
     )
 
 
-def replica_env(settings: Settings) -> dict[str, str]:
+def replica_env(settings: ReplicaSettings) -> dict[str, str]:
     """The read replicas' part of the store's environment (projections/replicas.py)."""
     urls = [u.strip() for u in settings.read_database_urls.split(",") if u.strip()]
     for url in urls:
@@ -105,7 +106,7 @@ def replica_env(settings: Settings) -> dict[str, str]:
     }
 
 
-def master_keys_env(settings: Settings) -> dict[str, str]:
+def master_keys_env(settings: StoreSettings) -> dict[str, str]:
     """`MASTER_KEYS` for the store (sealing.py) from `master_key` or `master_key_file`."""
     if settings.master_key and settings.master_key_file:
         raise InvalidInput("set LEDGER_MASTER_KEY or LEDGER_MASTER_KEY_FILE, not both")
@@ -120,9 +121,9 @@ def master_keys_env(settings: Settings) -> dict[str, str]:
 
 def open_ledger(
     settings: Settings, *, create_tables: bool = False, auto_migrate: bool | None = None,
-    serving: bool = False,
+    serving: bool = False, observer: LedgerObserver = SILENT,
 ) -> Ledger:  # fmt: skip
-    """A Ledger on the configured store.
+    """A Ledger on the configured store, telling `observer` of its store calls and writes.
 
     `serving`: the ledger of a server, whose event loop other requests wait on: a long
     message is token-counted in a worker process (`token_count_process_chars`). A ledger
@@ -165,6 +166,7 @@ def open_ledger(
         snapshot_interval=settings.snapshot_interval,
         stream_flush_bytes=settings.stream_flush_bytes,
         stream_flush_ms=settings.stream_flush_ms,
+        observer=observer,
     )
 
 
