@@ -3,7 +3,8 @@
 ADK's `tests/unittests/sessions/test_session_service.py` makes its services with the
 module function `get_session_service(service_type, ...)` (older versions call it in
 each test, newer ones in a `session_service` fixture). This plugin replaces that
-function in every collected ADK module: each test then gets a `LedgerSessionService`
+function (and the module's name `DatabaseSessionService`, for the tests that make one by
+hand) in every collected ADK module: each test then gets a `LedgerSessionService`
 over an in-process Ledger on SQLite or PostgreSQL (`LEDGER_ADK_STORE=sqlite|postgres`),
 a fresh tenant per service so tests never see each other's sessions.
 
@@ -92,6 +93,25 @@ SKIPPED: dict[str, str] = {
     "test_database_session_service_visible_in_module_namespace": (
         "checks ADK's own module namespace, not a session service"
     ),
+    "test_vertex_ai_session_service_raises_not_implemented_for_get_user_state": (
+        "tests VertexAiSessionService (google-adk[gcp]), not a service this substitutes"
+    ),
+    "test_database_session_service_strips_timezone_for_dialect": (
+        "tests datetime arithmetic the test writes out for ADK's database dialects"
+    ),
+    "test_database_session_service_preserves_timezone_for_other_dialects": (
+        "tests datetime arithmetic the test writes out for ADK's database dialects"
+    ),
+    "test_sqlite_session_service_accepts_sqlite_urls": "tests SqliteSessionService's URLs",
+    "test_sqlite_session_service_preserves_uri_query_parameters": (
+        "tests SqliteSessionService's URLs"
+    ),
+    "test_sqlite_session_service_accepts_absolute_sqlite_urls": (
+        "tests SqliteSessionService's URLs"
+    ),
+    "test_append_event_when_session_is_same_ref_as_storage_session": (
+        "reads InMemorySessionService's storage dict"
+    ),
 }
 
 # Files of ADK's sessions tests that hold no test of a session service through its
@@ -132,6 +152,15 @@ def ledger_service(*args: Any, **kwargs: Any) -> LedgerSessionService:
     return LedgerSessionService(ledger=_ledger, tenant=f"adk-{uuid.uuid4().hex[:12]}")
 
 
+class LedgerInPlaceOfDatabase(LedgerSessionService):
+    """What ADK's test modules get under the name `DatabaseSessionService`: the tests that
+    make one by hand (with a URL) and use it through its interface run on the ledger."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        substitute = ledger_service()
+        super().__init__(store=substitute.store)
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     return f"ADK session tests with LedgerSessionService on {STORE}"
 
@@ -155,6 +184,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         module = getattr(item, "module", None)
         if module is not None and hasattr(module, "get_session_service"):
             module.get_session_service = ledger_service
+            if hasattr(module, "DatabaseSessionService"):
+                module.DatabaseSessionService = LedgerInPlaceOfDatabase
         name = getattr(item, "originalname", item.name)
         if name in SKIPPED:
             item.add_marker(pytest.mark.skip(reason=SKIPPED[name]))
