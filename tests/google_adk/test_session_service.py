@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -348,3 +349,20 @@ def test_what_one_service_knows_never_hides_what_another_wrote(adk: Target) -> N
         assert (await get(two)).state == {"k": 0, "app:z": 2}
 
     run(scenario())
+
+
+def test_a_database_url_opens_one_ledger_in_this_process(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'adk.db'}"
+    one, two = LedgerSessionService(url=url), LedgerSessionService(url=url, tenant="t2")
+
+    async def scenario() -> None:
+        made = await one.create_session(app_name="a", user_id="u", state={"k": 1})
+        got = await LedgerSessionService(url=url).get_session(
+            app_name="a", user_id="u", session_id=made.id
+        )
+        assert got is not None and got.state == {"k": 1}
+        # Another tenant of the same database sees none of it
+        assert await two.get_session(app_name="a", user_id="u", session_id=made.id) is None
+
+    run(scenario())
+    assert one.store.ledger is two.store.ledger  # type: ignore[attr-defined]
