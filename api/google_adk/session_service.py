@@ -20,9 +20,12 @@ State, in ADK's three scopes:
 
 `delete_session` clears the ledger session (`HistoryCleared`): the events stay in the
 audit trail, replay and export; erasure (`Ledger.erase`) remains the way to destroy
-them. ADK's stale-session check: a session this service returned carries the ledger
-version it was read at, and an append to a session that moved since raises
-`StaleSessionError` (a write at an expected version: nothing is stored).
+them. An erased session's `get_session` and `append_event` raise the ledger's
+`SessionErasedError` (when, why, on what basis); its `delete_session` does nothing.
+
+ADK's stale-session check: a session this service returned carries the ledger version
+it was read at, and an append to a session that moved since raises `StaleSessionError`
+(a write at an expected version: nothing is stored).
 
 The app and user state documents are separate ledger sessions, written after the event:
 a crash between the two leaves the event (whose `state_delta` is the record of the
@@ -55,7 +58,7 @@ from google.adk.sessions.base_session_service import (
 from google.adk.sessions.session import Session
 from google.adk.sessions.state import State
 
-from session_ledger.domain.errors import InvalidInput, VersionConflict
+from session_ledger.domain.errors import InvalidInput, SessionErasedError, VersionConflict
 from session_ledger.domain.ledger import Ledger
 
 from .store import Head, LocalStore, RemoteStore, Store
@@ -313,7 +316,10 @@ class LedgerSessionService(BaseSessionService):
         head = self.store.head(key)
         if head is None or head.cleared:
             return
-        self.store.clear(key, None)
+        try:
+            self.store.clear(key, None)
+        except SessionErasedError:
+            return  # (erased: more gone than a delete makes it)
 
     def _append(self, session: Session, event: Event) -> None:
         app, user, sid = _name(session.app_name), _name(session.user_id), session.id

@@ -168,7 +168,13 @@ def _domain_error(e: LedgerAPIError, key: str, expected: int | None = None) -> L
     if e.code in ("version_conflict", "precondition_failed"):
         wanted = int(e.details.get("expected", expected or 0) or 0)
         return errors.VersionConflict(key, wanted, int(e.details.get("actual", -1)))
-    return _ERRORS_BY_CODE.get(e.code, LedgerError)(e.message)
+    error = _ERRORS_BY_CODE.get(e.code, LedgerError)
+    try:
+        return error(e.message)
+    except TypeError:  # (one made of its parts, as SessionErasedError: the API's message)
+        made = error.__new__(error)
+        Exception.__init__(made, e.message)
+        return made
 
 
 def _subclasses(cls: type[LedgerError]) -> list[type[LedgerError]]:
