@@ -177,7 +177,7 @@ class RemoteBackend:
 
 
 # Each backend call as a client call: (client method, args, kwargs, how to read the answer).
-Request = tuple[str, tuple[Any, ...], dict[str, Any], Callable[[Any], Any]]
+ClientCall = tuple[str, tuple[Any, ...], dict[str, Any], Callable[[Any], Any]]
 
 
 def _if_match(expected_version: int | None) -> dict[str, Any]:
@@ -193,7 +193,7 @@ def _nothing(_: Any) -> None:
     return None
 
 
-_REMOTE: dict[str, Callable[..., Request]] = {
+_REMOTE: dict[str, Callable[..., ClientCall]] = {
     "head": lambda key: ("head", (key,), {}, _head),
     "get": lambda key, token_limit, initial: (
         "get", (key,), {"token_limit": token_limit, "initial_token_count": initial}, _wires

@@ -24,7 +24,7 @@ from pydantic import BaseModel
 MAX_DEPTH = 32  # deeper values (or cycles) are kept as their str()
 
 
-class Budget:
+class ProvenanceBudget:
     """Bytes left for the large parts of one answer's provenance."""
 
     def __init__(self, max_bytes: int) -> None:
@@ -67,7 +67,7 @@ def jsonable(value: Any, depth: int = 0) -> Any:
     return str(value)
 
 
-def tool_outputs(outputs: Iterable[ToolOutput], budget: Budget) -> list[dict[str, Any]]:
+def tool_outputs(outputs: Iterable[ToolOutput], budget: ProvenanceBudget) -> list[dict[str, Any]]:
     found = []
     for output in outputs:
         item: dict[str, Any] = {
@@ -81,7 +81,7 @@ def tool_outputs(outputs: Iterable[ToolOutput], budget: Budget) -> list[dict[str
     return found
 
 
-def source_nodes(nodes: Sequence[NodeWithScore], budget: Budget) -> list[dict[str, Any]]:
+def source_nodes(nodes: Sequence[NodeWithScore], budget: ProvenanceBudget) -> list[dict[str, Any]]:
     found = []
     for n in nodes:
         item: dict[str, Any] = {"node_id": n.node.node_id, "score": n.score}
@@ -95,5 +95,5 @@ def provenance(
     sources: Iterable[ToolOutput], nodes: Sequence[NodeWithScore], max_bytes: int
 ) -> dict[str, Any]:
     """The `additional_kwargs` of an answer: its tool outputs and its source nodes."""
-    budget = Budget(max_bytes)
+    budget = ProvenanceBudget(max_bytes)
     return {"sources": tool_outputs(sources, budget), "source_nodes": source_nodes(nodes, budget)}

@@ -29,7 +29,7 @@ from llama_index.core.chat_engine.types import StreamingAgentChatResponse
 from session_ledger.domain.ledger import Ledger
 from session_ledger.domain.streams import StreamWriter, cause_of
 
-from .provenance import Budget, jsonable, tool_outputs
+from .provenance import ProvenanceBudget, jsonable, tool_outputs
 from .responses import response_provenance
 
 
@@ -103,7 +103,7 @@ def _call_provenance(
         extra["tool_calls"] = [jsonable(c.model_dump()) for c in output.tool_calls]
     if results:
         given = tool_outputs([r.tool_output for r in results],
-                             Budget(ledger.limits.max_provenance_bytes))  # fmt: skip
+                             ProvenanceBudget(ledger.limits.max_provenance_bytes))  # fmt: skip
         for item, result in zip(given, results, strict=True):
             item.update(tool_id=result.tool_id, tool_kwargs=jsonable(result.tool_kwargs))
         extra["tool_results"] = given

@@ -24,8 +24,7 @@ FOLDERS = ("domain", "projections", "api")
 # Defined twice still (the HTTP schema beside the domain type it answers with, a small
 # helper type of two adapters): not given one meaning yet.
 KNOWN = {
-    "AsOf", "AsOfVersion", "AuditTrail", "Budget", "Head", "Request", "SessionHead",
-    "WriteOptions",
+    "AsOf", "AsOfVersion", "AuditTrail", "Head", "SessionHead", "WriteOptions",
 }  # fmt: skip
 
 
