@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -49,6 +51,16 @@ def posts_by_worker(metrics_dir: Path, scratch: Path) -> list[float]:
     return counts
 
 
+def settled(read: Callable[[], float], expected: float) -> float:
+    """`read()` once it equals `expected`, or its last value after a few seconds: a worker
+    counts a request after it has sent the answer, so a count read at once may lag by the
+    requests still finishing."""
+    deadline = time.monotonic() + 10
+    while (value := read()) != expected and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return value
+
+
 @pytest.mark.slow
 def test_metrics_sum_every_workers_counters(tmp_path: Path) -> None:
     # The server's temporary files (its metrics folder among them) go under tmp_path.
@@ -83,11 +95,15 @@ def test_metrics_sum_every_workers_counters(tmp_path: Path) -> None:
                 if sum(1 for c in by_worker if c) >= 2:
                     break
         assert sum(1 for c in by_worker if c) >= 2, f"one worker took every request: {by_worker}"
-        assert sum(by_worker) == sent
+        scratch = iter(range(1_000_000))
+        total = settled(
+            lambda: sum(posts_by_worker(metrics_dir, tmp_path / f"settled-{next(scratch)}")), sent
+        )
+        assert total == sent
 
         for _ in range(2 * WORKERS):  # scrapes on fresh connections, to several workers
             text = httpx.get(f"{server.base_url}/metrics", timeout=60).text
-            assert posts_counted(text) == sent
+            assert posts_counted(text) == sent  # every count settled above
             assert (
                 f'session_ledger_events_written_total{{type="MessagesAppended"}} {sent}.0' in text
             )
