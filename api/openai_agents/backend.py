@@ -40,34 +40,45 @@ class LocalItems:
     def __init__(self, ledger: Ledger, *, tenant: str | None, actor: str | None) -> None:
         self.ledger, self.tenant = ledger, tenant
         self.write = {"tenant": tenant, "actor": actor}
+        # Each session's (version, message count) as this object last wrote or read it:
+        # the newest items are then one read, checked to be of that version.
+        self._known: dict[str, tuple[int, int]] = {}
 
     def add(self, key: str, messages: list[dict[str, Any]]) -> None:
-        self.ledger.put_messages(key, messages, **self.write)
+        done = self.ledger.put_messages(key, messages, **self.write)
+        self._known[key] = (done.version, done.message_count)
 
     def read(self, key: str, limit: int | None) -> list[Any]:
         ledger, tenant = self.ledger, self.tenant
         if limit is None:
             return _items(ledger.history(key, tenant=tenant).messages())
+        known = self._known.get(key)
         while True:  # the newest `limit` of one version: read again if a write came between
-            try:
-                head = ledger.head(key, tenant=tenant)
-            except SessionNotFound:
-                return []
-            offset = max(0, head.message_count - limit)
-            found = ledger.history(key, tenant=tenant, offset=offset, limit=limit)
-            if found.version == head.version:
+            if known is None:
+                try:
+                    head = ledger.head(key, tenant=tenant)
+                except SessionNotFound:
+                    return []
+                known = (head.version, head.message_count)
+            version, count = known
+            found = ledger.history(key, tenant=tenant, offset=max(0, count - limit), limit=limit)
+            if found.version == version:
+                self._known[key] = known
                 return _items(found.messages())
+            known = None
 
     def pop(self, key: str) -> Any | None:
         try:
             done = self.ledger.delete_last_message(key, **self.write)
         except (SessionNotFound, MessageNotFound):
             return None
+        self._known[key] = (done.version, done.message_count)
         return from_chat_message(done.removed[0])
 
     def clear(self, key: str) -> None:
         with contextlib.suppress(SessionNotFound):  # a session never written holds none
-            self.ledger.reset(key, **self.write)
+            done = self.ledger.reset(key, **self.write)
+            self._known[key] = (done.version, done.message_count)
 
     def close(self) -> None:
         """The ledger is the caller's: it stays open."""

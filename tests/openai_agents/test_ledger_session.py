@@ -130,6 +130,28 @@ def test_get_items_answers_as_sqlite_session(where: Where) -> None:
         run(session.get_items(limit="2"))  # type: ignore[arg-type]
 
 
+def test_the_newest_items_include_what_others_wrote_since(where: Where) -> None:
+    """A session's newest items are read as of now, not as it last wrote or read them."""
+    mine, other = where.session("shared"), where.session("shared")
+    items = [{"role": "user", "content": f"m{i}"} for i in range(8)]
+
+    async def go() -> list[list[Any]]:
+        await mine.add_items(items[:3])
+        seen = [await mine.get_items(limit=2)]
+        await other.add_items(items[3:5])
+        seen.append(await mine.get_items(limit=2))
+        await other.pop_item()
+        seen.append(await mine.get_items(limit=2))
+        await mine.add_items(items[5:6])
+        await other.clear_session()
+        seen.append(await mine.get_items(limit=2))
+        await other.add_items(items[6:])
+        seen.append(await mine.get_items(limit=5))
+        return seen
+
+    assert run(go()) == [items[1:3], items[3:5], items[2:4], [], items[6:]]
+
+
 def test_pop_and_clear_are_events_that_keep_the_items(where: Where) -> None:
     """SQLiteSession deletes rows; here the audit trail, the past versions and the
     export still hold the popped item and the cleared history."""
