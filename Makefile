@@ -60,6 +60,7 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 
 bench: $(BENCH_STAMP)
 	$(BIN)/python -m bench.run
+	$(BIN)/python -m bench.openai_agents_session
 
 bench-quick: $(BENCH_STAMP)
 	$(BIN)/python -m bench.run --quick
