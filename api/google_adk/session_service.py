@@ -118,11 +118,15 @@ class LedgerSessionService(BaseSessionService):
         self._readers: ThreadPoolExecutor | None = None  # made on first use
 
     async def close(self) -> None:
-        """Stop the threads reading shared state (the ledger outlives the service)."""
+        """Stop the threads reading shared state and close the connections to a server
+        (an in-process ledger outlives the service: its owner closes it)."""
         with self._lock:
             pool, self._readers = self._readers, None
         if pool is not None:
             pool.shutdown(wait=False)
+        close = getattr(self.store, "close", None)
+        if close is not None:
+            await asyncio.to_thread(close)
 
     def _pool(self) -> ThreadPoolExecutor:
         with self._lock:

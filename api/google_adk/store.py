@@ -98,6 +98,10 @@ class RemoteStore:
     def __init__(self, base_url: str, api_key: str, *, timeout: float = 30.0) -> None:
         self.client = LedgerClient(base_url, api_key, timeout=timeout)
 
+    def close(self) -> None:
+        """Close the connections to the server."""
+        self.client.close()
+
     def head(self, key: str) -> Head | None:
         try:
             h = self.client.head(key)

@@ -366,3 +366,15 @@ def test_a_database_url_opens_one_ledger_in_this_process(tmp_path: Path) -> None
 
     run(scenario())
     assert one.store.ledger is two.store.ledger  # type: ignore[attr-defined]
+
+
+def test_closing_the_service_closes_its_connections_not_the_ledger(adk: Target) -> None:
+    async def scenario() -> LedgerSessionService:
+        async with adk.service() as sessions:
+            await sessions.create_session(app_name=adk.app, user_id=USER, session_id="c")
+        return sessions
+
+    sessions = run(scenario())
+    if adk.remote:
+        assert sessions.store.client.http.is_closed  # type: ignore[attr-defined]
+    assert adk.ledger.head(adk.key(USER, "c"), tenant=adk.tenant).message_count == 1
