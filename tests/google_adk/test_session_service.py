@@ -6,6 +6,7 @@ the deletion itself, in the audit trail."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
@@ -20,7 +21,7 @@ from google.adk.sessions.base_session_service import GetSessionConfig
 from google.genai import types
 
 from session_ledger.api.google_adk import LedgerSessionService, to_message
-from session_ledger.domain.errors import InvalidInput
+from session_ledger.domain.errors import InvalidInput, PayloadTooLarge
 from tests.google_adk.conftest import Target
 
 T = TypeVar("T")
@@ -378,3 +379,22 @@ def test_closing_the_service_closes_its_connections_not_the_ledger(adk: Target) 
     if adk.remote:
         assert sessions.store.client.http.is_closed  # type: ignore[attr-defined]
     assert adk.ledger.head(adk.key(USER, "c"), tenant=adk.tenant).message_count == 1
+
+
+def test_an_event_over_the_size_limit_is_refused_whole(adk: Target) -> None:
+    """The server in these tests takes messages of 64 KiB at most; in process the same
+    limit is set on the ledger."""
+    if not adk.remote:
+        adk.ledger.limits = dataclasses.replace(adk.ledger.limits, max_message_bytes=64 * 1024)
+    sessions = adk.service()
+
+    async def scenario() -> None:
+        made = await sessions.create_session(app_name=adk.app, user_id=USER, session_id="big")
+        with pytest.raises(PayloadTooLarge):
+            await sessions.append_event(made, text_event("x" * 70_000, actions=delta(k=1)))
+        await sessions.append_event(made, text_event("small", actions=delta(k=2)))
+        got = await sessions.get_session(app_name=adk.app, user_id=USER, session_id="big")
+        assert got is not None and got.state == {"k": 2}
+        assert [e.content.parts[0].text for e in got.events] == ["small"]
+
+    run(scenario())
