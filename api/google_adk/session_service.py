@@ -71,7 +71,7 @@ USER_STATES = "adk-user/"
 EVENT = "adk_event"  # additional_kwargs: the ADK event whole
 STATE = "adk_state"  # additional_kwargs: the session's own state after this message
 STATE_AT = "adk_state_at"  # additional_kwargs: the position of the message holding it
-SESSION = "adk_session"  # additional_kwargs of the first message: the session's names
+SESSION = "adk_session"  # additional_kwargs of the first message: when it was made
 SHARED_STATE = "adk_shared_state"  # additional_kwargs of an app or user state message
 API_KEY_ENV = "LEDGER_API_KEY"
 STATE_RETRIES = 50  # attempts of an app or user state change that loses a race
@@ -302,7 +302,8 @@ class LedgerSessionService(BaseSessionService):
 
     def _list(self, app_name: str, user_id: str | None) -> ListSessionsResponse:
         app = _name(app_name)
-        prefix = f"{SESSIONS}{_part(app)}/" + ("" if user_id is None else f"{_part(user_id)}/")
+        mine = "" if user_id is None else f"{_part(_name(user_id))}/"
+        prefix = f"{SESSIONS}{_part(app)}/{mine}"
         sessions = []
         for key in self.store.keys(prefix):
             user, sid = (unquote(p) for p in key[len(SESSIONS) :].split("/")[1:3])

@@ -306,6 +306,8 @@ def test_bad_input_is_a_typed_error_and_stores_nothing(adk: Target) -> None:
             await sessions.create_session(app_name=adk.app, user_id=USER, session_id=5)  # type: ignore[arg-type]
         with pytest.raises(InvalidInput):
             await sessions.get_session(app_name=adk.app, user_id=USER, session_id=None)  # type: ignore[arg-type]
+        with pytest.raises(InvalidInput):
+            await sessions.list_sessions(app_name=adk.app, user_id=3)  # type: ignore[arg-type]
         with pytest.raises(ValueError):
             GetSessionConfig(num_recent_events=-1)
         assert (await sessions.list_sessions(app_name=adk.app)).sessions == []
