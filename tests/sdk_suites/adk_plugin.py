@@ -2,7 +2,8 @@
 
 ADK's `tests/unittests/sessions/test_session_service.py` makes its services with the
 module function `get_session_service(service_type, ...)` (older versions call it in
-each test, newer ones in a `session_service` fixture). This plugin replaces that
+each test, newer ones in a `session_service` fixture; `test_get_user_state.py` with
+`_make_service`). This plugin replaces that
 function (and the module's name `DatabaseSessionService`, for the tests that make one by
 hand) in every collected ADK module: each test then gets a `LedgerSessionService`
 over an in-process Ledger on SQLite or PostgreSQL (`LEDGER_ADK_STORE=sqlite|postgres`),
@@ -33,6 +34,8 @@ from session_ledger.domain.ledger import Ledger
 
 STORE = os.environ.get("LEDGER_ADK_STORE", "sqlite")
 BACKEND_PARAMS = ("service_type", "session_service")
+# The module functions ADK's test files make their session services with
+FACTORIES = ("get_session_service", "_make_service")
 
 # ADK tests that exercise ADK's own database services rather than a session service
 # through BaseSessionService: what each reads that the ledger does not have.
@@ -125,6 +128,8 @@ NOT_RUN: dict[str, str] = {
     "test_safe_unpickle.py": "tests the unpickling of ADK's old database rows",
     "migration": "tests migrations of ADK's database schema",
     "test_langchain_vector_store_memory_service.py": "tests a memory service, not sessions",
+    "test_precise_timestamp.py": "tests a column type of ADK's database schema",
+    "test_large_context_state.py": "tests a context reference store, not a session service",
 }
 _not_run: dict[str, str] = {}
 _opened: ExitStack = ExitStack()
@@ -182,10 +187,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     first_run: dict[tuple[str, str], str] = {}
     for item in items:
         module = getattr(item, "module", None)
-        if module is not None and hasattr(module, "get_session_service"):
-            module.get_session_service = ledger_service
-            if hasattr(module, "DatabaseSessionService"):
-                module.DatabaseSessionService = LedgerInPlaceOfDatabase
+        factories = [f for f in FACTORIES if module is not None and hasattr(module, f)]
+        for factory in factories:
+            setattr(module, factory, ledger_service)
+        if factories and hasattr(module, "DatabaseSessionService"):
+            module.DatabaseSessionService = LedgerInPlaceOfDatabase
         name = getattr(item, "originalname", item.name)
         if name in SKIPPED:
             item.add_marker(pytest.mark.skip(reason=SKIPPED[name]))
