@@ -15,6 +15,7 @@ import json
 import random
 from typing import Any
 
+import pytest
 from google.adk.events.event import Event
 from google.adk.events.event_actions import EventActions
 from google.adk.sessions.base_session_service import GetSessionConfig
@@ -120,6 +121,7 @@ def random_events() -> tuple[list[Event], list[dict[str, Any]]]:
     return events, [e.model_dump(mode="json", exclude_none=True) for e in events]
 
 
+@pytest.mark.slow  # (ADK's own validation of 10,000 events: seconds on an idle machine)
 def test_ten_thousand_random_events_come_back_byte_equal(adk: Target) -> None:
     events, dumps = random_events()
     sessions = adk.service()
