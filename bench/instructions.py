@@ -63,15 +63,29 @@ def _raw_sqlite(workdir: Path) -> tuple[Callable[[Message], None], Callable[[], 
     return lambda m: store.append("s", m), store.close
 
 
+def _conversation_class() -> Any:
+    """An eventsourcing aggregate of one event type, defined once per process (the
+    library registers each class by its topic)."""
+    global _CONVERSATION
+    if _CONVERSATION is None:
+        from eventsourcing.domain import Aggregate, event
+
+        class Conversation(Aggregate):
+            @event("MessageAdded")
+            def add(self, role: str, content: str) -> None:
+                self.count = getattr(self, "count", 0) + 1
+
+        _CONVERSATION = Conversation
+    return _CONVERSATION
+
+
+_CONVERSATION: Any = None
+
+
 def _es_app(workdir: Path) -> Any:
     from eventsourcing.application import Application
-    from eventsourcing.domain import Aggregate, event
 
-    class Conversation(Aggregate):
-        @event("MessageAdded")
-        def add(self, role: str, content: str) -> None:
-            self.count = getattr(self, "count", 0) + 1
-
+    Conversation = _conversation_class()
     env = {"PERSISTENCE_MODULE": "eventsourcing.sqlite",
            "SQLITE_DBNAME": str(workdir / "eventsourcing.db")}  # fmt: skip
     app: Application = Application(env=env)
