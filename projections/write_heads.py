@@ -16,6 +16,9 @@ When a noted row may not be what the store holds, the note is not used:
 - a write that does more than append (ends rows, erases, seals, starts nothing new) or
   re-derives the views (`rebuild`): its session's note is dropped, not replaced.
 Only SQLite's connections say whether another wrote; on any other store nothing is held.
+The connection is found through `sqlite_cursor`, the attribute of the library's public
+`SQLiteCursor` that holds sqlite3's cursor (`tests/integration/test_write_heads.py`
+fails if a release renames it: nothing would be noted, and no row left unread).
 """
 
 from __future__ import annotations
