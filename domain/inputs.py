@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .errors import InvalidInput, InvalidMessage, InvalidSessionKey, PayloadTooLarge
-from .messages import ChatMessage
+from .messages import ChatMessage, EncodedMessages
 
 MAX_KEY_CHARS = 512
 MAX_TENANT_CHARS = 128
@@ -48,11 +48,11 @@ class Limits:
 
 @dataclass(frozen=True)
 class ParsedMessages:
-    """A write's messages, checked: the values, their dicts (the event's payload) and
-    their canonical JSON (what the views keep)."""
+    """A write's messages, checked: the values, their dicts (the event's payload, with
+    their JSON array: `EncodedMessages`) and their canonical JSON (what the views keep)."""
 
     messages: list[ChatMessage]
-    dicts: list[dict[str, Any]]
+    dicts: EncodedMessages
     texts: tuple[str, ...]
 
 
@@ -74,11 +74,13 @@ def parse_messages(
         raise PayloadTooLarge(
             f"{len(parsed)} messages in one write; the limit is {limits.max_messages_per_write}"
         )
-    dicts, texts, total = [], [], 0
+    dicts, texts, utf8, total = [], [], [], 0
     for i, m in enumerate(parsed):
         encoded = m.to_json()
         texts.append(encoded)
-        size = len(encoded.encode("utf-8"))
+        data = encoded.encode("utf-8")
+        utf8.append(data)
+        size = len(data)
         if size > limits.max_message_bytes:
             raise PayloadTooLarge(
                 f"message {i} is {size} bytes; the limit is {limits.max_message_bytes}"
@@ -89,7 +91,7 @@ def parse_messages(
         )
     if total > limits.max_write_bytes:
         raise PayloadTooLarge(f"the write is {total} bytes; the limit is {limits.max_write_bytes}")
-    return ParsedMessages(parsed, dicts, tuple(texts))
+    return ParsedMessages(parsed, EncodedMessages(dicts, utf8), tuple(texts))
 
 
 def check_int(name: str, value: object, *, least: int | None = None) -> int:

@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import Any, ParamSpec, TypeVar
 
 from eventsourcing.application import Application
+from eventsourcing.persistence import Mapper
 from eventsourcing.utils import Environment
 
 from .addresses import SessionAddresses
@@ -26,6 +27,7 @@ from .audit_trail import AuditTrail
 from .compliance import Compliance, RetentionAction, RetentionRule
 from .erasure import Erasures
 from .errors import LedgerError, MessageNotFound, SessionErasedError
+from .event_mapper import EventMapper
 from .inputs import Limits, check_int, check_tenant, parse_messages
 from .messages import ChatMessage
 from .observer import SILENT, LedgerObserver
@@ -151,6 +153,12 @@ class Ledger(Application[uuid.UUID]):
     def construct_env(self, name: str, env: Mapping[str, str] | None = None) -> Environment:
         # Only the composition root configures the store: no stray os.environ settings.
         return Environment(name, dict(env or {}))
+
+    def construct_mapper(self) -> Mapper[uuid.UUID]:
+        # The library's extension point: the mapper class (a store may still make its
+        # own, as a sealing store does), unless the environment names one.
+        mapper_class = None if self.env.get(self.factory.MAPPER_TOPIC) else EventMapper
+        return self.factory.mapper(self.construct_transcoder(), mapper_class)
 
     # -- writes ---------------------------------------------------------------------------
 

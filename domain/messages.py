@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from operator import attrgetter
 from typing import Any
 
+import orjson
 from pydantic_core import from_json as _decode
 
 from .errors import InvalidMessage
@@ -27,6 +28,18 @@ MAX_NESTING = 64
 _FIELDS = frozenset({"role", "content", "blocks", "additional_kwargs"})
 # One encoder for the canonical form: `json.dumps` with options builds a new one per call.
 _CANONICAL = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
+def _encode_text(text: str) -> str:
+    """`_CANONICAL.encode(text)` of a string, the text of most messages and most of what
+    a put encodes: orjson's bytes, which equal the json module's for every string of
+    valid Unicode (`tests/unit/test_message_json.py` holds them to every code point)
+    at a third of its cost. A lone surrogate (only an unchecked message holds one) is
+    the json module's to encode."""
+    try:
+        return orjson.dumps(text).decode("utf-8")
+    except orjson.JSONEncodeError:
+        return _CANONICAL.encode(text)
 
 
 def canonical_json(value: Any) -> str:
@@ -47,11 +60,24 @@ def text_message_json(role: str, text_json: str) -> str:
     return _TEXT_HEAD[role] + text_json + _TEXT_TAIL
 
 
+_TEXT_HEAD_CHARS = {role: len(head) for role, head in _TEXT_HEAD.items()}
+
+
+def text_json_of(role: str, message_json: str) -> str:
+    """The JSON string of the text of a message of `role` with one text block and no
+    additional_kwargs, cut from its canonical JSON `message_json` (not encoded again)."""
+    return message_json[_TEXT_HEAD_CHARS[role] : -len(_TEXT_TAIL)]
+
+
 def plain_text(message: Mapping[str, Any]) -> str | None:
     """The text of a valid message's dict when it is one text block and nothing else (no
     other block key, no additional_kwargs), else None."""
-    blocks = message["blocks"]
-    if len(blocks) != 1 or message["additional_kwargs"]:
+    return None if message["additional_kwargs"] else _block_text(message["blocks"])
+
+
+def _block_text(blocks: Sequence[dict[str, Any]]) -> str | None:
+    """The text of valid blocks that are one text block with no other key, else None."""
+    if len(blocks) != 1:
         return None
     block = blocks[0]
     text = block.get("text")
@@ -59,6 +85,19 @@ def plain_text(message: Mapping[str, Any]) -> str | None:
         # (key order matters to the canonical form: `block_type` first)
         return text if next(iter(block)) == "block_type" else None
     return None
+
+
+class EncodedMessages(list[dict[str, Any]]):
+    """The dicts of a write's messages (what its event holds) with their canonical JSON
+    array as UTF-8 (`json`), made once when they were parsed: the store's mapper writes
+    those bytes into the event's record, where encoding the dicts again would give the
+    same bytes (the library's transcoder encodes with `canonical_json`'s options)."""
+
+    __slots__ = ("json",)
+
+    def __init__(self, dicts: list[dict[str, Any]], encoded: Sequence[bytes]) -> None:
+        super().__init__(dicts)
+        self.json = b"[" + b",".join(encoded) + b"]"
 
 
 class ChatMessage:
@@ -171,8 +210,11 @@ class ChatMessage:
 
     def to_json(self) -> str:
         """The canonical encoding: compact, UTF-8 text, control characters escaped."""
-        if self._blocks is None and not self._kwargs:
-            return text_message_json(self._role, _CANONICAL.encode(self._text))
+        blocks = self._blocks
+        if not self._kwargs:
+            text = self._text if blocks is None else _block_text(blocks)
+            if text is not None:  # one text block: its text's JSON string, framed
+                return text_message_json(self._role, _encode_text(text))
         return _CANONICAL.encode(
             {"role": self._role, "blocks": self.blocks, "additional_kwargs": self.additional_kwargs}
         )

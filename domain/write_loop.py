@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import os
 import random
 import time
 import uuid
@@ -142,7 +143,8 @@ class WriteLoop:
         # The write id: the caller's key (with the digest of what it asked, so a key
         # reused for another write is refused), or one of our own.
         digest = None if idempotency_key is None else request_digest(op, request)
-        write_id = idempotency_key or f"w-{uuid.uuid4().hex}"
+        # (128 random bits as hex, as a UUID4's: without making the UUID object.)
+        write_id = idempotency_key or f"w-{os.urandom(16).hex()}"
         audit: dict[str, Any] = {
             "actor": actor or self._default_actor,
             "reason": reason,
@@ -164,8 +166,11 @@ class WriteLoop:
                 if prior is not None:
                     return _replayed(prior, digest, idempotency_key, key)
             # 1. load
-            guessed = policy.load is NEW and not self._cached(sid)
-            session = None if guessed else self._load(sid, fresh=policy.load is FRESH)
+            load = policy.load
+            session = self._cached(sid) if load is not FRESH else None
+            guessed = session is None and load is NEW and self._repository.cache is not None
+            if session is None and not guessed:
+                session = self._load(sid, fresh=load is FRESH)
             if session is not None and session.erased:
                 raise self._erasures.error(sid, key) or LedgerError(f"session {key!r} was erased")
             actual = session.version if session else 0
@@ -255,20 +260,23 @@ class WriteLoop:
         with contextlib.suppress(IntegrityError, OperationalError, InterfaceError):
             self._snapshots.put([Session.Snapshot.take(session)])
 
-    def _cached(self, sid: uuid.UUID) -> bool:
+    def _cached(self, sid: uuid.UUID) -> Session | None:
+        """A copy of the cached session, or None (none cached, or no cache: nothing can
+        then be told from it, and the session is loaded). One look-up of the cache, and
+        a copy a command may change (`Session.copy`, not the library's `deepcopy`)."""
         cache = self._repository.cache
         if cache is None:
-            return True  # no cache: nothing can be told from it, so always load
+            return None
         try:
-            cache.get(sid)
+            cached = cast(Session, cache.get(sid))
         except KeyError:
-            return False
-        return True
+            return None
+        return cached.copy()
 
     def _load(self, sid: uuid.UUID, *, fresh: bool) -> Session | None:
-        """The session's write state: cached without a read (a stale copy fails to save and
-        is then caught up with the events written since), or from the latest snapshot and
-        the events after it."""
+        """The session's write state when it is not taken from the cache (`_cached`): the
+        cached copy caught up with the events written since (`fresh`), or from the latest
+        snapshot and the events after it."""
         # (The library's cache is typed for any aggregate; this one holds Sessions.)
         cache = self._repository.cache
         if fresh and cache is not None:

@@ -16,8 +16,8 @@ from pydantic_core import from_json as _decode
 
 from session_ledger.domain.messages import (
     ChatMessage,
-    canonical_json,
     plain_text,
+    text_json_of,
     text_message_json,
 )
 
@@ -27,9 +27,9 @@ DECODE_CHUNK_CHARS = 65536
 
 
 def stored_body(message: Mapping[str, Any], encoded: str) -> str:
-    """The body kept for `message` (a valid message's dict; `encoded` its canonical JSON)."""
-    text = plain_text(message)
-    return encoded if text is None else canonical_json(text)
+    """The body kept for `message` (a valid message's dict; `encoded` its canonical JSON):
+    a plain text's JSON string is cut from `encoded`, not encoded again."""
+    return encoded if plain_text(message) is None else text_json_of(message["role"], encoded)
 
 
 def body_json(role: str, body: str) -> str:

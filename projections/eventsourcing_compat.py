@@ -5,11 +5,23 @@ connection fsyncs every commit (`synchronous=FULL`) and keeps the prepared state
 a write (the library asks sqlite3 for a statement cache of `True`, that is of one
 statement, so every statement of a write was compiled again) and makes a new database
 file 0600 first (sqlite_files.py). Everything else the
-ledger uses is the library's public or documented API: `Application.save` with
-`saved_kwargs`, the recorder's `_insert_events` hook (as in the library's
-searchable-timestamps example), `MAPPER_TOPIC`-free mappers (with a master key, the
-factory's `mapper` returns a `Mapper` subclass that seals content: sealing.py),
-`create_table`.
+ledger uses is the library's public or documented API. A write touches:
+
+- `EventStore.put` with keyword arguments, which reach the recorder's `_insert_events`
+  hook inside its transaction (as in the library's searchable-timestamps example); the
+  SQLite recorder's `insert_events` returns no notification ids, so `put` builds no
+  Recording objects (nothing reads them);
+- `Application.construct_mapper` and the factory's `mapper(transcoder, mapper_class)`:
+  a `Mapper` subclass overriding `to_stored_event` (domain/event_mapper.py) that writes
+  the bytes `JSONTranscoder.encode` would, the messages' as parsed and the rest by
+  orjson where its bytes are the same (a datetime as the transcoder's registered
+  transcoding in `JSONTranscoder.types` writes it), else by the transcoder (with a
+  master key, the factory's `mapper` returns one that seals content: sealing.py);
+- the repository's `cache` (`LRUCache.get`, `put`); `Repository.get` when not cached;
+- on SQLite, one write transaction object (write_turns.py) made of the pool's
+  `get_connection(is_writer=True)` and `put_connection`, `SQLiteTransaction` (BEGIN,
+  COMMIT or ROLLBACK, the library's errors) and its `SQLiteCursor.sqlite_cursor`;
+- `create_table`.
 
 `tests/unit/test_eventsourcing_compat.py` fails loudly when a library release changes
 what this relies on; the `eventsourcing` pin in pyproject.toml names the releases tested.

@@ -8,6 +8,9 @@ its savepoint and fails alone, with its own error; the others commit. Each write
 returns (or raises) only after the commit that holds its write is durable, so a write
 is acknowledged exactly as before, and only later than alone when it waited for others.
 
+A write that finds no other queued or committing runs in its own transaction at once,
+without the queue.
+
 The recorder owns what a write does (`apply`) and how a transaction begins and ends
 (`transaction`); this module only orders them. A batch never holds two writes of one
 thread, and at most `max_writes` writes.
@@ -66,6 +69,17 @@ class GroupCommit:
 
     def run(self, apply: Callable[[Any], R]) -> R:
         """`apply(cursor)` inside the next commit; its result once that commit is durable."""
+        # Alone (no writer queued, none committing): its own transaction, with no queue.
+        # A writer that queues meanwhile waits for the commit lock, as behind any commit.
+        if not self._queue and self._commit_lock.acquire(blocking=False):
+            try:
+                if not self._queue:
+                    self.commits += 1
+                    self.writes += 1
+                    with self._transaction() as cursor:
+                        return apply(cursor)
+            finally:
+                self._commit_lock.release()
         write: _Write[R] = _Write(apply)
         with self._queue_lock:
             self._queue.append(write)

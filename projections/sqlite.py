@@ -38,7 +38,7 @@ from .sealing import SealingFactory, SealingMapper
 from .sql import LIVE_COLUMNS, TIME_FORMAT, Reader, utc_text
 from .sqlite_schema import LATEST, migrate, schema_version
 from .views import SQLViews, view_parts
-from .write_turns import WriteTurns, lock_file_of
+from .write_turns import WriteTransaction, WriteTurns, lock_file_of
 
 MESSAGE_INSERT = f"INSERT INTO ledger_messages ({LIVE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 
@@ -86,11 +86,9 @@ class SQLiteDialect(Dialect):
     def execute(self, cursor: Any, sql: str, params: Sequence[Any]) -> None:
         cursor.execute(sql, params)
 
-    @contextmanager
-    def taking_turn(self) -> Iterator[Any]:
+    def taking_turn(self) -> AbstractContextManager[Any]:
         """A write transaction, begun once this writer's turn came (write_turns.py)."""
-        with self.turns.held(), self.datastore.transaction(commit=True) as c:
-            yield c
+        return WriteTransaction(self.datastore.pool, self.turns)
 
     @contextmanager
     def write_transaction(self) -> Iterator[Any]:
@@ -158,12 +156,15 @@ class SQLiteLedgerRecorder(SQLiteApplicationRecorder):
     ) -> Sequence[int] | None:
         # The library's insert_events (its transaction around `_insert_events`), in a
         # transaction it may share with other writers (group_commit.py).
-        ids = self.group_commit.run(lambda c: self._insert_events(c, stored_events, **kwargs))
+        # No notification ids returned: nothing reads them (the ledger reads its feed from
+        # the table), and with none the library's `EventStore.put` builds no Recording
+        # and Notification objects.
+        self.group_commit.run(lambda c: self._insert_events(c, stored_events, **kwargs))
         batch = kwargs.get("ledger_batch")
         after_commit = self.views.after_commit
         if after_commit is not None and batch is not None:
             after_commit(batch.session_id, batch.tenant)
-        return ids
+        return None
 
     def create_table(self) -> None:
         """The events' table (the library's), then the views' migrations."""

@@ -26,9 +26,11 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from eventsourcing.persistence import OperationalError
+from eventsourcing.sqlite import SQLiteConnectionPool, SQLiteCursor, SQLiteTransaction
 
 FIRST_PAUSE = 0.0001  # seconds between tries of the file's lock, doubling...
 LONGEST_PAUSE = 0.001  # ...up to this
@@ -55,6 +57,14 @@ class WriteTurns:
     @contextmanager
     def held(self) -> Iterator[None]:
         """This process's turn, then the file's; both let go when the block ends."""
+        self.take()
+        try:
+            yield
+        finally:
+            self.give_back()
+
+    def take(self) -> None:
+        """This process's turn, then the file's (`give_back` lets both go)."""
         deadline = time.monotonic() + self.timeout
         if not self._thread_turn.acquire(timeout=self.timeout):
             raise self._timed_out()
@@ -62,11 +72,15 @@ class WriteTurns:
             fd = self._lock_file()
             if fd is not None:
                 self._take(fd, deadline)
-            try:
-                yield
-            finally:
-                if fd is not None:
-                    fcntl.flock(fd, fcntl.LOCK_UN)
+        except BaseException:
+            self._thread_turn.release()
+            raise
+
+    def give_back(self) -> None:
+        """Let go of the turn `take` had."""
+        try:
+            if self._fd is not None:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
         finally:
             self._thread_turn.release()
 
@@ -98,3 +112,46 @@ class WriteTurns:
             f"database is locked: no turn to write in {self.timeout:g} s "
             f"(another writer holds {self.lock_path or 'the database'})"
         )
+
+
+class WriteTransaction:
+    """One write transaction as one object: this writer's turn (`WriteTurns`), a writer
+    connection from the library's pool, its transaction (`SQLiteTransaction`: BEGIN;
+    COMMIT on a clean exit, else ROLLBACK; sqlite3's errors raised as the library's)
+    and its cursor, let go in reverse order at the end. What
+    `with turns.held(), datastore.transaction(commit=True) as c` does through six nested
+    context managers, four of them generators, with the library's public pool,
+    connection, transaction and cursor classes."""
+
+    __slots__ = ("_conn", "_cursor", "_pool", "_transaction", "_turns")
+
+    def __init__(self, pool: SQLiteConnectionPool, turns: WriteTurns) -> None:
+        self._pool, self._turns = pool, turns
+
+    def __enter__(self) -> SQLiteCursor:
+        self._turns.take()
+        try:
+            conn = self._conn = self._pool.get_connection(is_writer=True)
+            try:
+                self._transaction = SQLiteTransaction(conn, commit=True)
+                cursor = self._cursor = self._transaction.__enter__()
+                return cursor
+            except BaseException:
+                self._pool.put_connection(conn)
+                raise
+        except BaseException:
+            self._turns.give_back()
+            raise
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any
+    ) -> None:
+        try:
+            self._cursor.sqlite_cursor.close()
+            # COMMIT, or ROLLBACK and the block's error raised again (as the library's).
+            self._transaction.__exit__(exc_type, exc, tb)
+        finally:
+            try:
+                self._pool.put_connection(self._conn)
+            finally:
+                self._turns.give_back()

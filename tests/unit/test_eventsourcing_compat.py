@@ -85,3 +85,65 @@ def test_the_postgres_datastore_pool_tells_how_it_connects() -> None:
     assert isinstance(pool.kwargs, dict) and pool.kwargs["row_factory"] is dict_row
     assert (pool.kwargs["dbname"], pool.min_size, pool.timeout) == ("db", 3, 7)
     assert pool.closed
+
+
+class _NoIdsRecorder(SQLiteApplicationRecorder):
+    def insert_events(self, stored_events: Any, **kwargs: Any) -> None:
+        super().insert_events(stored_events, **kwargs)
+
+
+def test_the_event_store_builds_no_recordings_when_the_recorder_returns_no_ids(
+    tmp_path: Path,
+) -> None:
+    # The SQLite recorder's `insert_events` returns no notification ids (nothing reads
+    # them): the library's `EventStore.put` then builds no Recording objects.
+    class App(Application[uuid.UUID]):
+        name = "compat"
+
+    env = {
+        "PERSISTENCE_MODULE": "eventsourcing.sqlite",
+        "SQLITE_DBNAME": str(tmp_path / "app.db"),
+        "APPLICATION_RECORDER_TOPIC": f"{__name__}:_NoIdsRecorder",
+    }
+    app = App(env=env)
+    try:
+        thing = _Thing("a")
+        assert app.events.put(thing.collect_events()) == []
+        assert app.repository.get(thing.id).name == "a"
+    finally:
+        app.close()
+
+
+def test_the_factory_makes_the_mapper_class_it_is_given_with_the_canonical_transcoder() -> None:
+    # Ledger.construct_mapper passes its mapper class to the factory (the library's
+    # `mapper_class`), and EventMapper splices bytes the transcoder would have made: it
+    # encodes compact and without ASCII escapes, as canonical_json does.
+    from eventsourcing.persistence import InfrastructureFactory, JSONTranscoder
+
+    from session_ledger.domain.event_mapper import EventMapper
+
+    factory = InfrastructureFactory.construct(
+        {"PERSISTENCE_MODULE": "eventsourcing.popo"}  # type: ignore[arg-type]
+    )
+    mapper = factory.mapper(JSONTranscoder(), EventMapper)
+    assert type(mapper) is EventMapper, version("eventsourcing")
+    assert mapper.transcoder.encode({"a": ["é", 1, None]}) == '{"a":["é",1,null]}'.encode()
+
+
+def test_the_sqlite_transaction_hands_out_the_librarys_cursor(tmp_path: Path) -> None:
+    # WriteTransaction (write_turns.py) enters the library's SQLiteTransaction itself and
+    # closes the sqlite3 cursor its SQLiteCursor holds.
+    from eventsourcing.sqlite import SQLiteCursor, SQLiteTransaction
+
+    pool = SQLiteConnectionPool(db_name=str(tmp_path / "x.db"))
+    conn = pool.get_connection(is_writer=True)
+    try:
+        transaction = SQLiteTransaction(conn, commit=True)
+        cursor = transaction.__enter__()
+        assert isinstance(cursor, SQLiteCursor), version("eventsourcing")
+        cursor.execute("CREATE TABLE t (x)")
+        cursor.sqlite_cursor.close()
+        transaction.__exit__(None, None, None)
+    finally:
+        pool.put_connection(conn)
+        pool.close()

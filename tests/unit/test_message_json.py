@@ -201,3 +201,27 @@ def test_a_message_built_directly_takes_its_fields() -> None:
     m = ChatMessage("user", blocks)
     assert m.blocks == ({"block_type": "text", "text": "a"},) and m.additional_kwargs == {}
     assert m == ChatMessage.text("user", "a") and m.content == "a"
+
+
+def test_a_text_message_encodes_as_the_json_module_encodes_it_at_every_code_point() -> None:
+    """A text's JSON string is orjson's (messages.py): the json module's bytes for every
+    Unicode scalar value, each escape included, so a stored record and its hash do not
+    depend on which of the two made it."""
+    canonical = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+    scalar_values = [c for c in range(sys.maxunicode + 1) if not 0xD800 <= c <= 0xDFFF]
+    for start in range(0, len(scalar_values), 4096):
+        text = "".join(map(chr, scalar_values[start : start + 4096]))
+        for role, content in (("user", text), ("tool", f'"{text}\\')):
+            message = ChatMessage.text(role, content)
+            expected = {"role": role, "blocks": [{"block_type": "text", "text": content}],
+                        "additional_kwargs": {}}  # fmt: skip
+            assert message.to_json() == canonical.encode(expected)
+            assert ChatMessage.from_valid(expected).to_json() == canonical.encode(expected)
+
+
+def test_an_unchecked_message_with_a_lone_surrogate_encodes_as_before() -> None:
+    message = ChatMessage("user", [{"block_type": "text", "text": "a\ud800b"}])
+    assert message.to_json() == json.dumps(
+        {"role": "user", "blocks": [{"block_type": "text", "text": "a\ud800b"}],
+         "additional_kwargs": {}}, ensure_ascii=False, separators=(",", ":"),
+    )  # fmt: skip

@@ -10,9 +10,10 @@ import time
 from pathlib import Path
 
 import pytest
-from eventsourcing.persistence import OperationalError
+from eventsourcing.persistence import IntegrityError, OperationalError
+from eventsourcing.sqlite import SQLiteConnectionPool
 
-from session_ledger.projections.write_turns import WriteTurns, lock_file_of
+from session_ledger.projections.write_turns import WriteTransaction, WriteTurns, lock_file_of
 from tests.conftest import turn_held
 
 
@@ -96,3 +97,31 @@ def test_an_in_memory_database_takes_turns_without_a_file(tmp_path: Path) -> Non
 )
 def test_the_lock_file_sits_beside_the_database(db_name: str, lock_file: str) -> None:
     assert lock_file_of(db_name) == lock_file
+
+
+def test_a_write_transaction_that_fails_stores_nothing_and_lets_everything_go(
+    tmp_path: Path,
+) -> None:
+    """One object for the turn, the pool's writer connection, the transaction and its
+    cursor: a block that raises sqlite3's error raises the library's, rolls back, and
+    gives back the connection (and the pool's writer lock) and the turn."""
+    db_name = str(tmp_path / "ledger.db")
+    pool = SQLiteConnectionPool(db_name=db_name, pool_size=1, max_overflow=0, pool_timeout=0.1)
+    turns = WriteTurns(lock_file_of(db_name), timeout=0.1)
+    with WriteTransaction(pool, turns) as cursor:
+        cursor.execute("CREATE TABLE t (x INTEGER PRIMARY KEY)")
+        cursor.execute("INSERT INTO t VALUES (1)")
+    with pytest.raises(IntegrityError), WriteTransaction(pool, turns) as cursor:
+        cursor.execute("INSERT INTO t VALUES (2)")
+        cursor.execute("INSERT INTO t VALUES (1)")
+    with WriteTransaction(pool, turns) as cursor:  # at once: nothing is still held
+        cursor.execute("SELECT x FROM t")
+        assert [tuple(row) for row in cursor.fetchall()] == [(1,)]
+    with pytest.raises(KeyError), WriteTransaction(pool, turns) as cursor:
+        cursor.execute("INSERT INTO t VALUES (3)")
+        raise KeyError("the write failed")
+    with WriteTransaction(pool, turns) as cursor:
+        cursor.execute("SELECT count(*) FROM t")
+        assert cursor.fetchone()[0] == 1
+    pool.close()
+    turns.close()
