@@ -43,10 +43,10 @@ from .client_requests import (
 )  # fmt: skip
 from .schemas import (
     ApiKey,
-    AuditTrail,
+    AuditTrailAnswer,
     CreatedApiKey,
     MessageList,
-    SessionHead,
+    SessionHeadAnswer,
     SessionKeys,
     Status,
     WriteAnswer,
@@ -173,7 +173,7 @@ class LedgerClient:
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
 
-    def events(self, key: str, *, after: int = 0, limit: int = 100) -> AuditTrail:
+    def events(self, key: str, *, after: int = 0, limit: int = 100) -> AuditTrailAnswer:
         """A page of the session's audit trail; pass `next_after` back as `after`."""
         return self._send(Requests.events(key, after, limit))
 
@@ -199,7 +199,7 @@ class LedgerClient:
 
         return chunks()
 
-    def head(self, key: str, *, min_version: int | None = None) -> SessionHead:
+    def head(self, key: str, *, min_version: int | None = None) -> SessionHeadAnswer:
         """The session's version, counts and times (`min_version` as in `get`)."""
         return self._send(Requests.head(key, min_version))
 

@@ -29,10 +29,10 @@ from .client_requests import (
 )  # fmt: skip
 from .schemas import (
     ApiKey,
-    AuditTrail,
+    AuditTrailAnswer,
     CreatedApiKey,
     MessageList,
-    SessionHead,
+    SessionHeadAnswer,
     SessionKeys,
     Status,
     WriteAnswer,
@@ -155,7 +155,7 @@ class AsyncLedgerClient:
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
 
-    async def events(self, key: str, *, after: int = 0, limit: int = 100) -> AuditTrail:
+    async def events(self, key: str, *, after: int = 0, limit: int = 100) -> AuditTrailAnswer:
         """A page of the session's audit trail; pass `next_after` back as `after`."""
         return await self._send(Requests.events(key, after, limit))
 
@@ -182,7 +182,7 @@ class AsyncLedgerClient:
 
         return chunks()
 
-    async def head(self, key: str, *, min_version: int | None = None) -> SessionHead:
+    async def head(self, key: str, *, min_version: int | None = None) -> SessionHeadAnswer:
         """The session's version, counts and times (`min_version` as in `get`)."""
         return await self._send(Requests.head(key, min_version))
 

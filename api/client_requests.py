@@ -19,11 +19,11 @@ from session_ledger.domain.messages import ChatMessage
 from .schemas import (
     ApiKey,
     ApiKeyList,
-    AuditTrail,
+    AuditTrailAnswer,
     CreatedApiKey,
     MessageList,
     MessagePage,
-    SessionHead,
+    SessionHeadAnswer,
     SessionKeys,
     Status,
     WriteAnswer,
@@ -243,13 +243,13 @@ class Requests:
                        _at_least(params, min_version), session=key)  # fmt: skip
 
     @staticmethod
-    def events(key: str, after: int, limit: int) -> Request[AuditTrail]:
+    def events(key: str, after: int, limit: int) -> Request[AuditTrailAnswer]:
         params = {"after": after, "limit": limit}
-        return Request("GET", session_path(key, "/events"), AuditTrail, params)
+        return Request("GET", session_path(key, "/events"), AuditTrailAnswer, params)
 
     @staticmethod
-    def head(key: str, min_version: int | None = None) -> Request[SessionHead]:
-        return Request("GET", session_path(key), SessionHead, _at_least({}, min_version),
+    def head(key: str, min_version: int | None = None) -> Request[SessionHeadAnswer]:
+        return Request("GET", session_path(key), SessionHeadAnswer, _at_least({}, min_version),
                        session=key)  # fmt: skip
 
     @staticmethod

@@ -49,11 +49,11 @@ def moment_in_range(value: datetime | None) -> datetime | None:
         raise ValueError("the time in UTC must lie within years 1 to 9999") from None
 
 
-# Every time a route takes goes through this check (`AsOf`, or `InRange` beside a Field of
+# Every time a route takes goes through this check (`AsOfTime`, or `InRange` beside a Field of
 # its own), so none reaches a store out of range.
 InRange = AfterValidator(moment_in_range)
 # Fields of the routes' `RouteInputs` models (route_inputs.py), each with the default None.
-AsOf = Annotated[
+AsOfTime = Annotated[
     datetime | None,
     InRange,
     Field(description="Read the session as it was at this time (ISO 8601; no zone: UTC)."),
@@ -188,7 +188,7 @@ def on_session(
 
 
 @dataclass(frozen=True)
-class WriteOptions:
+class WriteRequestOptions:
     """Preconditions and audit data of one write, from its headers and query."""
 
     expected_version: int | None
@@ -233,7 +233,7 @@ class WriteInputs(RouteInputs):
         None, description="Why the change was made; kept in the audit trail.", max_length=4096
     )
 
-    def write_options(self) -> WriteOptions:
+    def write_options(self) -> WriteRequestOptions:
         """The write's options; malformed or contradictory preconditions are refused."""
         expected: int | None = None
         must_exist = False
@@ -252,11 +252,11 @@ class WriteInputs(RouteInputs):
             if must_exist or expected not in (None, 0):
                 raise PreconditionFailed("If-Match and If-None-Match: * cannot both hold")
             expected = 0
-        return WriteOptions(expected, must_exist, self.idempotency_key, self.reason)
+        return WriteRequestOptions(expected, must_exist, self.idempotency_key, self.reason)
 
     @classmethod
-    async def options(cls, request: Request) -> WriteOptions:
-        """The dependency of a write route: its inputs, parsed, as `WriteOptions`."""
+    async def options(cls, request: Request) -> WriteRequestOptions:
+        """The dependency of a write route: its inputs, parsed, as `WriteRequestOptions`."""
         return (await cls.parse(request)).write_options()
 
 
@@ -313,7 +313,7 @@ class PastInputs(RouteInputs):
     """The version or moment a read of the session is of (default: now)."""
 
     as_of_version: AsOfVersion = None
-    as_of: AsOf = None
+    as_of: AsOfTime = None
 
 
 class WindowInputs(PastInputs):
@@ -334,5 +334,5 @@ ExporterDep = Annotated[Principal, Depends(require(EXPORT))]
 ReadCall = Annotated[SessionCall, Depends(on_session(READ))]
 WriteCall = Annotated[SessionCall, Depends(on_session(WRITE))]
 AdminCall = Annotated[SessionCall, Depends(on_session(MANAGE_KEYS))]
-WriteOptionsDep = Annotated[WriteOptions, Depends(WriteInputs.options)]
+WriteOptionsDep = Annotated[WriteRequestOptions, Depends(WriteInputs.options)]
 ReadOptionsDep = Annotated[ReadOptions, Depends(ReadInputs.options)]

@@ -136,7 +136,7 @@ class FeedEvent(AuditEvent):
     key: str
 
 
-class AuditTrail(BaseModel):
+class AuditTrailAnswer(BaseModel):
     """A page of a session's events, oldest first; pass `next_after` as `after` for more."""
 
     events: list[AuditEvent]
@@ -159,7 +159,7 @@ class MessagePage(MessageList):
     )
 
 
-class SessionHead(BaseModel):
+class SessionHeadAnswer(BaseModel):
     """A session's summary: version, counts and timestamps."""
 
     key: str
@@ -234,7 +234,7 @@ class Status(BaseModel):
     status: Literal["ok", "ready"]
 
 
-class SessionSummary(SessionHead):
+class SessionSummary(SessionHeadAnswer):
     """A session's head and status, as the sessions list (or a replay) shows it."""
 
     status: Literal["active", "cleared"] = Field(

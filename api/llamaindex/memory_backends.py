@@ -1,7 +1,7 @@
 """Where the adapters' sessions live: an in-process `Ledger` or a server over HTTP.
 
 Both backends answer the same few calls with plain data (message dicts in LlamaIndex's
-JSON shape, `Head` tuples) and raise the domain's errors, so the adapters above hold
+JSON shape, `MemoryHead` tuples) and raise the domain's errors, so the adapters above hold
 all the behaviour once. Every call has an async twin named with an `a` prefix.
 """
 
@@ -33,7 +33,7 @@ KEYS_PAGE = 1000
 CLEARED = "HistoryCleared"
 
 
-class Head(NamedTuple):
+class MemoryHead(NamedTuple):
     """What the adapters need of a session's head."""
 
     version: int
@@ -47,7 +47,7 @@ class Backend(Protocol):
 
     key_fingerprint: str | None  # a server's: which API key (api_keys.py); None in process
 
-    def head(self, key: str) -> Head | None: ...
+    def head(self, key: str) -> MemoryHead | None: ...
     def get(self, key: str, token_limit: int | None, initial_token_count: int) -> list[dict]: ...
     def get_all(self, key: str, status: str, offset: int, limit: int | None) -> list[dict]: ...
     # Keys not cleared, in the order their sessions were made (SimpleChatStore's order).
@@ -71,7 +71,7 @@ class LocalBackend:
         self.write = {"tenant": tenant, "actor": actor}
         self.tokenizer = NamedTokenizer("caller", tokenizer) if tokenizer else None
 
-    def head(self, key: str) -> Head | None:
+    def head(self, key: str) -> MemoryHead | None:
         try:
             h = self.ledger.head(key, tenant=self.tenant)
         except SessionNotFound:
@@ -184,9 +184,9 @@ def _if_match(expected_version: int | None) -> dict[str, Any]:
     return {} if expected_version is None else {"if_match": expected_version}
 
 
-def _head(h: Any) -> Head:
-    """A head from either the domain's or the API's SessionHead."""
-    return Head(h.version, h.message_count, h.archived_count, h.last_event == CLEARED)
+def _head(h: Any) -> MemoryHead:
+    """A head from either the domain's or the API's SessionHeadAnswer."""
+    return MemoryHead(h.version, h.message_count, h.archived_count, h.last_event == CLEARED)
 
 
 def _nothing(_: Any) -> None:

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from session_ledger.domain.errors import InvalidInput, LedgerError, VersionConflict
 
-from .memory_backends import Head
+from .memory_backends import MemoryHead
 
 T = TypeVar("T")
 Call = tuple[str, tuple[Any, ...]]
@@ -66,8 +66,8 @@ async def arun(backend: Any, plan: Callable[..., Plan[T]], *args: Any, **kwargs:
     raise LedgerError(f"{plan.__name__} lost the race with other writers {RETRIES} times")
 
 
-def present(key: str) -> Plan[Head | None]:
-    head: Head | None = yield "head", (key,)
+def present(key: str) -> Plan[MemoryHead | None]:
+    head: MemoryHead | None = yield "head", (key,)
     return head if head is not None and not head.cleared else None
 
 
@@ -92,7 +92,7 @@ def set_messages(key: str, messages: list[dict]) -> Plan[None]:
 
 def insert_message(key: str, message: dict, index: int) -> Plan[None]:
     """`list.insert(index, message)` on the history, as one replace."""
-    head: Head | None = yield "head", (key,)
+    head: MemoryHead | None = yield "head", (key,)
     history = (yield from get_all(key)) if head else []
     history.insert(index, message)
     yield "set", (key, history, head.version if head else 0)
@@ -166,7 +166,7 @@ def history_page(key: str, status: str | None, offset: int, limit: int | None) -
 
 
 def count(key: str, status: str | None) -> Plan[int]:
-    head: Head | None = yield "head", (key,)
+    head: MemoryHead | None = yield "head", (key,)
     if head is None:
         return 0
     return {ACTIVE: head.message_count, ARCHIVED: head.archived_count}.get(

@@ -30,7 +30,7 @@ from ..routes.message_routes import HistoryInputs
 from ..routes.replay import replayed
 from ..routes.search import FoundEventOut, SearchInputs
 from ..routes.sessions import SessionListInputs
-from ..schemas import AuditEvent, SessionHead
+from ..schemas import AuditEvent, SessionHeadAnswer
 from ..session_responses import page_cursor
 
 VIA = "mcp"  # the access log's `via` parameter of a read made through this server
@@ -85,7 +85,7 @@ class LedgerReads:
         """The session's head (GET /v1/sessions/{key})."""
         inputs = self._allowed(who, READ, RouteInputs, {})
         head = self.ledger.head(key, tenant=who.tenant)
-        answer = SessionHead(
+        answer = SessionHeadAnswer(
             key=head.key, version=head.version, message_count=head.message_count,
             archived_count=head.archived_count, token_total=head.token_total,
             created_at=head.created_at, updated_at=head.updated_at, last_event=head.last_event,

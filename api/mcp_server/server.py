@@ -35,6 +35,7 @@ from session_ledger.domain.errors import LedgerError
 from session_ledger.domain.ledger import Ledger
 
 from ..auth import Forbidden, Principal
+from ..deps import AsOfTime, AsOfVersion
 from ..keystore import KeyStore
 from .read_tools import LedgerReads
 
@@ -55,14 +56,8 @@ TokenLimit = Annotated[
 InitialTokens = Annotated[
     int | None, Field(description="Tokens already spent before the window (default 0).")
 ]
-AsOfVersion = Annotated[
-    int | None, Field(description="Read the session as it was at this version.")
-]
 Cursor = Annotated[str | None, Field(description="`next_cursor` of the page before.")]
 Prefix = Annotated[str | None, Field(description="Session keys starting so.")]
-AsOf = Annotated[
-    datetime | None, Field(description="Read the session as it was at this time (ISO 8601, UTC).")
-]
 
 _caller: ContextVar[Principal | None] = ContextVar("ledger_mcp_caller", default=None)
 
@@ -165,7 +160,7 @@ def _tools(reads: LedgerReads) -> list[Callable[..., Awaitable[dict[str, Any]]]]
     async def context_window(
         session_key: SessionKey, token_limit: TokenLimit = None,
         initial_token_count: InitialTokens = None, as_of_version: AsOfVersion = None,
-        as_of: AsOf = None,
+        as_of: AsOfTime = None,
     ) -> dict[str, Any]:  # fmt: skip
         """The session's context window: its newest messages within `token_limit`, oldest
         first, as the agent is given them; with `as_of_version` or `as_of`, the window it
@@ -186,7 +181,7 @@ def _tools(reads: LedgerReads) -> list[Callable[..., Awaitable[dict[str, Any]]]]
         cursor: Annotated[str | None, Field(
             description="`next_cursor` of the page before: the page after it, of the same "
             "version (not with offset, as_of_version or as_of).")] = None,
-        as_of_version: AsOfVersion = None, as_of: AsOf = None,
+        as_of_version: AsOfVersion = None, as_of: AsOfTime = None,
     ) -> dict[str, Any]:  # fmt: skip
         """A page of the session's history, oldest first; follow `next_cursor` for the
         rest (null: the last page). With `as_of_version` or `as_of`: the history then."""
@@ -200,7 +195,7 @@ def _tools(reads: LedgerReads) -> list[Callable[..., Awaitable[dict[str, Any]]]]
         return await _as_caller(lambda who: reads.head(who, session_key))
 
     async def replay(
-        session_key: SessionKey, as_of_version: AsOfVersion = None, as_of: AsOf = None,
+        session_key: SessionKey, as_of_version: AsOfVersion = None, as_of: AsOfTime = None,
         token_limit: TokenLimit = None, initial_token_count: InitialTokens = None,
     ) -> dict[str, Any]:  # fmt: skip
         """The session as it stood at a version or moment (default: now): its head then,

@@ -12,7 +12,7 @@ from ..auth import READ
 from ..deps import BIG, SessionCall, on_session
 from ..http_errors import ERROR_RESPONSES
 from ..route_inputs import RouteInputs
-from ..schemas import AuditEvent, AuditTrail
+from ..schemas import AuditEvent, AuditTrailAnswer
 from ..session_responses import etag
 
 router = APIRouter(
@@ -26,11 +26,11 @@ class AuditInputs(RouteInputs):
     limit: int = Field(100, ge=1, le=1000)
 
 
-@router.get("/{key}/events", response_model=AuditTrail)
+@router.get("/{key}/events", response_model=AuditTrailAnswer)
 def get_audit_trail(
     call: Annotated[SessionCall, Depends(on_session(READ, "audit"))], response: Response,
     inputs: Annotated[AuditInputs, Depends(AuditInputs.parse)],
-) -> AuditTrail:  # fmt: skip
+) -> AuditTrailAnswer:  # fmt: skip
     """The session's audit trail: its events, oldest first, with actor, reason and changes."""
     key, who, ledger = call
     limit = inputs.limit
@@ -38,6 +38,6 @@ def get_audit_trail(
     # The version after the events are read: no event of the page is newer than the ETag.
     etag(response, ledger.head(key, tenant=who.tenant).version)
     events = [AuditEvent(**vars(e)) for e in entries]
-    return AuditTrail(
+    return AuditTrailAnswer(
         events=events, next_after=events[-1].version if len(events) == limit else None
     )

@@ -32,8 +32,8 @@ from ..deps import (
     SessionCall,
     WindowInputs,
     WriteCall,
-    WriteOptions,
     WriteOptionsDep,
+    WriteRequestOptions,
     on_session,
     short_read,
     short_write,
@@ -49,7 +49,7 @@ router = APIRouter(
 )  # fmt: skip
 
 
-def _precondition(ledger: LedgerDep, key: str, tenant: str, options: WriteOptions) -> None:
+def _precondition(ledger: LedgerDep, key: str, tenant: str, options: WriteRequestOptions) -> None:
     if options.must_exist:
         try:
             ledger.head(key, tenant=tenant, latest=True)
@@ -58,7 +58,7 @@ def _precondition(ledger: LedgerDep, key: str, tenant: str, options: WriteOption
 
 
 async def _write(
-    request: Request, call: SessionCall, options: WriteOptions,
+    request: Request, call: SessionCall, options: WriteRequestOptions,
     command: Callable[[Ledger, str, dict[str, Any]], WriteResult], creates: bool = False,
 ) -> Response:  # fmt: skip
     """`command(ledger, key, kwargs)` after the write's precondition, on the event loop

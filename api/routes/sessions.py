@@ -13,7 +13,7 @@ from ..auth import READ
 from ..deps import TEXT_PATTERN, LedgerDep, ReaderDep, ReadOptionsDep, SessionCall, on_session
 from ..http_errors import ERROR_RESPONSES
 from ..route_inputs import RouteInputs
-from ..schemas import SessionHead, SessionKeys
+from ..schemas import SessionHeadAnswer, SessionKeys
 from ..session_responses import etag, not_modified
 
 router = APIRouter(
@@ -22,18 +22,18 @@ router = APIRouter(
 )  # fmt: skip
 
 
-@router.get("/{key}", response_model=SessionHead)
+@router.get("/{key}", response_model=SessionHeadAnswer)
 def get_session(
     call: Annotated[SessionCall, Depends(on_session(READ, "head"))], response: Response,
     read_options: ReadOptionsDep,
-) -> SessionHead | Response:  # fmt: skip
+) -> SessionHeadAnswer | Response:  # fmt: skip
     """The session's version, message counts, token total and times."""
     key, who, ledger = call
     head = ledger.head(key, tenant=who.tenant, min_version=read_options.min_version)
     if head.version in read_options.held:
         return not_modified(head.version)
     etag(response, head.version)
-    return SessionHead(
+    return SessionHeadAnswer(
         key=head.key, version=head.version, message_count=head.message_count,
         archived_count=head.archived_count, token_total=head.token_total,
         created_at=head.created_at, updated_at=head.updated_at, last_event=head.last_event,
