@@ -32,16 +32,16 @@ _memory_stores = itertools.count()
 CONNECTIONS = "inspects SQLiteSession's per-thread sqlite3 connections (session._connections)"
 CORRUPT_ROWS = (
     "writes a corrupt row into SQLiteSession's table by hand; the ledger refuses what is "
-    "not JSON at the write (test_openai_agents_session.py: bad items)"
+    "not JSON at the write (tests/openai_agents/test_ledger_session.py: bad items)"
 )
 WRITE_LOCK = (
     "probes the SQLite file's write lock and transactions after a failed write; a failed "
-    "ledger write stores nothing (test_openai_agents_session.py: bad items)"
+    "ledger write stores nothing (tests/openai_agents/test_ledger_session.py: bad items)"
 )
 FILE_LOCK = "inspects SQLiteSession's process-wide file lock table (_file_locks)"
 COMMIT_HOOK = (
     "pauses a hand-made sqlite3 connection's commit; the same cancellation is tested "
-    "on the ledger's write in test_openai_agents_session.py"
+    "on the ledger's write in tests/openai_agents/test_ledger_session.py"
 )
 SKIPPED = {
     "test_sqlite_session_close_closes_worker_thread_connections": CONNECTIONS,

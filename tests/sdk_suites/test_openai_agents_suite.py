@@ -71,7 +71,7 @@ def run_suite(root: Path, tmp_path: Path, url: str, api_key: str | None = None) 
         else:
             passed += 1
     assert not failed, f"{failed}\n{done.stdout[-4000:]}"
-    assert set(skipped) == set(SKIPPED), skipped
+    assert set(skipped) <= set(SKIPPED), skipped  # (an older checkout has fewer of them)
     assert all("SQLite internals" in reason for reason in skipped.values())
     assert passed >= 50, done.stdout[-2000:]  # the suite ran, not merely collected
     print(f"{url}: {passed} passed, {len(skipped)} tests skipped ({done.stdout.splitlines()[-1]})")
