@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from .errors import InvalidInput, InvalidMessage, InvalidSessionKey, PayloadTooLarge
 from .messages import ChatMessage, EncodedMessages
@@ -46,10 +46,10 @@ class Limits:
     max_answer_bytes: int = 16 * 1024 * 1024
 
 
-@dataclass(frozen=True)
-class ParsedMessages:
+class ParsedMessages(NamedTuple):
     """A write's messages, checked: the values, their dicts (the event's payload, with
-    their JSON array: `EncodedMessages`) and their canonical JSON (what the views keep)."""
+    their JSON array: `EncodedMessages`) and their canonical JSON (what the views keep).
+    A named tuple: every write makes one, and a frozen dataclass costs more to make."""
 
     messages: list[ChatMessage]
     dicts: EncodedMessages
@@ -60,7 +60,9 @@ def parse_messages(
     messages: Iterable[ChatMessage | Mapping[str, Any]], limits: Limits, *, allow_empty: bool
 ) -> ParsedMessages:
     """Validate a write's messages (once: `ChatMessage.parse`) against the size limits."""
-    if isinstance(messages, str | bytes | Mapping) or not isinstance(messages, Iterable):
+    if type(messages) is not list and (  # (a list, as most writes give: no ABC checks)
+        isinstance(messages, str | bytes | Mapping) or not isinstance(messages, Iterable)
+    ):
         raise InvalidInput("messages must be a list of messages")
     parsed = []
     for i, m in enumerate(messages):

@@ -84,7 +84,10 @@ class NamedTokenizer:
             found = _CHUNK_BREAK.search(text, 0, _BREAK_SEARCH_CHARS)
             head = text[: found.start()] if found else text
             if len(head) <= _CACHED_HEAD_CHARS:  # first words repeat: count each once
-                return TokenCount(alone, alone + _space_cost(self.tokens, head))
+                # (Cached under the counting function itself where there is one: a bound
+                # `self.tokens` would hash this dataclass's fields at every count.)
+                length = self.tokens if self.length is None else self.length
+                return TokenCount(alone, alone + _space_cost(length, head))
             if found is None:  # one long run (a long word, most CJK text): the head is all
                 return TokenCount(alone, self.tokens(" " + text))
             return TokenCount(alone, alone + self.tokens(" " + head) - self.tokens(head))

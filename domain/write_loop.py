@@ -46,7 +46,7 @@ from .errors import (
 )
 from .inputs import check_key, check_write_options, new_key_refusal, request_digest
 from .messages import ChatMessage
-from .observer import WRITE
+from .observer import SILENT, WRITE
 from .ports import OutcomeUnknown, PriorWrite, SessionViews, WriteBatch, WriteResult
 from .session import Session, session_id
 from .tokens import TokenCount
@@ -222,15 +222,17 @@ class WriteLoop:
                 observer.write_retried()
                 policy = policy.lost_race(attempt)
                 continue
-            observer.events_written([type(event).__name__ for event in batch.events])
+            if observer is not SILENT:  # (no list of names made for no one)
+                observer.events_written([type(event).__name__ for event in batch.events])
+            result = WriteResult(session.version, session.message_count, removed=removed)
+            self._snapshot_if_due(session, len(batch.events))
             cache = self._repository.cache
             if cache is not None:
-                # A copy: what the cache holds is the cache's alone. A writer whose copy
-                # proves stale takes it out and catches it up in place (`_load`); had it
-                # taken this object, this write could answer with that write's version.
-                cache.put(sid, session.copy())
-            self._snapshot_if_due(session, len(batch.events))
-            return WriteResult(session.version, session.message_count, removed=removed)
+                # The session itself, which this write reads no more: what the cache holds
+                # is the cache's alone (a write takes a copy of it, `_cached`; a writer
+                # whose copy proves stale takes it out and catches it up in place).
+                cache.put(sid, session)
+            return result
         raise LedgerError(f"session {key!r}: write lost the race {self._retries} times; try again")
 
     def _settled(
