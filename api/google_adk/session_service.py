@@ -45,10 +45,15 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple, TypeVar
 from urllib.parse import quote, unquote
 
-from google.adk.errors._stale_session_error import StaleSessionError
+from google.adk.errors import StaleSessionError
 from google.adk.errors.already_exists_error import AlreadyExistsError
 from google.adk.errors.session_not_found_error import SessionNotFoundError
 from google.adk.events.event import Event
+
+# ADK's own split of a state delta into its scopes (`app:`, `user:`, the session's; `temp:`
+# dropped), values made JSON-safe as its database service makes them: the one private
+# name the adapter uses, so that state is kept exactly as ADK's services keep it (the
+# google-adk pin, <3, covers it; the ADK suite in tests/sdk_suites checks it).
 from google.adk.sessions import _session_util
 from google.adk.sessions.base_session_service import (
     BaseSessionService,
