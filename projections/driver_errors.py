@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Sequence
+from types import ModuleType
 
 import psycopg
 from eventsourcing import persistence
@@ -73,6 +74,20 @@ class DriverErrors:
         return error
 
 
+# PEP 249's exception names, the most derived first (`Error` and `DatabaseError` last):
+# every driver raises these, and the library's persistence module names its own the same.
+_PEP249 = (
+    "InterfaceError", "DataError", "OperationalError", "IntegrityError", "InternalError",
+    "ProgrammingError", "NotSupportedError", "DatabaseError",
+)  # fmt: skip
+
+
+def _pep249(driver: ModuleType) -> Pairs:
+    """A PEP 249 driver's exceptions paired with the library's of the same name."""
+    pairs = [(getattr(driver, name), getattr(persistence, name)) for name in _PEP249]
+    return (*pairs, (driver.Error, persistence.PersistenceError))
+
+
 def _sqlite_missing(error: BaseException) -> bool:
     return isinstance(error, sqlite3.OperationalError) and "no such table" in str(error)
 
@@ -82,34 +97,14 @@ def _postgres_missing(error: BaseException) -> bool:
 
 
 SQLITE = DriverErrors(
-    library=(
-        (sqlite3.InterfaceError, persistence.InterfaceError),
-        (sqlite3.DataError, persistence.DataError),
-        (sqlite3.OperationalError, persistence.OperationalError),
-        (sqlite3.IntegrityError, persistence.IntegrityError),
-        (sqlite3.InternalError, persistence.InternalError),
-        (sqlite3.ProgrammingError, persistence.ProgrammingError),
-        (sqlite3.NotSupportedError, persistence.NotSupportedError),
-        (sqlite3.DatabaseError, persistence.DatabaseError),
-        (sqlite3.Error, persistence.PersistenceError),
-    ),
+    library=_pep249(sqlite3),
     missing=_sqlite_missing,
     # Busy or locked past the timeout, a disk I/O error, a file it cannot open now.
     unavailable=((sqlite3.OperationalError, "SQLite"),),
 )
 
 POSTGRES = DriverErrors(
-    library=(
-        (psycopg.InterfaceError, persistence.InterfaceError),
-        (psycopg.OperationalError, persistence.OperationalError),
-        (psycopg.DataError, persistence.DataError),
-        (psycopg.IntegrityError, persistence.IntegrityError),
-        (psycopg.InternalError, persistence.InternalError),
-        (psycopg.ProgrammingError, persistence.ProgrammingError),
-        (psycopg.NotSupportedError, persistence.NotSupportedError),
-        (psycopg.DatabaseError, persistence.DatabaseError),
-        (psycopg.Error, persistence.PersistenceError),
-    ),
+    library=_pep249(psycopg),
     missing=_postgres_missing,
     # No pooled connection within the wait: nothing was sent, so a retry would wait again.
     unavailable=(
