@@ -168,23 +168,29 @@ def worker(subject: str, writes: int, made: int) -> None:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def count(subject: str, writes: int, made: int) -> int:
-    """The instructions (Ir) of one process of `subject` doing WARM + `writes` writes."""
+def callgrind_total(name: str, module: str, args: list[str], env: dict[str, str]) -> int:
+    """Callgrind's total instructions (Ir) of one `python -m module *args` process, with
+    `env` as its whole environment (`name`: what a failure names)."""
     with tempfile.TemporaryDirectory(dir=SCRATCH) as out:
         target = Path(out) / "callgrind.out"
-        env = {**os.environ, "PYTHONHASHSEED": "0"}
         done = subprocess.run(
             ["valgrind", "--tool=callgrind", f"--callgrind-out-file={target}",
-             sys.executable, "-m", "bench.instructions",
-             "--worker", subject, str(writes), str(made)],
+             sys.executable, "-m", module, *args],
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
         if done.returncode != 0:
-            raise RuntimeError(f"{subject} failed under callgrind:\n{done.stderr[-3000:]}")
+            raise RuntimeError(f"{name} failed under callgrind:\n{done.stderr[-3000:]}")
         totals = re.search(r"^totals: (\d+)", target.read_text(errors="replace"), re.M)
         if totals is None:
-            raise RuntimeError(f"no totals in callgrind's output for {subject}")
+            raise RuntimeError(f"no totals in callgrind's output for {name}")
         return int(totals.group(1))
+
+
+def count(subject: str, writes: int, made: int) -> int:
+    """The instructions (Ir) of one process of `subject` doing WARM + `writes` writes."""
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    args = ["--worker", subject, str(writes), str(made)]
+    return callgrind_total(subject, "bench.instructions", args, env)
 
 
 def main() -> None:

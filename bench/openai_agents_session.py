@@ -27,10 +27,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import re
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.corpus import conversation
+from bench.instructions import SCRATCH, callgrind_total
 from bench.results import write_diagnostic
 
 STORES = ("LedgerSession", "SQLiteSession")
@@ -97,7 +96,7 @@ async def measure(name: str, folder: Path, items: list[dict[str, Any]]) -> dict[
 def worker(name: str, writes: int) -> None:
     """In a process under callgrind: WARM + `writes` single-item add_items calls."""
     items = [dict(m) for m in conversation(WARM + writes)]
-    folder = Path(tempfile.mkdtemp(prefix="agents-", dir=_scratch()))
+    folder = Path(tempfile.mkdtemp(prefix="agents-", dir=SCRATCH))
     try:
         session, close = open_store(name, folder)
         loop = asyncio.new_event_loop()
@@ -109,26 +108,12 @@ def worker(name: str, writes: int) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _scratch() -> Path | None:
-    return Path("/dev/shm") if Path("/dev/shm").is_dir() else None
-
-
 def instructions(name: str, writes: int) -> int:
-    """Callgrind's total instructions of one worker process of `name`."""
-    with tempfile.TemporaryDirectory(dir=_scratch()) as out:
-        target = Path(out) / "callgrind.out"
-        done = subprocess.run(
-            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={target}", sys.executable,
-             "-m", "bench.openai_agents_session", "--worker", name, str(writes)],
-            env={"PYTHONHASHSEED": "0", "PATH": "/usr/bin:/bin"},
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=False,
-        )  # fmt: skip
-        if done.returncode != 0:
-            raise RuntimeError(f"{name} failed under callgrind:\n{done.stderr[-3000:]}")
-        totals = re.search(r"^totals: (\d+)", target.read_text(errors="replace"), re.M)
-        if totals is None:
-            raise RuntimeError(f"no totals in callgrind's output for {name}")
-        return int(totals.group(1))
+    """Callgrind's total instructions of one worker process of `name` (the ledger's
+    default settings: no LEDGER_* variables reach it)."""
+    env = {"PYTHONHASHSEED": "0", "PATH": "/usr/bin:/bin"}
+    args = ["--worker", name, str(writes)]
+    return callgrind_total(name, "bench.openai_agents_session", args, env)
 
 
 def main() -> None:
