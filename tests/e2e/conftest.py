@@ -25,7 +25,10 @@ from typing import IO
 import httpx
 import pytest
 
+from session_ledger.api.bootstrap import open_ledger
 from session_ledger.api.client import LedgerClient
+from session_ledger.api.settings import Settings
+from session_ledger.domain.ledger import Ledger
 from tests.conftest import fresh_postgres_database
 
 LIMITS = {
@@ -161,6 +164,24 @@ def deployment(
         for role in ("agent", "admin"):
             ids[f"b_{role}"], keys[f"b_{role}"] = _cli_key(server.env, "tenant-b", role)
         yield Deployment(server, request.param, keys, ids)
+
+
+@pytest.fixture(scope="session")
+def server_ledgers() -> Iterator[dict[str, Ledger]]:
+    """In-process Ledgers on the servers' own databases, one per database URL (to read
+    what a server stored: its audit trail, past versions, the export)."""
+    opened: dict[str, Ledger] = {}
+    yield opened
+    for ledger in opened.values():
+        ledger.close()
+
+
+def server_ledger(served: Deployment, opened: dict[str, Ledger]) -> Ledger:
+    """The in-process Ledger on `served`'s database (opened once, kept in `opened`)."""
+    url = served.server.env["LEDGER_DATABASE_URL"]
+    if url not in opened:
+        opened[url] = open_ledger(Settings(database_url=url, tokenizer="whitespace"))
+    return opened[url]
 
 
 @pytest.fixture

@@ -15,8 +15,6 @@ from typing import Any
 
 import pytest
 
-from session_ledger.api.bootstrap import open_ledger
-from session_ledger.api.settings import Settings
 from session_ledger.domain.ledger import Ledger
 from tests.conftest import make_ledger, make_settings
 from tests.e2e import conftest as e2e
@@ -24,6 +22,7 @@ from tests.e2e.conftest import Deployment
 
 # The e2e fixtures, reused: a real `serve` process per store, with API keys.
 deployment = e2e.deployment
+server_ledgers = e2e.server_ledgers
 
 
 @dataclass
@@ -46,22 +45,6 @@ def local_ledger(tmp_path: Path) -> Iterator[Ledger]:
     ledger = make_ledger(make_settings("memory", tmp_path))
     yield ledger
     ledger.close()
-
-
-@pytest.fixture(scope="session")
-def server_ledgers() -> Iterator[dict[str, Ledger]]:
-    """In-process Ledgers on the servers' own databases (to read their audit trails)."""
-    opened: dict[str, Ledger] = {}
-    yield opened
-    for ledger in opened.values():
-        ledger.close()
-
-
-def _server_ledger(served: Deployment, opened: dict[str, Ledger]) -> Ledger:
-    url = served.server.env["LEDGER_DATABASE_URL"]
-    if url not in opened:
-        opened[url] = open_ledger(Settings(database_url=url, tokenizer="whitespace"))
-    return opened[url]
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -96,5 +79,5 @@ def where(
     kwargs = {"url": deployment.base_url, "api_key": deployment.keys["a_agent"]}
     opened = request.getfixturevalue("server_ledgers")
     return Where(
-        f"remote-{deployment.store}", kwargs, lambda: _server_ledger(deployment, opened), prefix
+        f"remote-{deployment.store}", kwargs, lambda: e2e.server_ledger(deployment, opened), prefix
     )

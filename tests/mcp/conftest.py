@@ -16,8 +16,6 @@ from typing import Any
 import httpx
 import pytest
 
-from session_ledger.api.bootstrap import open_ledger
-from session_ledger.api.settings import Settings
 from session_ledger.domain.ledger import Ledger
 from tests.e2e import conftest as e2e
 from tests.e2e.conftest import CLI, STARTUP_SECONDS, Deployment, free_port
@@ -30,6 +28,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 deployment = e2e.deployment
 session_key = e2e.session_key
+server_ledgers = e2e.server_ledgers
 TENANT = "default"  # tenant A, the servers' default tenant
 
 
@@ -106,15 +105,6 @@ class Mcp:
             yield session
 
 
-@pytest.fixture(scope="session")
-def server_ledgers() -> Iterator[dict[str, Ledger]]:
-    """In-process Ledgers on the servers' own stores, one per store."""
-    opened: dict[str, Ledger] = {}
-    yield opened
-    for ledger in opened.values():
-        ledger.close()
-
-
 @pytest.fixture(params=["stdio", "http"])
 def transport(request: pytest.FixtureRequest) -> str:
     return str(request.param)
@@ -125,8 +115,5 @@ def mcp_server(
     request: pytest.FixtureRequest, transport: str, deployment: Deployment,
     server_ledgers: dict[str, Ledger],
 ) -> Mcp:  # fmt: skip
-    url = deployment.server.env["LEDGER_DATABASE_URL"]
-    if url not in server_ledgers:
-        server_ledgers[url] = open_ledger(Settings(database_url=url, tokenizer="whitespace"))
     http = request.getfixturevalue("mcp_http") if transport == "http" else None
-    return Mcp(transport, deployment, http, server_ledgers[url])
+    return Mcp(transport, deployment, http, e2e.server_ledger(deployment, server_ledgers))

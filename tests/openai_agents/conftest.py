@@ -16,15 +16,14 @@ from typing import Any
 
 import pytest
 
-from session_ledger.api.bootstrap import open_ledger
 from session_ledger.api.openai_agents import LedgerSession
-from session_ledger.api.settings import Settings
 from session_ledger.domain.ledger import Ledger
 from tests.conftest import make_ledger, make_settings
 from tests.e2e import conftest as e2e
 from tests.e2e.conftest import Deployment
 
 deployment = e2e.deployment  # a real `serve` process per store, with API keys
+server_ledgers = e2e.server_ledgers
 
 
 @dataclass
@@ -40,15 +39,6 @@ class Where:
 
     def session(self, name: str, **kwargs: Any) -> LedgerSession:
         return LedgerSession(name, key=self.prefix + name, **self.kwargs, **kwargs)
-
-
-@pytest.fixture(scope="session")
-def server_ledgers() -> Iterator[dict[str, Ledger]]:
-    """In-process Ledgers on the servers' own databases (to read their audit trails)."""
-    opened: dict[str, Ledger] = {}
-    yield opened
-    for ledger in opened.values():
-        ledger.close()
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -85,11 +75,4 @@ def where(
         return
     opened: dict[str, Ledger] = request.getfixturevalue("server_ledgers")
     kwargs = {"url": deployment.base_url, "api_key": deployment.keys["a_agent"]}
-    yield Where(f"remote-{store}", kwargs, _server_ledger(deployment, opened), prefix, kwargs)
-
-
-def _server_ledger(served: Deployment, opened: dict[str, Ledger]) -> Ledger:
-    url = served.server.env["LEDGER_DATABASE_URL"]
-    if url not in opened:
-        opened[url] = open_ledger(Settings(database_url=url, tokenizer="whitespace"))
-    return opened[url]
+    yield Where(f"remote-{store}", kwargs, e2e.server_ledger(deployment, opened), prefix, kwargs)
