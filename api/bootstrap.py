@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -168,6 +169,26 @@ def open_ledger(
         stream_flush_ms=settings.stream_flush_ms,
         observer=observer,
     )
+
+
+_shared: dict[str, Ledger] = {}
+_shared_lock = threading.Lock()
+
+
+def shared_ledger(url: str) -> Ledger:
+    """The one Ledger of this process on database `url`, opened on first use with the
+    other settings from the `LEDGER_*` environment (its tables must exist unless
+    auto-migrate is on): what an agent SDK adapter given `url=` writes through, so that
+    its sessions and any other on the same database share one ledger and its cache.
+    InvalidInput for memory://, which would name a new empty store each time."""
+    if url.startswith("memory://"):
+        raise InvalidInput(
+            "memory:// names a new empty store each time: pass the Ledger itself (ledger=)"
+        )
+    with _shared_lock:
+        if url not in _shared:
+            _shared[url] = open_ledger(Settings(database_url=url))
+        return _shared[url]
 
 
 def reads_in_process(ledger: Ledger) -> bool:

@@ -576,9 +576,6 @@ def _user_key(app: str, user: str) -> str:
 
 # -- where the sessions live ----------------------------------------------------------
 
-_local_ledgers: dict[str, Ledger] = {}
-_local_lock = threading.Lock()
-
 
 def _make_store(
     ledger: Ledger | None, url: str | None, api_key: str | None, tenant: str | None,
@@ -596,15 +593,9 @@ def _make_store(
         if tenant is not None or actor is not None:
             raise InvalidInput("over HTTP the API key decides the tenant and the actor")
         return RemoteStore(url, key)
-    if url.startswith("memory://"):
-        raise InvalidInput("memory:// names a new empty store each time: pass ledger=")
-    from ..bootstrap import open_ledger  # the composition root picks the store
-    from ..settings import Settings
+    from ..bootstrap import shared_ledger  # the composition root picks the store
 
-    with _local_lock:
-        if url not in _local_ledgers:
-            _local_ledgers[url] = open_ledger(Settings(database_url=url))
-        return LocalStore(_local_ledgers[url], tenant=tenant, actor=actor)
+    return LocalStore(shared_ledger(url), tenant=tenant, actor=actor)
 
 
 async def _thread(call: Callable[..., T], *args: Any) -> T:

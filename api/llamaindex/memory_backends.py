@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import threading
 import weakref
 from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
@@ -254,9 +253,6 @@ def _wires(messages: list[ChatMessage]) -> list[dict[str, Any]]:
 
 # -- choosing a backend ------------------------------------------------------------------
 
-_local_ledgers: dict[str, Ledger] = {}
-_local_lock = threading.Lock()
-
 
 def is_remote(url: str) -> bool:
     return url.startswith(("http://", "https://"))
@@ -279,20 +275,12 @@ def open_local(url: str) -> Ledger:
     recorded without its password takes it from `LEDGER_DATABASE_URL` when that names
     the same database.
     """
-    from ..bootstrap import open_ledger  # the composition root picks the store
-    from ..settings import Settings
+    from ..bootstrap import shared_ledger  # the composition root picks the store
 
-    if url.startswith("memory://"):
-        raise InvalidInput(
-            "memory:// names a new empty store each time: pass the Ledger itself (ledger=)"
-        )
     configured = os.environ.get(DATABASE_URL_ENV, "")
     if configured and without_password(configured) == url:
         url = configured
-    with _local_lock:
-        if url not in _local_ledgers:
-            _local_ledgers[url] = open_ledger(Settings(database_url=url))
-        return _local_ledgers[url]
+    return shared_ledger(url)
 
 
 def make_backend(

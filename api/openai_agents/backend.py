@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import threading
 from typing import Any, Protocol
 
 from session_ledger.domain.errors import InvalidInput, MessageNotFound, SessionNotFound
@@ -132,10 +131,6 @@ def _items(messages: list[ChatMessage]) -> list[Any]:
     return [from_chat_message(m) for m in messages]
 
 
-_opened: dict[str, Ledger] = {}
-_opened_lock = threading.Lock()
-
-
 def open_items(
     *, ledger: Ledger | None, url: str | None, api_key: str | None, tenant: str | None,
     actor: str | None,
@@ -158,12 +153,6 @@ def open_items(
         if not api_key:
             raise InvalidInput(f"no API key for {url}: pass api_key= or set {API_KEY_ENV}")
         return RemoteItems(url, api_key)
-    if url.startswith("memory://"):
-        raise InvalidInput("memory:// names a new empty store each time: pass ledger=")
-    from ..bootstrap import open_ledger  # the composition root picks the store
-    from ..settings import Settings
+    from ..bootstrap import shared_ledger  # the composition root picks the store
 
-    with _opened_lock:
-        if url not in _opened:
-            _opened[url] = open_ledger(Settings(database_url=url))
-        return LocalItems(_opened[url], tenant=tenant, actor=actor)
+    return LocalItems(shared_ledger(url), tenant=tenant, actor=actor)
