@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import ast
 import re
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-FOLDERS = ("domain", "projections", "api")
+from tests.source_trees import parsed_sources
+
 COMPOSITION_ROOT = "api/bootstrap.py"
 BACKEND_CLASS = re.compile(r"(SQLite|Postgres)\w*(Store|Table|Factory)")
 # What the URL picks on each backend: the rule above must keep finding them.
@@ -22,14 +21,6 @@ PICKED = {
     "SQLiteLedgerFactory", "PostgresLedgerFactory", "SQLiteKeyTable", "PostgresKeyTable",
     "SQLiteLimitStore", "PostgresLimitStore",
 }  # fmt: skip
-
-
-def sources() -> dict[str, ast.Module]:
-    found = {}
-    for folder in FOLDERS:
-        for path in sorted((ROOT / folder).rglob("*.py")):
-            found[path.relative_to(ROOT).as_posix()] = ast.parse(path.read_text("utf-8"))
-    return found
 
 
 def backend_classes(trees: dict[str, ast.Module]) -> dict[str, str]:
@@ -75,11 +66,11 @@ def naming_backends(trees: dict[str, ast.Module], classes: dict[str, str]) -> li
 
 
 def test_the_backends_picked_by_a_url_are_found() -> None:
-    assert set(backend_classes(sources())) >= PICKED
+    assert set(backend_classes(parsed_sources())) >= PICKED
 
 
 def test_only_the_composition_root_names_a_backend() -> None:
-    trees = sources()
+    trees = parsed_sources()
     assert naming_backends(trees, backend_classes(trees)) == []
 
 

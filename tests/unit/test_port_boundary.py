@@ -6,12 +6,11 @@ projections/ and api/."""
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-FOLDERS = ("domain", "projections", "api")
+from tests.source_trees import parsed_sources
+
 COMPOSITION_ROOT = "api/bootstrap.py"
 # The classes behind the ports (SessionViews, EvidenceStore) and the stores' recorders.
 CONCRETE = {
@@ -25,14 +24,6 @@ CONCRETE = {
 NAMEDTUPLE_API = {"_replace", "_asdict", "_fields", "_make"}
 # eventsourcing's private names that its compatibility module exists to reach (none now).
 LIBRARY_PRIVATE: dict[str, set[str]] = {"projections/eventsourcing_compat.py": set()}
-
-
-def sources() -> dict[str, ast.Module]:
-    found = {}
-    for folder in FOLDERS:
-        for path in sorted((ROOT / folder).rglob("*.py")):
-            found[path.relative_to(ROOT).as_posix()] = ast.parse(path.read_text("utf-8"))
-    return found
 
 
 def _defined_private(tree: ast.Module) -> set[str]:
@@ -87,7 +78,7 @@ def downcasts(name: str, tree: ast.Module, concrete: set[str]) -> list[str]:
 
 
 def test_the_concrete_classes_named_exist() -> None:
-    trees = sources()
+    trees = parsed_sources()
     for module, classes in CONCRETE.items():
         defined = {n.name for n in ast.walk(trees[module]) if isinstance(n, ast.ClassDef)}
         assert classes <= defined, f"{module} no longer defines {classes - defined}"
@@ -97,7 +88,7 @@ def test_no_port_is_narrowed_outside_the_composition_root() -> None:
     concrete = set().union(*CONCRETE.values())
     found = [
         problem
-        for name, tree in sources().items()
+        for name, tree in parsed_sources().items()
         if name != COMPOSITION_ROOT
         for problem in downcasts(name, tree, concrete)
     ]
@@ -105,7 +96,11 @@ def test_no_port_is_narrowed_outside_the_composition_root() -> None:
 
 
 def test_no_module_reaches_into_another_modules_private_names() -> None:
-    found = [problem for name, tree in sources().items() for problem in private_reaches(name, tree)]
+    found = [
+        problem
+        for name, tree in parsed_sources().items()
+        for problem in private_reaches(name, tree)
+    ]
     assert found == []
 
 
