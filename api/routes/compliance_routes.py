@@ -15,7 +15,7 @@ from ..deps import AdminCall
 from ..http_errors import ERROR_RESPONSES
 from ..route_inputs import RouteInputs
 from ..schemas import EraseIn, HoldIn, WriteAnswer
-from ..session_responses import etag
+from ..session_responses import etag, written
 
 router = APIRouter(prefix="/v1/sessions", tags=["compliance"], responses=ERROR_RESPONSES)
 
@@ -63,25 +63,21 @@ def delete_session(
 
 
 @router.post("/{key}/hold", response_model=WriteAnswer)
-def place_hold(call: AdminCall, body: HoldIn, response: Response) -> WriteAnswer:
+def place_hold(call: AdminCall, body: HoldIn) -> Response:
     """Place a legal hold under a reference (a matter), beside any others: the session
     cannot be erased (nor by retention) until every hold is released. 409 hold_conflict
     if it is held under this reference already."""
     key, who, ledger = call
     result = ledger.place_hold(key, reference=body.reference, reason=body.reason,
                                tenant=who.tenant, actor=who.actor)  # fmt: skip
-    etag(response, result.version)
-    return WriteAnswer(version=result.version, message_count=result.message_count,
-                       replayed=False)  # fmt: skip
+    return written(result)
 
 
 @router.post("/{key}/hold/release", response_model=WriteAnswer)
-def release_hold(call: AdminCall, body: HoldIn, response: Response) -> WriteAnswer:
+def release_hold(call: AdminCall, body: HoldIn) -> Response:
     """Release the hold placed under this reference; the others stay. 404
     hold_not_found if the session holds none under it (`details.holds` lists those held)."""
     key, who, ledger = call
     result = ledger.release_hold(key, reference=body.reference, reason=body.reason,
                                  tenant=who.tenant, actor=who.actor)  # fmt: skip
-    etag(response, result.version)
-    return WriteAnswer(version=result.version, message_count=result.message_count,
-                       replayed=False)  # fmt: skip
+    return written(result)
