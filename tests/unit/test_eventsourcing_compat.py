@@ -3,7 +3,9 @@ changes it (see projections/eventsourcing_compat.py and the pin in pyproject.tom
 
 from __future__ import annotations
 
+import contextlib
 import uuid
+from collections.abc import Iterator
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -53,22 +55,30 @@ class _Seen(SQLiteApplicationRecorder):
         return super()._insert_events(c, stored_events, **kwargs)
 
 
-def test_the_event_store_hands_its_keyword_arguments_to_the_recorder_hook(tmp_path: Path) -> None:
+@contextlib.contextmanager
+def _app_recording_with(recorder: type, tmp_path: Path) -> Iterator[Application[uuid.UUID]]:
+    """A library Application on SQLite in `tmp_path` whose recorder is of `recorder`."""
+
     class App(Application[uuid.UUID]):
         name = "compat"
 
     env = {
         "PERSISTENCE_MODULE": "eventsourcing.sqlite",
         "SQLITE_DBNAME": str(tmp_path / "app.db"),
-        "APPLICATION_RECORDER_TOPIC": f"{__name__}:_Seen",
+        "APPLICATION_RECORDER_TOPIC": f"{__name__}:{recorder.__name__}",
     }
     app = App(env=env)
     try:
+        yield app
+    finally:
+        app.close()
+
+
+def test_the_event_store_hands_its_keyword_arguments_to_the_recorder_hook(tmp_path: Path) -> None:
+    with _app_recording_with(_Seen, tmp_path) as app:
         assert isinstance(app.recorder, _Seen)
         app.events.put(_Thing("a").collect_events(), ledger_batch="batch")
         assert _Seen.seen[-1]["ledger_batch"] == "batch"
-    finally:
-        app.close()
 
 
 def test_the_postgres_datastore_pool_tells_how_it_connects() -> None:
@@ -97,21 +107,10 @@ def test_the_event_store_builds_no_recordings_when_the_recorder_returns_no_ids(
 ) -> None:
     # The SQLite recorder's `insert_events` returns no notification ids (nothing reads
     # them): the library's `EventStore.put` then builds no Recording objects.
-    class App(Application[uuid.UUID]):
-        name = "compat"
-
-    env = {
-        "PERSISTENCE_MODULE": "eventsourcing.sqlite",
-        "SQLITE_DBNAME": str(tmp_path / "app.db"),
-        "APPLICATION_RECORDER_TOPIC": f"{__name__}:_NoIdsRecorder",
-    }
-    app = App(env=env)
-    try:
+    with _app_recording_with(_NoIdsRecorder, tmp_path) as app:
         thing = _Thing("a")
         assert app.events.put(thing.collect_events()) == []
         assert app.repository.get(thing.id).name == "a"
-    finally:
-        app.close()
 
 
 def test_the_factory_makes_the_mapper_class_it_is_given_with_the_canonical_transcoder() -> None:
