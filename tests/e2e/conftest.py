@@ -20,7 +20,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import IO
+from typing import IO, Any
 
 import httpx
 import pytest
@@ -164,6 +164,24 @@ def deployment(
         for role in ("agent", "admin"):
             ids[f"b_{role}"], keys[f"b_{role}"] = _cli_key(server.env, "tenant-b", role)
         yield Deployment(server, request.param, keys, ids)
+
+
+def parametrize_where(metafunc: pytest.Metafunc, local: list[Any]) -> None:
+    """Tests that take `where` run in process (`local`: `pytest.param("local", store)`s),
+    then against a server (the `deployment`) on each store: an adapter suite's targets."""
+    if "where" in metafunc.fixturenames:
+        # A parametrize mark (not a call): it takes precedence over `deployment`'s own params.
+        metafunc.definition.add_marker(pytest.mark.parametrize(
+            ("target", "deployment"),
+            [
+                *local,
+                pytest.param("remote", "sqlite", id="remote-sqlite"),
+                pytest.param("remote", "postgres", id="remote-postgres",
+                             marks=pytest.mark.postgres),
+            ],
+            indirect=["deployment"],
+            scope="session",  # one server per store for the whole run
+        ))  # fmt: skip
 
 
 @pytest.fixture(scope="session")

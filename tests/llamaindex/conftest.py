@@ -50,19 +50,7 @@ def local_ledger(tmp_path: Path) -> Iterator[Ledger]:
 @pytest.hookimpl(tryfirst=True)
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Tests that take `where` run in process once, then against a server on each store."""
-    if "where" in metafunc.fixturenames:
-        # A parametrize mark (not a call): it takes precedence over `deployment`'s own params.
-        metafunc.definition.add_marker(pytest.mark.parametrize(
-            ("target", "deployment"),
-            [
-                pytest.param("local", "sqlite", id="local"),
-                pytest.param("remote", "sqlite", id="remote-sqlite"),
-                pytest.param("remote", "postgres", id="remote-postgres",
-                             marks=pytest.mark.postgres),
-            ],
-            indirect=["deployment"],
-            scope="session",  # one server per store for the whole run
-        ))  # fmt: skip
+    e2e.parametrize_where(metafunc, [pytest.param("local", "sqlite", id="local")])
 
 
 @pytest.fixture

@@ -44,20 +44,10 @@ class Where:
 @pytest.hookimpl(tryfirst=True)
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Tests that take `where` run in process on each store, then against a server on each."""
-    if "where" in metafunc.fixturenames:
-        metafunc.definition.add_marker(pytest.mark.parametrize(
-            ("target", "deployment"),
-            [
-                pytest.param("local", "sqlite", id="local-sqlite"),
-                pytest.param("local", "postgres", id="local-postgres",
-                             marks=pytest.mark.postgres),
-                pytest.param("remote", "sqlite", id="remote-sqlite"),
-                pytest.param("remote", "postgres", id="remote-postgres",
-                             marks=pytest.mark.postgres),
-            ],
-            indirect=["deployment"],
-            scope="session",  # one server per store for the whole run
-        ))  # fmt: skip
+    e2e.parametrize_where(metafunc, [
+        pytest.param("local", "sqlite", id="local-sqlite"),
+        pytest.param("local", "postgres", id="local-postgres", marks=pytest.mark.postgres),
+    ])  # fmt: skip
 
 
 @pytest.fixture
