@@ -79,19 +79,19 @@ class NamedTokenizer:
     def count(self, content: str | None) -> TokenCount:
         """Counts for one message; `content` None counts as "None", as in LlamaIndex."""
         text = str(content)
-        alone = self.tokens(text)
+        # The counting function itself where there is one (`self.tokens` is a call more,
+        # and as the cache's key a bound method would hash this dataclass's fields).
+        length = self.tokens if self.length is None else self.length
+        alone = length(text)
         if self.pretokenized:
             found = _CHUNK_BREAK.search(text, 0, _BREAK_SEARCH_CHARS)
             head = text[: found.start()] if found else text
             if len(head) <= _CACHED_HEAD_CHARS:  # first words repeat: count each once
-                # (Cached under the counting function itself where there is one: a bound
-                # `self.tokens` would hash this dataclass's fields at every count.)
-                length = self.tokens if self.length is None else self.length
                 return TokenCount(alone, alone + _space_cost(length, head))
             if found is None:  # one long run (a long word, most CJK text): the head is all
-                return TokenCount(alone, self.tokens(" " + text))
-            return TokenCount(alone, alone + self.tokens(" " + head) - self.tokens(head))
-        return TokenCount(alone, self.tokens(" " + text))
+                return TokenCount(alone, length(" " + text))
+            return TokenCount(alone, alone + length(" " + head) - length(head))
+        return TokenCount(alone, length(" " + text))
 
 
 class LazyCounts(Sequence[TokenCount]):

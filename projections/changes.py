@@ -187,16 +187,12 @@ def message_rows(
     batch: WriteBatch, messages: list[dict[str, Any]], kept: int
 ) -> tuple[MessageRow, ...]:
     """The rows of `messages` after the `kept` first (which keep theirs)."""
-    bodies = batch.bodies[kept:] or [canonical_json(m) for m in messages[kept:]]
+    added = messages[kept:]
+    bodies = batch.bodies[kept:] or [canonical_json(m) for m in added]
+    first = batch.first_message_id
     return tuple(
-        MessageRow(
-            batch.first_message_id + i,
-            m["role"],
-            batch.counts[kept + i].alone,
-            batch.counts[kept + i].joined,
-            stored_body(m, body),
-        )
-        for i, (m, body) in enumerate(zip(messages[kept:], bodies, strict=True))
+        MessageRow(first + i, m["role"], tokens.alone, tokens.joined, stored_body(m, body))
+        for i, (m, tokens, body) in enumerate(zip(added, batch.counts[kept:], bodies, strict=True))
     )
 
 

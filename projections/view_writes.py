@@ -231,7 +231,8 @@ class ViewWriter:
         """Each distinct time of a write in the store's form (the session's creation time
         is its first event's)."""
         times: dict[datetime, Any] = {}
-        for moment in (r.recorded_at for r in vc.timeline):
+        for row in vc.timeline:
+            moment = row.recorded_at
             if moment not in times:
                 times[moment] = self._time(moment)
         return times
