@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import struct
 import time
+import uuid
 import zlib
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -314,6 +315,7 @@ def test_an_adk_session_reads_as_a_conversation(page: Any, viewer: Viewer) -> No
     """Events written through LedgerSessionService: author, tool call and its result,
     the state change, the ADK event folded beneath."""
     import asyncio
+    from concurrent.futures import ThreadPoolExecutor
 
     from google.adk.events.event import Event
     from google.adk.events.event_actions import EventActions
@@ -321,7 +323,7 @@ def test_an_adk_session_reads_as_a_conversation(page: Any, viewer: Viewer) -> No
 
     from session_ledger.api.google_adk import LedgerSessionService
 
-    app, sid = fresh_key("adk").replace("/", "-"), "chat-1"
+    app, sid = f"weather-{uuid.uuid4().hex[:8]}", "chat-1"  # (a plain name: the key holds it as is)
     sessions = LedgerSessionService(url=viewer.base_url, api_key=viewer.keys["a_agent"])
     call = types.FunctionCall(id="call-7", name="weather", args={"city": "Oslo"})
     answer = types.FunctionResponse(id="call-7", name="weather", response={"result": "rain"})
@@ -341,7 +343,9 @@ def test_an_adk_session_reads_as_a_conversation(page: Any, viewer: Viewer) -> No
                 actions=EventActions(state_delta=state or {}),
             ))  # fmt: skip
 
-    asyncio.run(write())
+    # On a thread of its own: the browser's sync API keeps an event loop on this one.
+    with ThreadPoolExecutor(1) as thread:
+        thread.submit(asyncio.run, write()).result()
     sign_in(page, viewer)
     open_session(page, viewer, f"adk/{app}/u-1/{sid}")
     messages = page.locator(".tab-body article.message")
