@@ -38,6 +38,19 @@ _SAME_BYTES = frozenset({str, type(None), bool, int, datetime, orjson.Fragment})
 _OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_SUBCLASS
 
 
+def event_state(domain_event: Any) -> tuple[uuid.UUID, int, dict[str, Any]]:
+    """An event's originator id, version and the state the library stores for it (its
+    attributes but those two, and its class version when above 1), as the library's
+    `Mapper.to_stored_event` takes them; the mappers here differ only in how they encode."""
+    state = dict(vars(domain_event))
+    originator_id = state.pop("originator_id")
+    originator_version = state.pop("originator_version")
+    class_version = getattr(type(domain_event), "class_version", 1)
+    if class_version > 1:
+        state["class_version"] = class_version
+    return originator_id, originator_version, state
+
+
 class EventMapper(Mapper[uuid.UUID]):
     """`Mapper.to_stored_event`, the messages' bytes as parsed and the rest by orjson
     where its bytes are the transcoder's (see the module)."""
@@ -48,12 +61,7 @@ class EventMapper(Mapper[uuid.UUID]):
         self._transcodings = transcoder.types if isinstance(transcoder, JSONTranscoder) else None
 
     def to_stored_event(self, domain_event: Any) -> StoredEvent:
-        state = dict(vars(domain_event))
-        originator_id = state.pop("originator_id")
-        originator_version = state.pop("originator_version")
-        class_version = getattr(type(domain_event), "class_version", 1)
-        if class_version > 1:
-            state["class_version"] = class_version
+        originator_id, originator_version, state = event_state(domain_event)
         messages = state.get("messages")
         if type(messages) is EncodedMessages:
             state["messages"] = orjson.Fragment(messages.json)

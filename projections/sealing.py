@@ -31,6 +31,7 @@ from eventsourcing.persistence import Mapper, StoredEvent
 from eventsourcing.utils import get_topic
 
 from session_ledger.domain.errors import LedgerError, StoreNotReady
+from session_ledger.domain.event_mapper import event_state
 
 SEALED_BODY = "~"  # a clear body starts with `"` or `{`
 SEALED_FIELDS = ("messages", "message", "deltas")  # the event fields that hold content
@@ -222,12 +223,7 @@ class SealingMapper(Mapper[uuid.UUID]):
     def to_stored_event(self, domain_event: Any) -> StoredEvent:
         # The library's `to_stored_event`, with the content fields sealed (this store
         # configures no library cipher or compressor).
-        state = dict(vars(domain_event))
-        sid = state.pop("originator_id")
-        version = state.pop("originator_version")
-        class_version = getattr(type(domain_event), "class_version", 1)
-        if class_version > 1:
-            state["class_version"] = class_version
+        sid, version, state = event_state(domain_event)
         fields = [f for f in SEALED_FIELDS if f in state]
         starts = type(domain_event).__name__ == "SessionStarted"
         key = self.data_keys.key(sid, create=starts) if fields or starts else None
