@@ -1,7 +1,8 @@
 """Every place the ledger reaches past the eventsourcing library's documented API.
 
 There is one: the SQLite connection pool's `_create_connection`, overridden so that each
-connection fsyncs every commit (`synchronous=FULL`) and keeps the prepared statements of
+connection fsyncs every commit (`synchronous=FULL`), leaves checkpoints to
+`wal_checkpoints.py`, and keeps the prepared statements of
 a write (the library asks sqlite3 for a statement cache of `True`, that is of one
 statement, so every statement of a write was compiled again) and makes a new database
 file 0600 first (sqlite_files.py). Everything else the
@@ -35,6 +36,7 @@ from eventsourcing.sqlite import SQLiteConnection, SQLiteConnectionPool
 
 from .driver_errors import SQLITE
 from .sqlite_files import create_private
+from .wal_checkpoints import AUTOCHECKPOINT_OFF
 
 STATEMENT_CACHE = 256  # prepared statements kept per connection
 # A write's wait for a lock when the environment names none (`memory://`; a file store's
@@ -43,8 +45,9 @@ SQLITE_LOCK_WAIT_SECONDS = 5.0
 
 
 class DurableSQLitePool(SQLiteConnectionPool):
-    """The library's pool, whose connections are in WAL mode (file databases), fsync every
-    commit and keep their prepared statements."""
+    """The library's pool, whose connections are in WAL mode (file databases; checkpointed
+    by `WalCheckpoints`, not on commit), fsync every commit and keep their prepared
+    statements."""
 
     def _create_connection(self) -> SQLiteConnection:
         create_private(self.db_name)
@@ -61,6 +64,8 @@ class DurableSQLitePool(SQLiteConnectionPool):
             raise SQLITE.unconnected(e) from e
         if not self.is_sqlite_memory_mode:
             conn.execute("PRAGMA journal_mode=WAL")
+            # Checkpoints run after a write's turn, not in its COMMIT (wal_checkpoints.py).
+            conn.execute(AUTOCHECKPOINT_OFF)
         conn.execute("PRAGMA synchronous=FULL")
         conn.row_factory = sqlite3.Row
         return SQLiteConnection(sqlite_conn=conn, max_age=self.max_age)

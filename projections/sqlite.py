@@ -38,6 +38,7 @@ from .sealing import SealingFactory, SealingMapper
 from .sql import LIVE_COLUMNS, TIME_FORMAT, Reader, utc_text
 from .sqlite_schema import LATEST, migrate, schema_version
 from .views import SQLViews, view_parts
+from .wal_checkpoints import WalCheckpoints
 from .write_turns import WriteTransaction, WriteTurns, lock_file_of
 
 MESSAGE_INSERT = f"INSERT INTO ledger_messages ({LIVE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
@@ -52,9 +53,14 @@ class SQLiteDialect(Dialect):
     # session to find the few that ended at one version.
     ended_rows = "ledger_ended_messages INDEXED BY ledger_ended_messages_at"
 
-    def __init__(self, datastore: SQLiteDatastore, turns: WriteTurns) -> None:
+    def __init__(
+        self, datastore: SQLiteDatastore, turns: WriteTurns, checkpoints: bool = False
+    ) -> None:
+        """`checkpoints`: the WAL is checkpointed by the write transactions (its pool's
+        connections do not checkpoint on commit: `DurableSQLitePool`)."""
         self.datastore = datastore
         self.turns = turns
+        self.checkpoints = WalCheckpoints(self.reading) if checkpoints else None
 
     def close(self) -> None:
         self.datastore.close()
@@ -94,6 +100,8 @@ class SQLiteDialect(Dialect):
     def write_transaction(self) -> Iterator[Any]:
         with self.taking_turn() as c, c as raw:
             yield raw
+        if self.checkpoints is not None:  # (the turn given back)
+            self.checkpoints.committed()
 
     def appending(self) -> AbstractContextManager[Any]:
         return self.write_transaction()
@@ -160,6 +168,9 @@ class SQLiteLedgerRecorder(SQLiteApplicationRecorder):
         # the table), and with none the library's `EventStore.put` builds no Recording
         # and Notification objects.
         self.group_commit.run(lambda c: self._insert_events(c, stored_events, **kwargs))
+        checkpoints = self.dialect.checkpoints
+        if checkpoints is not None:  # (the turn and the commit given back)
+            checkpoints.committed(sum([len(s.state) for s in stored_events]))
         batch = kwargs.get("ledger_batch")
         after_commit = self.views.after_commit
         if after_commit is not None and batch is not None:
@@ -232,7 +243,9 @@ class SQLiteLedgerFactory(SealingFactory, SQLiteFactory):
             None if pool.is_sqlite_memory_mode else lock_file_of(pool.db_name),
             pool.lock_timeout or SQLITE_LOCK_WAIT_SECONDS,
         )
-        self.dialect = SQLiteDialect(self.datastore, self.turns)
+        self.dialect = SQLiteDialect(
+            self.datastore, self.turns, checkpoints=not pool.is_sqlite_memory_mode
+        )
 
     def close(self) -> None:
         self.turns.close()
