@@ -152,6 +152,7 @@ class SQLiteLedgerRecorder(SQLiteApplicationRecorder):
         self.turns = dialect.turns
         self._view_changes = views.content.view_changes
         self._apply_changes = views.writer.apply_changes
+        self._chains_ahead = views.writer.chains_ahead
         # SQLite has one writer at a time: writers queued behind a commit share the next.
         self.group_commit = GroupCommit(
             dialect.taking_turn,
@@ -167,11 +168,17 @@ class SQLiteLedgerRecorder(SQLiteApplicationRecorder):
         # No notification ids returned: nothing reads them (the ledger reads its feed from
         # the table), and with none the library's `EventStore.put` builds no Recording
         # and Notification objects.
+        # The rows (sealed, with a master key) and the chain hashes are made before the
+        # write lock is taken, which every other writer of the file waits for: they need
+        # nothing the store holds (the chain, h_{v-1}: checked in the transaction).
+        batch = kwargs.get("ledger_batch")
+        if batch is not None:
+            ahead = self._chains_ahead(batch.session_id, stored_events)
+            kwargs["ledger_rows"] = (self._view_changes(batch), ahead)
         self.group_commit.run(lambda c: self._insert_events(c, stored_events, **kwargs))
         checkpoints = self.dialect.checkpoints
         if checkpoints is not None:  # (the turn and the commit given back)
             checkpoints.committed(sum([len(s.state) for s in stored_events]))
-        batch = kwargs.get("ledger_batch")
         after_commit = self.views.after_commit
         if after_commit is not None and batch is not None:
             after_commit(batch.session_id, batch.tenant)
@@ -194,11 +201,13 @@ class SQLiteLedgerRecorder(SQLiteApplicationRecorder):
     def _insert_events(
         self, c: SQLiteCursor, stored_events: Sequence[StoredEvent], **kwargs: Any
     ) -> Sequence[int] | None:
-        # The library's hook inside its write transaction: the events, then their rows.
+        # The library's hook inside its write transaction: the events, then their rows
+        # (`ledger_rows`: as `insert_events` made them before the transaction).
         ids = super()._insert_events(c, stored_events, **kwargs)
         batch = kwargs.get("ledger_batch")
         if batch is not None:
-            self._apply_changes(c, self._view_changes(batch), stored_events)
+            changes, ahead = kwargs.get("ledger_rows") or (self._view_changes(batch), None)
+            self._apply_changes(c, changes, stored_events, ahead=ahead)
         return ids
 
 

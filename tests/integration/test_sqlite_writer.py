@@ -12,6 +12,7 @@ from eventsourcing.persistence import ConnectionPoolClosedError
 from session_ledger.api.bootstrap import migrate, open_ledger
 from session_ledger.api.settings import Settings
 from session_ledger.domain.ledger import Ledger
+from session_ledger.projections import key_rows, view_writes
 from session_ledger.projections.eventsourcing_compat import DurableSQLitePool
 
 
@@ -112,4 +113,39 @@ def test_the_wal_is_checkpointed_after_the_write_turn(tmp_path: Path) -> None:
     assert held_at_checkpoint == [False]
     assert (tmp_path / "ledger.db").stat().st_size > 2 * len(text)  # copied from the WAL
     assert ledger.get_all("large")[0].content == text
+    ledger.close()
+
+
+def test_rows_and_chain_hashes_are_made_before_the_write_turn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write's view rows and chain hashes need nothing the store holds (h_{v-1} is the
+    genesis, or this process's note of the row before, checked in the transaction), so
+    they are made before the turn that every other writer of the file waits for: 20-90 ms
+    of SHA-256 and copies for a 28 MiB write. A note that no longer holds is not used."""
+    ledger = open_sqlite(tmp_path)
+    turns = ledger.recorder.dialect.turns
+    held: dict[str, list[bool]] = {"hashed": [], "rows made": []}
+    hashes, changes = view_writes.chain_hashes, key_rows.view_changes
+
+    def hashing(*args: Any) -> Any:
+        held["hashed"].append(turns._thread_turn.locked())
+        return hashes(*args)
+
+    def making_rows(*args: Any) -> Any:
+        held["rows made"].append(turns._thread_turn.locked())
+        return changes(*args)
+
+    monkeypatch.setattr(view_writes, "chain_hashes", hashing)
+    monkeypatch.setattr(key_rows, "view_changes", making_rows)
+    for text in ("first", "second", "third"):  # the session's start, then the note's
+        ledger.put("k", {"role": "user", "content": text})
+    assert held == {"hashed": [False] * 3, "rows made": [False] * 3}
+
+    stale = [bytes(32), bytes(32)]  # made from a note that no longer holds
+    monkeypatch.setattr(ledger.recorder, "_chains_ahead", lambda *a: stale)
+    ledger.put("k", {"role": "user", "content": "fourth"})
+    assert held["hashed"][3:] == [True]  # hashed again, in the transaction
+    assert ledger.verify("k").intact
+    assert [m.content for m in ledger.get_all("k")] == ["first", "second", "third", "fourth"]
     ledger.close()
