@@ -9,7 +9,10 @@ the audit trail, `get_all(as_of_version=...)` and the export show every item eve
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+import contextlib
+import contextvars
+import functools
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from agents.items import TResponseInputItem
@@ -69,14 +72,14 @@ class LedgerSession:
             if limit == 0:
                 return []
             limit = None if limit < 0 else limit
-        return await asyncio.to_thread(self._items.read, self.key, limit)
+        return await _in_thread(self._items.read, self.key, limit)
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append the items, all or none, as one event."""
         self._check_open()
         messages = to_messages(items)
         if messages:
-            await _settled(asyncio.to_thread(self._add, messages))
+            await _settled(self._add, messages)
 
     def _add(self, messages: list[dict[str, Any]]) -> None:
         try:
@@ -88,12 +91,12 @@ class LedgerSession:
         """Remove the newest item and return it (None: the session holds none); the
         removal is an event, and the item stays in the session's past versions."""
         self._check_open()
-        return await _settled(asyncio.to_thread(self._items.pop, self.key))
+        return await _settled(self._items.pop, self.key)
 
     async def clear_session(self) -> None:
         """Clear the history (an event: the items stay in the past versions)."""
         self._check_open()
-        await _settled(asyncio.to_thread(self._items.clear, self.key))
+        await _settled(self._items.clear, self.key)
 
     def close(self) -> None:
         """Close the HTTP connections (an in-process Ledger stays open); later calls raise
@@ -106,19 +109,29 @@ class LedgerSession:
             raise RuntimeError(f"{type(self).__name__} is closed")
 
 
-async def _settled(work: Awaitable[T]) -> T:
-    """Await a write to its end even if the caller is cancelled meanwhile, and only then
-    raise the cancellation: a cancelled caller never leaves a write half-known, and one
-    that retries knows whether the first attempt was stored."""
-    task = asyncio.ensure_future(work)
-    cancelled: asyncio.CancelledError | None = None
-    while not task.done():
-        try:
-            await asyncio.wait({task})
-        except asyncio.CancelledError as e:
-            cancelled = cancelled or e
-    if cancelled is not None:
-        if not task.cancelled():
-            task.exception()  # (retrieved: the cancellation is what the caller hears)
-        raise cancelled
-    return task.result()
+def _in_thread(call: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+    """`call(*args)` in the loop's default executor, in a copy of the caller's context
+    (what `asyncio.to_thread` does, as SQLiteSession's calls do): the future itself, no
+    coroutine or task around it."""
+    context = contextvars.copy_context()
+    work = functools.partial(context.run, call, *args)
+    return asyncio.get_running_loop().run_in_executor(None, work)
+
+
+async def _settled(call: Callable[..., T], *args: Any) -> T:
+    """`call(*args)` in a worker thread, awaited to its end even if the caller is
+    cancelled meanwhile, and only then the cancellation raised: a cancelled caller never
+    leaves a write half-known, and one that retries knows whether the first attempt was
+    stored. (The shield is the one object added to the thread's future; a write that is
+    not cancelled costs no task.)"""
+    work = _in_thread(call, *args)
+    try:
+        return await asyncio.shield(work)
+    except asyncio.CancelledError as e:
+        cancelled = e
+    while not work.done():
+        with contextlib.suppress(asyncio.CancelledError):  # (the first one is raised)
+            await asyncio.wait({work})
+    if not work.cancelled():
+        work.exception()  # (retrieved: the cancellation is what the caller hears)
+    raise cancelled

@@ -319,3 +319,39 @@ def test_a_closed_session_refuses_every_call(tmp_path: Path) -> None:
     with pytest.raises(InvalidInput):
         LedgerSession("both", ledger=ledger, url="sqlite:///x.db")
     ledger.close()
+
+
+def test_each_call_is_one_worker_thread_call_and_makes_no_task(tmp_path: Path) -> None:
+    """An add or a get hands its work to a thread once and awaits that call's future
+    (as SQLiteSession's `asyncio.to_thread`), with no task around it: a task and its
+    wait were two more turns of the loop on every write."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tests.conftest import make_ledger, make_settings
+
+    ledger = make_ledger(make_settings("sqlite", tmp_path))
+    session = LedgerSession("hops", ledger=ledger)
+    tasks: list[Any] = []
+    calls: list[Any] = []
+
+    class Counted(ThreadPoolExecutor):
+        def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+            calls.append(fn)
+            return super().submit(fn, *args, **kwargs)
+
+    def task(loop: asyncio.AbstractEventLoop, coroutine: Any, **kw: Any) -> asyncio.Task[Any]:
+        tasks.append(coroutine)
+        return asyncio.Task(coroutine, loop=loop, **kw)
+
+    async def go() -> tuple[list[Any], int, int]:
+        loop = asyncio.get_running_loop()
+        loop.set_default_executor(Counted(1))
+        loop.set_task_factory(task)
+        await session.add_items([{"role": "user", "content": "one"}])
+        found = await session.get_items(limit=1)
+        return found, len(tasks), len(calls)
+
+    try:
+        assert run(go()) == ([{"role": "user", "content": "one"}], 0, 2)
+    finally:
+        ledger.close()
