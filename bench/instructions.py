@@ -15,6 +15,8 @@ Subjects, each the call a user of that system makes to store one message:
 - `es-eventstore-put`: eventsourcing, an aggregate's event made and `EventStore.put`;
 - `es-application-save`: eventsourcing, the same event made and `Application.save`;
 - `agents-sqlitesession`: OpenAI Agents `SQLiteSession.add_items` of one item;
+- `ledger-session`: the same call on session-ledger's `LedgerSession`, over the `ledger`
+  subject's store (its put, and what the adapter adds to it);
 - `llamaindex-sqlite`: LlamaIndex `SQLiteChatStore.add_message`.
 
 `python -m bench.instructions [--writes 300] [--jobs 2] [--only ledger ...]` prints a
@@ -127,6 +129,23 @@ def _agents(workdir: Path) -> tuple[Callable[[Message], None], Callable[[], None
     return lambda m: loop.run_until_complete(session.add_items([dict(m)])), close  # type: ignore[list-item]
 
 
+def _ledger_session(workdir: Path) -> tuple[Callable[[Message], None], Callable[[], None]]:
+    from bench.ledger import LedgerStore
+    from bench.stores import Context
+    from session_ledger.api.openai_agents import LedgerSession
+
+    store = LedgerStore("sqlite")
+    store.open(Context(workdir, None, 58))
+    session = LedgerSession("s", ledger=store.ledger)
+    loop = asyncio.new_event_loop()
+
+    def close() -> None:
+        loop.close()
+        store.close()
+
+    return lambda m: loop.run_until_complete(session.add_items([dict(m)])), close  # type: ignore[list-item]
+
+
 def _llamaindex(workdir: Path) -> tuple[Callable[[Message], None], Callable[[], None]]:
     from llama_index.core.llms import ChatMessage
     from llama_index.storage.chat_store.sqlite import SQLiteChatStore
@@ -145,6 +164,7 @@ SUBJECTS: dict[str, tuple[str, Callable[[Path], Any]]] = {
     "es-eventstore-put": ("eventsourcing EventStore.put (one event)", _es_put),
     "es-application-save": ("eventsourcing Application.save (one event)", _es_save),
     "agents-sqlitesession": ("OpenAI Agents SQLiteSession.add_items", _agents),
+    "ledger-session": ("session-ledger LedgerSession.add_items", _ledger_session),
     "llamaindex-sqlite": ("LlamaIndex SQLiteChatStore.add_message", _llamaindex),
 }
 
