@@ -23,6 +23,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+import orjson
+
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"  # fixed width, so text order is time order
 READ_ATTEMPTS = 3  # windows read while writers keep changing the session, then a snapshot
 TAIL_BATCH = 64  # rows per tail read (with bodies); doubles as the window grows
@@ -94,10 +96,18 @@ VERSION_AT = (
 
 
 def utc_text(value: datetime) -> str:
-    """`value` in UTC as TIME_FORMAT text (four-digit years, so text order is time order)."""
-    if value.tzinfo is not UTC:  # event times are UTC already: no conversion on a write
-        value = value.astimezone(UTC)
-    return value.isoformat(timespec="microseconds")[:-6] + "Z"  # less its "+00:00"
+    """`value` in UTC as TIME_FORMAT text (four-digit years, so text order is time order).
+
+    orjson writes it: its text of a UTC datetime is `isoformat`'s with "Z" for "+00:00"
+    (`tests/unit/test_utc_text.py`), at a fifth of the instructions of isoformat's
+    formatting (about 3k, not 15k, callgrind: one a write), save that it leaves out a
+    zero microsecond, as isoformat does. It takes only the datetime class itself."""
+    if value.tzinfo is not UTC or type(value) is not datetime:
+        # (event times are UTC datetimes already: no conversion on a write)
+        u = value.astimezone(UTC)
+        value = datetime(u.year, u.month, u.day, u.hour, u.minute, u.second, u.microsecond, UTC)
+    text = orjson.dumps(value, option=orjson.OPT_UTC_Z)
+    return text[1:-1].decode() if value.microsecond else text[1:-2].decode() + ".000000Z"
 
 
 def prefix_upper_bound(prefix: str) -> str | None:
