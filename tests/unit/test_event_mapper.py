@@ -86,3 +86,24 @@ def test_events_without_parsed_messages_are_mapped_as_the_library_maps_them(
                              strict=True):  # fmt: skip
         assert ledger.mapper.to_stored_event(event).state == record.state
         assert record.state == library.to_stored_event(event).state
+
+
+def test_a_timestamp_is_the_transcoders_text_of_it(ledger: Ledger) -> None:
+    # orjson writes a UTC datetime's text, the transcoder any other's: the same bytes
+    # (no microsecond, an early year, another zone, none).
+    from datetime import UTC, datetime, timedelta, timezone
+
+    ledger.put("k", {"role": "user", "content": "x"})
+    event = next(iter(ledger.events.get(session_id("default", "k"), gt=1)))
+    library = Mapper[uuid.UUID](ledger.mapper.transcoder)
+    moments = [
+        datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC),
+        datetime(2026, 1, 2, 3, 4, 5, 60, tzinfo=UTC),
+        datetime(1, 1, 1, tzinfo=UTC),
+        datetime(999, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC),
+        datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=timezone(timedelta(hours=5, seconds=7))),
+        datetime(2026, 1, 2, 3, 4, 5, 6),
+    ]
+    for moment in moments:
+        vars(event)["timestamp"] = moment
+        assert ledger.mapper.to_stored_event(event).state == library.to_stored_event(event).state
