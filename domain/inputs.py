@@ -54,6 +54,9 @@ class ParsedMessages(NamedTuple):
     messages: list[ChatMessage]
     dicts: EncodedMessages
     texts: tuple[str, ...]
+    # What LlamaIndex counts of each (`ChatMessage.content`): a plain text's found once,
+    # as it was encoded.
+    contents: tuple[str | None, ...]
 
 
 def parse_messages(
@@ -76,10 +79,11 @@ def parse_messages(
         raise PayloadTooLarge(
             f"{len(parsed)} messages in one write; the limit is {limits.max_messages_per_write}"
         )
-    dicts, texts, utf8, total = [], [], [], 0
+    dicts, texts, utf8, contents, total = [], [], [], [], 0
     for i, m in enumerate(parsed):
-        encoded = m.to_json()
+        encoded, text = m.encoded()
         texts.append(encoded)
+        contents.append(m.content if text is None else text)
         data = encoded.encode("utf-8")
         utf8.append(data)
         size = len(data)
@@ -93,7 +97,7 @@ def parse_messages(
         )
     if total > limits.max_write_bytes:
         raise PayloadTooLarge(f"the write is {total} bytes; the limit is {limits.max_write_bytes}")
-    return ParsedMessages(parsed, EncodedMessages(dicts, utf8), tuple(texts))
+    return ParsedMessages(parsed, EncodedMessages(dicts, utf8), tuple(texts), tuple(contents))
 
 
 def check_int(name: str, value: object, *, least: int | None = None) -> int:

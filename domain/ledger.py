@@ -172,7 +172,7 @@ class Ledger(Application[uuid.UUID]):
         """Append messages, all or none, as one event."""
         parsed = parse_messages(messages, self._tuning.limits, allow_empty=False)
         tokenizer = self._tuning.tokenizer
-        counts = tuple(tokenizer.count(m.content) for m in parsed.messages)
+        counts = tuple(tokenizer.count(content) for content in parsed.contents)
         return self._writes.write(
             key, "append", {"messages": parsed.dicts}, create=True, counts=counts,
             texts=parsed.texts, command=lambda s, a: s.append(parsed.dicts, **a), **kw,
@@ -183,7 +183,7 @@ class Ledger(Application[uuid.UUID]):
     ) -> WriteResult:
         """Replace the whole active history (the old one stays in the events)."""
         parsed = parse_messages(messages, self._tuning.limits, allow_empty=True)
-        counts = LazyCounts(self._tuning.tokenizer, [m.content for m in parsed.messages])
+        counts = LazyCounts(self._tuning.tokenizer, parsed.contents)
 
         def command(s: Session, audit: dict[str, Any]) -> None:
             # The first messages that are the same bytes as the current ones keep their

@@ -210,14 +210,19 @@ class ChatMessage:
 
     def to_json(self) -> str:
         """The canonical encoding: compact, UTF-8 text, control characters escaped."""
+        return self.encoded()[0]
+
+    def encoded(self) -> tuple[str, str | None]:
+        """`to_json()`, and `content` where the message is one text block and no
+        additional_kwargs (its text, found once for both), else None."""
         blocks = self._blocks
         if not self._kwargs:
             text = self._text if blocks is None else _block_text(blocks)
             if text is not None:  # one text block: its text's JSON string, framed
-                return text_message_json(self._role, _encode_text(text))
+                return text_message_json(self._role, _encode_text(text)), text
         return _CANONICAL.encode(
             {"role": self._role, "blocks": self.blocks, "additional_kwargs": self.additional_kwargs}
-        )
+        ), None
 
     @property
     def content(self) -> str | None:

@@ -181,7 +181,7 @@ class Streams:
             return None
         message = {"role": view.role, "content": text, "additional_kwargs": additional_kwargs or {}}
         parsed = parse_messages([message], self._tuning.limits, allow_empty=False)
-        counts.append(self._tuning.tokenizer.count(parsed.messages[0].content))
+        counts.append(self._tuning.tokenizer.count(parsed.contents[0]))
         return parsed.dicts[0]
 
     def stream_state(
