@@ -149,3 +149,28 @@ def test_rows_and_chain_hashes_are_made_before_the_write_turn(
     assert ledger.verify("k").intact
     assert [m.content for m in ledger.get_all("k")] == ["first", "second", "third", "fourth"]
     ledger.close()
+
+
+def test_a_puts_view_rows_bind_no_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """sqlite3 binds an int, float, str or bytearray as it is, and looks a bytes value's
+    adapter up first (two attribute look-ups that fail): the timeline's chain hash goes as
+    a bytearray, and is stored as the same bytes."""
+    from session_ledger.projections.sqlite import SQLiteDialect
+
+    bound: list[type] = []
+    execute = SQLiteDialect.execute
+
+    def recorded(self: Any, cursor: Any, sql: str, params: Any) -> None:
+        bound.extend(type(p) for p in params)
+        execute(self, cursor, sql, params)
+
+    monkeypatch.setattr(SQLiteDialect, "execute", recorded)
+    ledger = open_sqlite(tmp_path)
+    try:
+        ledger.put("k", {"role": "user", "content": "first"})
+        ledger.put("k", {"role": "user", "content": "second"})
+        assert bytearray in bound
+        assert bytes not in bound
+        assert ledger.verify("k").first_bad_version is None
+    finally:
+        ledger.close()
