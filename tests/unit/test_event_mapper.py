@@ -14,7 +14,7 @@ from eventsourcing.persistence import Mapper
 
 from session_ledger.api.bootstrap import open_ledger
 from session_ledger.api.settings import Settings
-from session_ledger.domain.event_mapper import MARKER, EventMapper
+from session_ledger.domain.event_mapper import MARKER, EventMapper, _class_version, event_state
 from session_ledger.domain.ledger import Ledger
 from session_ledger.domain.session import session_id
 
@@ -107,3 +107,16 @@ def test_a_timestamp_is_the_transcoders_text_of_it(ledger: Ledger) -> None:
     for moment in moments:
         vars(event)["timestamp"] = moment
         assert ledger.mapper.to_stored_event(event).state == library.to_stored_event(event).state
+
+
+def test_an_event_class_version_is_looked_up_once_per_class(ledger: Ledger) -> None:
+    """A look-up that fails on a class raises and formats an AttributeError inside
+    `getattr` (about 2k instructions): each class's `class_version` is found once."""
+    ledger.put("k", {"role": "user", "content": "one"})
+    ledger.put("k", {"role": "user", "content": "two"})
+    events = list(ledger.events.get(session_id("default", "k")))[1:]
+    _class_version.cache_clear()
+    for event in events:
+        assert "class_version" not in event_state(event)[2]
+    assert _class_version.cache_info().misses == 1
+    assert _class_version.cache_info().hits == len(events) - 1
