@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import functools
 import itertools
+import operator
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -56,6 +57,19 @@ class EventsDisagree(LedgerError):
     replaces compared messages by their bytes): the views cannot follow both."""
 
     code = "events_disagree"
+
+
+# Where a timeline row's reason, idempotency key and request digest stand among its values.
+_TIMELINE_NAMES = [name.strip() for name in TIMELINE_COLUMNS.split(",")]
+_AUDIT_POSITIONS = tuple(
+    _TIMELINE_NAMES.index(name) for name in ("reason", "idempotency_key", "request_digest")
+)
+
+
+def _picker(positions: list[int]) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
+    """What takes the values at `positions` (two or more) from a tuple, as a tuple."""
+    pick: Callable[[tuple[Any, ...]], tuple[Any, ...]] = operator.itemgetter(*positions)
+    return pick
 
 
 class ViewWriter:
@@ -155,8 +169,11 @@ class ViewWriter:
             # through its adapter look-up first (two attribute look-ups that fail: ~2.4k
             # instructions); psycopg writes either as bytea. The stored bytes are the same.
             value = chain if chain is None else bytearray(chain)
-            run(cursor, self._timeline_insert(tokens),
-                (*row, value, t.archived_count, *token_params))  # fmt: skip
+            # So does None: the statement says NULL for each audit value that is None (most
+            # writes give no reason, and have no digest without an idempotency key).
+            nulls = (t.reason is None, t.idempotency_key is None, t.request_digest is None)
+            sql, bound = self._timeline_insert(tokens, nulls)
+            run(cursor, sql, bound((*row, value, t.archived_count, *token_params)))
         total = self._total_after(vc, total_before)
         if noting and total is not None and all(type(c) is InsertMessages for c in vc.changes):
             heads.note(vc.session_id, vc.timeline[-1].version, chains[-1], total)
@@ -176,10 +193,19 @@ class ViewWriter:
 
     @staticmethod
     @functools.cache
-    def _timeline_insert(tokens: str) -> str:
-        """The timeline INSERT whose token total is the SQL expression `tokens` (one
-        string per expression: a write builds none)."""
-        return f"INSERT INTO ledger_timeline ({TIMELINE_COLUMNS}) VALUES ({'?, ' * 12}{tokens})"
+    def _timeline_insert(
+        tokens: str, nulls: tuple[bool, bool, bool]
+    ) -> tuple[str, Callable[[tuple[Any, ...]], tuple[Any, ...]]]:
+        """The timeline INSERT whose token total is the SQL expression `tokens`, with NULL
+        for the reason, idempotency key and request digest that `nulls` marks; and what
+        picks its parameters from a row's values (`_timeline_values`, the chain, the
+        archived count, the token total's parameters). One pair per shape: a write builds
+        none."""
+        skipped = {p for p, null in zip(_AUDIT_POSITIONS, nulls, strict=True) if null}
+        marks = ", ".join("NULL" if p in skipped else "?" for p in range(12))
+        picked = [p for p in range(12 + tokens.count("?")) if p not in skipped]
+        sql = f"INSERT INTO ledger_timeline ({TIMELINE_COLUMNS}) VALUES ({marks}, {tokens})"
+        return sql, _picker(picked)
 
     def token_totals(
         self, vc: ViewChanges, sid: Any, total_before: int | None = None

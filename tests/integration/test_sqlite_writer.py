@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sqlite3
 import threading
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -151,10 +153,13 @@ def test_rows_and_chain_hashes_are_made_before_the_write_turn(
     ledger.close()
 
 
-def test_a_puts_view_rows_bind_no_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """sqlite3 binds an int, float, str or bytearray as it is, and looks a bytes value's
-    adapter up first (two attribute look-ups that fail): the timeline's chain hash goes as
-    a bytearray, and is stored as the same bytes."""
+def test_a_puts_view_rows_bind_no_bytes_nor_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """sqlite3 binds an int, float, str or bytearray as it is, and looks the adapter of a
+    bytes value or None up first (two attribute look-ups that fail): the timeline's chain
+    hash goes as a bytearray, and is stored as the same bytes; an audit value that is None
+    is NULL in the statement, and is stored as NULL."""
     from session_ledger.projections.sqlite import SQLiteDialect
 
     bound: list[type] = []
@@ -169,8 +174,18 @@ def test_a_puts_view_rows_bind_no_bytes(tmp_path: Path, monkeypatch: pytest.Monk
     try:
         ledger.put("k", {"role": "user", "content": "first"})
         ledger.put("k", {"role": "user", "content": "second"})
+        ledger.put("k", {"role": "user", "content": "third"}, reason="why", idempotency_key="i")
         assert bytearray in bound
         assert bytes not in bound
+        assert type(None) not in bound
         assert ledger.verify("k").first_bad_version is None
+        with closing(sqlite3.connect(tmp_path / "ledger.db")) as db:
+            audit = db.execute(
+                "SELECT reason, idempotency_key, request_digest IS NULL FROM ledger_timeline"
+                " ORDER BY version"
+            ).fetchall()
+        assert [a[0] for a in audit] == [None, None, None, "why"]
+        assert audit[-1][1:] == ("i", 0)
+        assert all(a[2] for a in audit[:-1])
     finally:
         ledger.close()
