@@ -52,7 +52,7 @@ def event_state(domain_event: Any) -> tuple[uuid.UUID, int, dict[str, Any]]:
     state = dict(vars(domain_event))
     originator_id = state.pop("originator_id")
     originator_version = state.pop("originator_version")
-    class_version = _class_version(type(domain_event))
+    class_version = _class_version(domain_event.__class__)
     if class_version > 1:
         state["class_version"] = class_version
     return originator_id, originator_version, state
