@@ -172,7 +172,7 @@ class Ledger(Application[uuid.UUID]):
         """Append messages, all or none, as one event."""
         parsed = parse_messages(messages, self._tuning.limits, allow_empty=False)
         tokenizer = self._tuning.tokenizer
-        counts = tuple(tokenizer.count(content) for content in parsed.contents)
+        counts = tuple(map(tokenizer.count, parsed.contents))  # (no generator: a put's one)
         return self._writes.write(
             key, "append", {"messages": parsed.dicts}, create=True, counts=counts,
             texts=parsed.texts, command=lambda s, a: s.append(parsed.dicts, **a), **kw,

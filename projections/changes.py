@@ -9,6 +9,7 @@ whole log through the same function, so live views and rebuilt views cannot drif
 
 from __future__ import annotations
 
+import operator
 import uuid
 from collections.abc import Callable
 from datetime import datetime
@@ -137,6 +138,9 @@ class ViewChanges(NamedTuple):
     timeline: tuple[TimelineRow, ...]
 
 
+# A message row's tokens, without a generator per write (`sum(map(_TOKENS, rows))`).
+_TOKENS = operator.attrgetter("tokens")
+
 # What one event does to the views: it appends its row changes to `changes` and returns
 # the tokens of the active messages it added and whether it ends live rows. The session's
 # creation (version 1) changes no rows: the write that stores it makes the session row.
@@ -171,7 +175,7 @@ def _started(event: Any, batch: WriteBatch, changes: list[Change]) -> tuple[int,
 def _appended(event: Any, batch: WriteBatch, changes: list[Change]) -> tuple[int, bool]:
     rows = message_rows(batch, event.messages, 0)
     changes.append(InsertMessages(event.originator_version, ACTIVE, rows))
-    return sum(r.tokens for r in rows), False
+    return sum(map(_TOKENS, rows)), False
 
 
 @VIEWS.on(Session.HistoryReplaced)
@@ -180,7 +184,7 @@ def _replaced(event: Any, batch: WriteBatch, changes: list[Change]) -> tuple[int
     changes.append(CloseHistory(v, (ACTIVE,), kept, tuple(event.messages[:kept])))
     rows = message_rows(batch, event.messages, kept)
     changes.append(InsertMessages(v, ACTIVE, rows))
-    return sum(r.tokens for r in rows), True
+    return sum(map(_TOKENS, rows)), True
 
 
 def message_rows(
@@ -189,10 +193,12 @@ def message_rows(
     """The rows of `messages` after the `kept` first (which keep theirs)."""
     added = messages[kept:]
     bodies = batch.bodies[kept:] or [canonical_json(m) for m in added]
-    first = batch.first_message_id
+    first, counts = batch.first_message_id, batch.counts[kept:]
     return tuple(
-        MessageRow(first + i, m["role"], tokens.alone, tokens.joined, stored_body(m, body))
-        for i, (m, tokens, body) in enumerate(zip(added, batch.counts[kept:], bodies, strict=True))
+        [  # (a list made, not a generator: a put's one row)
+            MessageRow(first + i, m["role"], tokens.alone, tokens.joined, stored_body(m, body))
+            for i, (m, tokens, body) in enumerate(zip(added, counts, bodies, strict=True))
+        ]
     )
 
 

@@ -7,7 +7,7 @@ import functools
 import itertools
 import operator
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -48,8 +48,16 @@ from .streams_view import OPEN, STREAM_COLUMNS
 from .write_heads import WriteHeads
 
 
-def _records(stored: Iterable[StoredEvent]) -> Iterator[tuple[int, str, bytes]]:
-    return ((s.originator_version, s.topic, s.state) for s in stored)
+def _records(stored: Iterable[StoredEvent]) -> list[tuple[int, str, bytes]]:
+    return [(s.originator_version, s.topic, s.state) for s in stored]
+
+
+def _inserts_only(changes: Iterable[object]) -> bool:
+    """Whether every change inserts messages (a loop: no generator made per write)."""
+    for change in changes:  # noqa: SIM110 (all() of a generator: the generator per write)
+        if type(change) is not InsertMessages:
+            return False
+    return True
 
 
 class EventsDisagree(LedgerError):
@@ -175,7 +183,7 @@ class ViewWriter:
             sql, bound = self._timeline_insert(tokens, nulls)
             run(cursor, sql, bound((*row, value, t.archived_count, *token_params)))
         total = self._total_after(vc, total_before)
-        if noting and total is not None and all(type(c) is InsertMessages for c in vc.changes):
+        if noting and total is not None and _inserts_only(vc.changes):
             heads.note(vc.session_id, vc.timeline[-1].version, chains[-1], total)
         else:  # rebuilt, or a write that may change rows before it: read them next time
             heads.drop(vc.session_id)
