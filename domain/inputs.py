@@ -6,6 +6,7 @@ anything is stored.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -149,13 +150,26 @@ def check_text(
 
 
 def check_key(key: object) -> str:
+    if type(key) is str:  # (a key checked once: every write of a session checks it)
+        return _checked_key(key)
     return check_text(key, "session key", MAX_KEY_CHARS, error=InvalidSessionKey)
+
+
+@functools.lru_cache(maxsize=4096)
+def _checked_key(key: str) -> str:
+    """`key`, checked (an error is raised again each time: only valid keys are kept)."""
+    return check_text(key, "session key", MAX_KEY_CHARS, error=InvalidSessionKey)
+
+
+@functools.lru_cache(maxsize=4096)
+def _bidi_in(key: str) -> bool:
+    return BIDI_CONTROLS.search(key) is not None
 
 
 def new_key_refusal(key: str) -> InvalidSessionKey | None:
     """Why a new session may not take `key`, a checked key, or None. Only new sessions:
     one stored under such a key before is read, written and erased as before."""
-    if BIDI_CONTROLS.search(key):
+    if _bidi_in(key):
         return InvalidSessionKey(
             "a new session's key must not contain bidirectional control characters "
             "(U+202A to U+202E, U+2066 to U+2069, U+200E, U+200F, U+061C): they change "
