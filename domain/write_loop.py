@@ -189,11 +189,11 @@ class WriteLoop:
             # 2. run the command
             first_message_id = session.next_message_id
             removed: tuple[ChatMessage, ...] = command(session, audit) or ()
+            # (by position: a named tuple's keywords are a dict made and unpacked per write)
             batch = WriteBatch(
-                session_id=sid, tenant=tenant, key=key, events=tuple(session.collect_events()),
-                first_message_id=first_message_id, message_count=session.message_count,
-                archived_count=session.archived_count, next_message_id=session.next_message_id,
-                counts=counts, bodies=texts,
+                sid, tenant, key, tuple(session.collect_events()), first_message_id,
+                session.message_count, session.archived_count, session.next_message_id,
+                counts, texts,
             )  # fmt: skip
             # 3. store
             try:
