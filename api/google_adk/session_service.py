@@ -36,14 +36,13 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import os
 import threading
 import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple, TypeVar
-from urllib.parse import quote, unquote
+from urllib.parse import unquote
 
 from google.adk.errors import StaleSessionError
 from google.adk.errors.already_exists_error import AlreadyExistsError
@@ -66,19 +65,11 @@ from google.adk.sessions.state import State
 from session_ledger.domain.errors import InvalidInput, SessionErasedError, VersionConflict
 from session_ledger.domain.ledger import Ledger
 
-from .store import Head, LocalStore, RemoteStore, Store
+from . import layout
+from .store import Head, Store, open_store
 
 T = TypeVar("T")
 
-SESSIONS = "adk/"
-APP_STATES = "adk-app/"
-USER_STATES = "adk-user/"
-EVENT = "adk_event"  # additional_kwargs: the ADK event whole
-STATE = "adk_state"  # additional_kwargs: the session's own state after this message
-STATE_AT = "adk_state_at"  # additional_kwargs: the position of the message holding it
-SESSION = "adk_session"  # additional_kwargs of the first message: when it was made
-SHARED_STATE = "adk_shared_state"  # additional_kwargs of an app or user state message
-API_KEY_ENV = "LEDGER_API_KEY"
 STATE_RETRIES = 50  # attempts of an app or user state change that loses a race
 READ_RETRIES = 20  # attempts of a read whose session moved between its two reads
 PAGE = 100  # events a read of `after_timestamp` takes at a time, newest first
@@ -113,7 +104,7 @@ class LedgerSessionService(BaseSessionService):
         store: Store | None = None,
     ) -> None:  # fmt: skip
         """`tenant` and `actor` in process only: a server takes both from the API key."""
-        self.store = store or _make_store(ledger, url, api_key, tenant, actor)
+        self.store = store or open_store(ledger, url, api_key, tenant, actor)
         # What this service last wrote or read of each session and shared state, and at
         # which version: a read whose answer is of that version needs no other
         # (`_Known`). In process only: over HTTP a read does not say its version.
@@ -168,7 +159,9 @@ class LedgerSessionService(BaseSessionService):
         await _thread(self._delete, app_name, user_id, session_id)
 
     async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
-        return await _thread(self._shared_state, _user_key(_name(app_name), _name(user_id)))
+        return await _thread(
+            self._shared_state, layout.user_key(layout.name(app_name), layout.name(user_id))
+        )
 
     async def append_event(self, session: Session, event: Event) -> Event:
         if event.partial:
@@ -183,19 +176,21 @@ class LedgerSessionService(BaseSessionService):
     def _create(
         self, app_name: str, user_id: str, state: dict[str, Any] | None, session_id: str | None
     ) -> Session:
-        app, user = _name(app_name), _name(user_id)
+        app, user = layout.name(app_name), layout.name(user_id)
         if session_id is not None and not isinstance(session_id, str):
             raise InvalidInput(f"session_id must be a string; got {type(session_id).__name__}")
         if state is not None and not isinstance(state, dict):
             raise InvalidInput(f"state must be a dict; got {type(state).__name__}")
         sid = (session_id.strip() if session_id else None) or str(uuid.uuid4())
         deltas = _session_util.extract_json_safe_state_delta(state or {})
-        key = _session_key(app, user, sid)
+        key = layout.session_key(app, user, sid)
         head = self.store.head(key)
         if head is not None and not head.cleared:
             raise AlreadyExistsError(f"Session with id {sid} already exists.")
         now = time.time()
-        first = _message("system", [], {SESSION: {"create_time": now}, STATE: deltas["session"]})
+        first = layout.message(
+            "system", [], {layout.SESSION: {"create_time": now}, layout.STATE: deltas["session"]}
+        )
         try:
             written = self.store.append(key, [first], head.version if head else 0)
         except VersionConflict:
@@ -212,13 +207,13 @@ class LedgerSessionService(BaseSessionService):
     def _get(
         self, app_name: str, user_id: str, session_id: str, config: GetSessionConfig | None
     ) -> Session | None:
-        app, user, sid = _name(app_name), _name(user_id), _session_id(session_id)
+        app, user, sid = layout.name(app_name), layout.name(user_id), layout.session_id(session_id)
         config = config or GetSessionConfig()
-        key = _session_key(app, user, sid)
+        key = layout.session_key(app, user, sid)
         # The app's and the user's state are read meanwhile, each on a connection of its own
         shared = [
             self._pool().submit(self._shared_state, k)
-            for k in (_app_key(app), _user_key(app, user))
+            for k in (layout.app_key(app), layout.user_key(app, user))
         ]
         known = self._known.get(key) if self.store.reads_versions else None
         for attempt in range(READ_RETRIES):
@@ -237,14 +232,14 @@ class LedgerSessionService(BaseSessionService):
             if state is None:
                 continue
             self._remember(key, _Known(head.version, head.message_count, state_at, state))
-            events = [Event.model_validate(m[EVENT]) for m in messages if EVENT in m]
+            events = [Event.model_validate(m[layout.EVENT]) for m in messages if layout.EVENT in m]
             after = config.after_timestamp
             if after is not None:
                 events = [e for e in events if e.timestamp >= after]
             app_state, user_state = (f.result() for f in shared)
             session = Session(
                 app_name=app, user_id=user, id=sid, events=events,
-                state=_merge(app_state, user_state, state), last_update_time=_time_of(last),
+                state=_merge(app_state, user_state, state), last_update_time=layout.time_of(last),
             )  # fmt: skip
             session._storage_update_marker = _marker(head, state_at)
             return session
@@ -269,7 +264,7 @@ class LedgerSessionService(BaseSessionService):
         last = kwargs[-1]
         if wanted == 0:
             kwargs = []
-        return kwargs, offset, last, _state_at(last, count - 1)
+        return kwargs, offset, last, layout.state_at(last, count - 1)
 
     def _read_after(
         self, key: str, head: Head, after: float
@@ -285,10 +280,10 @@ class LedgerSessionService(BaseSessionService):
             page = [m["additional_kwargs"] for m in found]
             kept[:0] = page
             end = offset
-            if any(EVENT in m and m[EVENT]["timestamp"] < after for m in page):
+            if any(layout.EVENT in m and m[layout.EVENT]["timestamp"] < after for m in page):
                 break
         last = kept[-1]
-        return kept, end, last, _state_at(last, head.message_count - 1)
+        return kept, end, last, layout.state_at(last, head.message_count - 1)
 
     def _state_of(
         self, key: str, messages: list[dict[str, Any]], offset: int, state_at: int,
@@ -297,21 +292,21 @@ class LedgerSessionService(BaseSessionService):
         """The session's own state: in the messages read, as this service knew it at the
         same version, or read at `state_at`."""
         if offset <= state_at < offset + len(messages):
-            return dict(messages[state_at - offset][STATE])
+            return dict(messages[state_at - offset][layout.STATE])
         if known is not None and known.state is not None and known.version == head.version:
             return copy.deepcopy(known.state)
         found, _ = self.store.messages(key, state_at, 1)
-        if not found or STATE not in found[0]["additional_kwargs"]:
+        if not found or layout.STATE not in found[0]["additional_kwargs"]:
             return None
-        return dict(found[0]["additional_kwargs"][STATE])
+        return dict(found[0]["additional_kwargs"][layout.STATE])
 
     def _list(self, app_name: str, user_id: str | None) -> ListSessionsResponse:
-        app = _name(app_name)
-        mine = "" if user_id is None else f"{_part(_name(user_id))}/"
-        prefix = f"{SESSIONS}{_part(app)}/{mine}"
+        app = layout.name(app_name)
+        mine = "" if user_id is None else f"{layout.part(layout.name(user_id))}/"
+        prefix = f"{layout.SESSIONS}{layout.part(app)}/{mine}"
         sessions = []
         for key in self.store.keys(prefix):
-            user, sid = (unquote(p) for p in key[len(SESSIONS) :].split("/")[1:3])
+            user, sid = (unquote(p) for p in key[len(layout.SESSIONS) :].split("/")[1:3])
             if user_id is not None and user != user_id:
                 continue
             got = self._get(app, user, sid, GetSessionConfig(num_recent_events=0))
@@ -322,7 +317,9 @@ class LedgerSessionService(BaseSessionService):
         return ListSessionsResponse(sessions=sessions)
 
     def _delete(self, app_name: str, user_id: str, session_id: str) -> None:
-        key = _session_key(_name(app_name), _name(user_id), _session_id(session_id))
+        key = layout.session_key(
+            layout.name(app_name), layout.name(user_id), layout.session_id(session_id)
+        )
         head = self.store.head(key)
         if head is None or head.cleared:
             return
@@ -332,8 +329,8 @@ class LedgerSessionService(BaseSessionService):
             return  # (erased: more gone than a delete makes it)
 
     def _append(self, session: Session, event: Event) -> None:
-        app, user, sid = _name(session.app_name), _name(session.user_id), session.id
-        key = _session_key(app, user, sid)
+        app, user, sid = layout.name(session.app_name), layout.name(session.user_id), session.id
+        key = layout.session_key(app, user, sid)
         version, count, state_at = self._position(key, session)
         delta = event.actions.state_delta if event.actions and event.actions.state_delta else {}
         deltas = _session_util.extract_json_safe_state_delta(delta)
@@ -346,20 +343,20 @@ class LedgerSessionService(BaseSessionService):
             if state is None:
                 raise StaleSessionError(_STALE)
             state = {**state, **deltas["session"]}
-            extra, state_at = {STATE: state}, count
+            extra, state_at = {layout.STATE: state}, count
         else:
-            extra = {STATE_AT: state_at}
+            extra = {layout.STATE_AT: state_at}
         try:
-            written = self.store.append(key, [to_message(event, extra)], version)
+            written = self.store.append(key, [layout.to_message(event, extra)], version)
         except VersionConflict:
             head = self.store.head(key)
             if head is None or head.cleared:
                 raise SessionNotFoundError(f"Session {sid} not found.") from None
             raise StaleSessionError(_STALE) from None
         if deltas["app"]:
-            self._change_one(_app_key(app), deltas["app"])
+            self._change_one(layout.app_key(app), deltas["app"])
         if deltas["user"]:
-            self._change_one(_user_key(app, user), deltas["user"])
+            self._change_one(layout.user_key(app, user), deltas["user"])
         session.last_update_time = event.timestamp
         session._storage_update_marker = _marker(written, state_at)
         self._remember(key, _Known(written.version, written.message_count, state_at, state))
@@ -393,12 +390,12 @@ class LedgerSessionService(BaseSessionService):
         if not found:
             raise StaleSessionError(_STALE)
         last = found[0]["additional_kwargs"]
-        if _time_of(last) > session.last_update_time:
-            stored_id = last[EVENT]["id"] if EVENT in last else None
+        if layout.time_of(last) > session.last_update_time:
+            stored_id = last[layout.EVENT]["id"] if layout.EVENT in last else None
             held_id = session.events[-1].id if session.events else None
             if stored_id != held_id:
                 raise StaleSessionError(_STALE)
-        return head.version, head.message_count, _state_at(last, head.message_count - 1)
+        return head.version, head.message_count, layout.state_at(last, head.message_count - 1)
 
     # -- app and user state -------------------------------------------------------------
 
@@ -406,7 +403,7 @@ class LedgerSessionService(BaseSessionService):
         """An app's or user's state (a copy: the caller may change it)."""
         if not self.store.reads_versions:
             found, _ = self.store.messages(key, 0, 1)
-            return dict(found[0]["additional_kwargs"][SHARED_STATE]) if found else {}
+            return dict(found[0]["additional_kwargs"][layout.SHARED_STATE]) if found else {}
         head = self.store.head(key)
         if head is None or head.message_count == 0:
             return {}
@@ -415,7 +412,7 @@ class LedgerSessionService(BaseSessionService):
             found, version = self.store.messages(key, 0, 1)
             if not found:
                 return {}
-            cached = (version, found[0]["additional_kwargs"][SHARED_STATE])
+            cached = (version, found[0]["additional_kwargs"][layout.SHARED_STATE])
             self._keep_shared(key, cached)
         return copy.deepcopy(cached[1])
 
@@ -431,8 +428,8 @@ class LedgerSessionService(BaseSessionService):
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """Apply the `app:` and `user:` changes; both states after them."""
         return (
-            self._change_one(_app_key(app), app_delta),
-            self._change_one(_user_key(app, user), user_delta),
+            self._change_one(layout.app_key(app), app_delta),
+            self._change_one(layout.user_key(app, user), user_delta),
         )
 
     def _change_one(self, key: str, delta: dict[str, Any]) -> dict[str, Any]:
@@ -443,7 +440,7 @@ class LedgerSessionService(BaseSessionService):
             head = self.store.head(key)
             state = self._shared_state(key) if head and head.message_count else {}
             state.update(delta)
-            message = _message("system", [], {SHARED_STATE: state})
+            message = layout.message("system", [], {layout.SHARED_STATE: state})
             try:
                 written = self.store.replace(key, [message], head.version if head else 0)
             except VersionConflict:
@@ -452,80 +449,6 @@ class LedgerSessionService(BaseSessionService):
                 self._keep_shared(key, (written.version, copy.deepcopy(state)))
             return state
         raise VersionConflict(key, 0, -1)
-
-
-# -- the messages ---------------------------------------------------------------------
-
-
-def to_message(event: Event, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The ledger message of an ADK event: the event whole in `additional_kwargs`, and
-    blocks that show it (text, thoughts, tool calls, tool results)."""
-    stored = event.model_dump(mode="json", exclude_none=True)
-    blocks: list[dict[str, Any]] = []
-    calls = responses = 0
-    parts = event.content.parts if event.content and event.content.parts else []
-    for part in parts:
-        if part.function_call is not None:
-            calls += 1
-            call = part.function_call
-            blocks.append({
-                "block_type": "tool_call", "tool_call_id": call.id, "tool_name": call.name,
-                "tool_kwargs": stored_part(call.args),
-            })  # fmt: skip
-        elif part.function_response is not None:
-            responses += 1
-            response = part.function_response
-            text = _json_text({"name": response.name, "response": response.response})
-            blocks.append({"block_type": "text", "text": text})
-        elif part.text is not None:
-            if part.thought:
-                blocks.append({"block_type": "thinking", "content": part.text})
-            else:
-                blocks.append({"block_type": "text", "text": part.text})
-    if event.author == "user" and not responses:
-        role = "user"
-    elif responses and not calls:
-        role = "tool"
-    else:
-        role = "assistant"
-    return _message(role, blocks, {EVENT: stored, **(extra or {})})
-
-
-def from_message(message: dict[str, Any]) -> Event:
-    """The ADK event a ledger message holds (ValueError if it holds none)."""
-    kwargs = message.get("additional_kwargs") or {}
-    if EVENT not in kwargs:
-        raise ValueError("the message holds no ADK event")
-    return Event.model_validate(kwargs[EVENT])
-
-
-def stored_part(value: Any) -> Any:
-    from pydantic_core import to_jsonable_python
-
-    return to_jsonable_python(value)
-
-
-def _json_text(value: Any) -> str:
-    import json
-
-    return json.dumps(stored_part(value), ensure_ascii=False)
-
-
-def _message(role: str, blocks: list[dict[str, Any]], kwargs: dict[str, Any]) -> dict[str, Any]:
-    return {"role": role, "blocks": blocks, "additional_kwargs": kwargs}
-
-
-def _time_of(kwargs: dict[str, Any]) -> float:
-    """When a message's change was made: its event's timestamp, or the session's
-    creation time for the first message."""
-    if EVENT in kwargs:
-        return float(kwargs[EVENT]["timestamp"])
-    return float(kwargs[SESSION]["create_time"])
-
-
-def _state_at(kwargs: dict[str, Any], position: int) -> int:
-    """Where the state stands, seen from the message at `position`."""
-    return position if STATE in kwargs else int(kwargs[STATE_AT])
 
 
 def _marker(head: Head, state_at: int) -> str:
@@ -541,61 +464,6 @@ def _merge(
     merged.update({State.APP_PREFIX + k: v for k, v in app_state.items()})
     merged.update({State.USER_PREFIX + k: v for k, v in user_state.items()})
     return merged
-
-
-# -- keys -----------------------------------------------------------------------------
-
-
-def _name(value: object) -> str:
-    if not isinstance(value, str):
-        raise InvalidInput(f"ADK names must be strings; got {type(value).__name__}")
-    return value
-
-
-def _session_id(value: object) -> str:
-    return _name(value).strip()
-
-
-def _part(name: str) -> str:
-    return quote(name, safe="")
-
-
-def _session_key(app: str, user: str, sid: str) -> str:
-    if not sid:
-        raise InvalidInput("session_id must not be empty")
-    return f"{SESSIONS}{_part(app)}/{_part(user)}/{_part(sid)}"
-
-
-def _app_key(app: str) -> str:
-    return f"{APP_STATES}{_part(app)}"
-
-
-def _user_key(app: str, user: str) -> str:
-    return f"{USER_STATES}{_part(app)}/{_part(user)}"
-
-
-# -- where the sessions live ----------------------------------------------------------
-
-
-def _make_store(
-    ledger: Ledger | None, url: str | None, api_key: str | None, tenant: str | None,
-    actor: str | None,
-) -> Store:  # fmt: skip
-    if (ledger is None) == (url is None):
-        raise InvalidInput("give either ledger= (an in-process Ledger) or url=")
-    if ledger is not None:
-        return LocalStore(ledger, tenant=tenant, actor=actor)
-    assert url is not None
-    if url.startswith(("http://", "https://")):
-        key = api_key or os.environ.get(API_KEY_ENV)
-        if not key:
-            raise InvalidInput(f"a server URL needs api_key= or {API_KEY_ENV}")
-        if tenant is not None or actor is not None:
-            raise InvalidInput("over HTTP the API key decides the tenant and the actor")
-        return RemoteStore(url, key)
-    from ..bootstrap import shared_ledger  # the composition root picks the store
-
-    return LocalStore(shared_ledger(url), tenant=tenant, actor=actor)
 
 
 async def _thread(call: Callable[..., T], *args: Any) -> T:

@@ -8,10 +8,11 @@ The calls block; the service runs each of its operations in a worker thread.
 from __future__ import annotations
 
 import json
+import os
 from typing import Any, NamedTuple, Protocol
 
 from session_ledger.domain import errors
-from session_ledger.domain.errors import LedgerError, SessionNotFound
+from session_ledger.domain.errors import InvalidInput, LedgerError, SessionNotFound
 from session_ledger.domain.ledger import Ledger
 from session_ledger.domain.ports import CREATED_ORDER
 
@@ -186,3 +187,29 @@ def _subclasses(cls: type[LedgerError]) -> list[type[LedgerError]]:
 
 
 _ERRORS_BY_CODE = {c.code: c for c in _subclasses(LedgerError)}
+
+
+API_KEY_ENV = "LEDGER_API_KEY"  # the server's API key, when none is passed in
+
+
+def open_store(
+    ledger: Ledger | None, url: str | None, api_key: str | None, tenant: str | None,
+    actor: str | None,
+) -> Store:  # fmt: skip
+    """The store named by `ledger` (in process) or `url` (a server's http(s):// URL, or a
+    database URL opened in this process, one Ledger per URL)."""
+    if (ledger is None) == (url is None):
+        raise InvalidInput("give either ledger= (an in-process Ledger) or url=")
+    if ledger is not None:
+        return LocalStore(ledger, tenant=tenant, actor=actor)
+    assert url is not None
+    if url.startswith(("http://", "https://")):
+        key = api_key or os.environ.get(API_KEY_ENV)
+        if not key:
+            raise InvalidInput(f"a server URL needs api_key= or {API_KEY_ENV}")
+        if tenant is not None or actor is not None:
+            raise InvalidInput("over HTTP the API key decides the tenant and the actor")
+        return RemoteStore(url, key)
+    from ..bootstrap import shared_ledger  # the composition root picks the store
+
+    return LocalStore(shared_ledger(url), tenant=tenant, actor=actor)
