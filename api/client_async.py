@@ -140,13 +140,14 @@ class AsyncLedgerClient:
     async def get_all(
         self, key: str, *, status: str = "active", offset: int = 0, limit: int | None = None,
         as_of_version: int | None = None, as_of: datetime | None = None,
-        min_version: int | None = None,
+        min_version: int | None = None, last: int | None = None,
     ) -> list[ChatMessage]:  # fmt: skip
         """The whole history (or `limit` messages of it), oldest first, now or at a past
-        point, read page by page (all of one version); `min_version` as in `get`."""
+        point, read page by page (all of one version); `min_version` as in `get`; `last`:
+        from the `last`-th newest message (the newest `last`), instead of an offset."""
         past = AsOf(as_of_version, as_of)
         pages = history_pages(
-            Requests.get_all(key, status, offset, limit, past, min_version), limit
+            Requests.get_all(key, status, offset, limit, past, min_version, last), limit
         )
         try:
             call = next(pages)

@@ -234,11 +234,14 @@ class Requests:
 
     @staticmethod
     def get_all(key: str, status: str, offset: int, limit: int | None, as_of: AsOf,
-                min_version: int | None = None) -> Request[MessagePage]:  # fmt: skip
+                min_version: int | None = None, last: int | None = None,
+                ) -> Request[MessagePage]:  # fmt: skip
         """The first page of a history read (`history_pages` reads the others)."""
         params: dict[str, Any] = {"status": status, "offset": offset, **as_of.params()}
         if limit is not None:
             params["limit"] = limit
+        if last is not None:
+            params["last"] = last
         return Request("GET", session_path(key, "/messages"), MessagePage,
                        _at_least(params, min_version), session=key)  # fmt: skip
 

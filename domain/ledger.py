@@ -270,35 +270,38 @@ class Ledger(Application[uuid.UUID]):
     def get_all(
         self, key: str, *, tenant: str | None = None, status: str = "active", offset: int = 0,
         limit: int | None = None, as_of_version: int | None = None,
-        as_of: datetime | None = None,
+        as_of: datetime | None = None, last: int | None = None,
     ) -> list[ChatMessage]:  # fmt: skip
         """The whole history in order (or a page of it); `status="archived"` for the archive;
-        as it stood at `as_of_version` or at time `as_of` when given."""
+        as it stood at `as_of_version` or at time `as_of` when given; `last`: the newest
+        `last` messages, in order (instead of an offset)."""
         return self._reads.get_all(
             key, tenant=tenant, status=status, offset=offset, limit=limit,
-            as_of_version=as_of_version, as_of=as_of,
+            as_of_version=as_of_version, as_of=as_of, last=last,
         )  # fmt: skip
 
     def history(
         self, key: str, *, tenant: str | None = None, status: str = "active", offset: int = 0,
         limit: int | None = None, as_of_version: int | None = None,
         as_of: datetime | None = None, min_version: int | None = None,
+        last: int | None = None,
     ) -> MessagesRead:  # fmt: skip
         """`get_all` as one read, with the version its messages are of (`Reads.history`)."""
         return self._reads.history(
             key, tenant=tenant, status=status, offset=offset, limit=limit,
-            as_of_version=as_of_version, as_of=as_of, min_version=min_version,
+            as_of_version=as_of_version, as_of=as_of, min_version=min_version, last=last,
         )  # fmt: skip
 
     def page(
         self, key: str, *, tenant: str | None = None, status: str = "active", offset: int = 0,
         limit: int | None = None, after: int | None = None, as_of_version: int | None = None,
         as_of: datetime | None = None, min_version: int | None = None,
+        last: int | None = None,
     ) -> MessagesRead:  # fmt: skip
         """A page of the history, as one answer holds it (`Reads.page`)."""
         return self._reads.page(
             key, tenant=tenant, status=status, offset=offset, limit=limit, after=after,
-            as_of_version=as_of_version, as_of=as_of, min_version=min_version,
+            as_of_version=as_of_version, as_of=as_of, min_version=min_version, last=last,
         )  # fmt: skip
 
     def head(

@@ -283,8 +283,10 @@ class SessionViews(Protocol):
         offset: int,
         limit: int | None,
         version: int | None = None,
+        last: int | None = None,
     ) -> MessagesRead:
-        """A page of the history of `status` now, or at `version`."""
+        """A page of the history of `status` now, or at `version`; with `last` (offset 0),
+        its newest `last` messages in order (the first `limit` of them), read newest first."""
         ...
 
     def history_page(
@@ -296,10 +298,12 @@ class SessionViews(Protocol):
         max_bytes: int,
         version: int | None = None,
         after: int | None = None,
+        last: int | None = None,
     ) -> MessagesRead:
-        """Up to `limit` messages of `status` now, or at `version`, from `offset` or after
-        the position `after` (a page's `next_after`), ending before their bodies pass
-        `max_bytes` (the first whatever its size); bodies are read only for the page."""
+        """Up to `limit` messages of `status` now, or at `version`, from `offset`, after
+        the position `after` (a page's `next_after`) or from the `last`-th newest, ending
+        before their bodies pass `max_bytes` (the first whatever its size); bodies are
+        read only for the page."""
         ...
 
     def version_at(self, session_id: uuid.UUID, when: datetime) -> int | None: ...

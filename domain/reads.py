@@ -103,19 +103,21 @@ class Reads:
     def get_all(
         self, key: str, *, tenant: str | None = None, status: str = "active", offset: int = 0,
         limit: int | None = None, as_of_version: int | None = None,
-        as_of: datetime | None = None,
+        as_of: datetime | None = None, last: int | None = None,
     ) -> list[ChatMessage]:  # fmt: skip
         """The whole history in order (or a page of it); `status="archived"` for the archive;
-        as it stood at `as_of_version` or at time `as_of` when given."""
+        as it stood at `as_of_version` or at time `as_of` when given; `last`: its newest
+        `last` messages (in order), read as many rows as that however long the history."""
         return self.history(
             key, tenant=tenant, status=status, offset=offset, limit=limit,
-            as_of_version=as_of_version, as_of=as_of,
+            as_of_version=as_of_version, as_of=as_of, last=last,
         ).messages()  # fmt: skip
 
     def history(
         self, key: str, *, tenant: str | None = None, status: str = "active", offset: int = 0,
         limit: int | None = None, as_of_version: int | None = None,
         as_of: datetime | None = None, min_version: int | None = None,
+        last: int | None = None,
     ) -> MessagesRead:  # fmt: skip
         """`get_all` as one read, with the version its messages are of (see `window`)."""
         if status not in STATUSES:
@@ -123,11 +125,12 @@ class Reads:
         check_int("offset", offset, least=0)
         if limit is not None:
             check_int("limit", limit, least=0)
+        _check_last(last, offset)
         sid = self._addresses.session_id(key, tenant)
 
         def query(views: SessionViews) -> MessagesRead:
             version = self._version(views, sid, key, tenant, as_of_version, as_of)
-            return views.history(sid, status, offset, limit, version)
+            return views.history(sid, status, offset, limit, version, last)
 
         now = _read_version if as_of_version is None and as_of is None else None
         with self._tuning.observer.store_call(READ_HISTORY):
@@ -138,12 +141,14 @@ class Reads:
         self, key: str, *, tenant: str | None = None, status: str = "active", offset: int = 0,
         limit: int | None = None, after: int | None = None, as_of_version: int | None = None,
         as_of: datetime | None = None, min_version: int | None = None,
+        last: int | None = None,
     ) -> MessagesRead:  # fmt: skip
         """A page of the history, as one answer holds it: at most `limit` messages (at most
         the `max_page_messages` limit, also when None), ending before `max_answer_bytes` of
-        them (the first whatever its size), from `offset` or from after a page's
-        `next_after`. Read the page after one with its version as `as_of_version`: the
-        pages of one read are then of one version, whatever was written between them."""
+        them (the first whatever its size), from `offset`, from the `last`-th newest
+        message, or from after a page's `next_after`. Read the page after one with its
+        version as `as_of_version`: the pages of one read are then of one version,
+        whatever was written between them."""
         if status not in STATUSES:
             raise InvalidInput(f"status must be one of {', '.join(STATUSES)}; got {status!r}")
         check_int("offset", offset, least=0)
@@ -154,13 +159,16 @@ class Reads:
             if offset or as_of_version is None:
                 raise InvalidInput("a page after another is of its version: give after with "
                                    "that page's as_of_version, and no offset")  # fmt: skip
+        _check_last(last, offset)
+        if last is not None and after is not None:
+            raise InvalidInput("give last or after, not both")
         sid = self._addresses.session_id(key, tenant)
 
         def query(views: SessionViews) -> MessagesRead:
             version = self._version(views, sid, key, tenant, as_of_version, as_of)
-            return views.history_page(
-                sid, status, offset, limit, self._tuning.limits.max_answer_bytes, version, after
-            )
+            return views.history_page(sid, status, offset, limit,
+                                      self._tuning.limits.max_answer_bytes, version, after,
+                                      last)  # fmt: skip
 
         now = _read_version if as_of_version is None and as_of is None else None
         with self._tuning.observer.store_call(READ_HISTORY):
@@ -256,3 +264,11 @@ class Reads:
             if erased is not None:
                 raise erased
         return read
+
+
+def _check_last(last: int | None, offset: int) -> None:
+    """`last` (the newest messages) is a count, and says where a read starts: no offset."""
+    if last is not None:
+        check_int("last", last, least=0)
+        if offset:
+            raise InvalidInput("give offset or last, not both")

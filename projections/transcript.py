@@ -30,17 +30,24 @@ class Transcript:
         offset: int,
         limit: int | None,
         version: int | None = None,
+        last: int | None = None,
     ) -> StoredMessages:
         sid = self.dialect.sid(session_id)
+        # `last`: the newest `last` rows, read newest first (as many rows as asked, however
+        # long the history), then put in order and cut to `limit`.
+        newest = last is not None
+        take, skip = (last, 0) if newest else (limit, offset)
         if version is not None:  # (the id orders the merge of a past version's tables)
             with self.dialect.reading() as read:
                 rows = self.rows.matching(read, ("role, message, message_id", ()), 2, sid, status,
-                                          version, limit=limit, offset=offset)  # fmt: skip
+                                          version, newest_first=newest, limit=take,
+                                          offset=skip)  # fmt: skip
+            rows = _in_order(rows, last, limit)
             return StoredMessages(version, self.rows.opened(session_id, rows))
         # One statement: the rows and the version they are of. No rows name no version: a
         # second statement reads it, and if a write came between the two, both are read
         # again in one snapshot.
-        past_the_end = offset if limit != 0 else sys.maxsize  # (no row is in a page of 0)
+        past_the_end = skip if take != 0 else sys.maxsize  # (no row is in a page of 0)
         for reading in (self.dialect.reading, self.dialect.snapshot):
             with reading() as read:
                 rows = self.rows.matching(
@@ -50,10 +57,12 @@ class Transcript:
                     sid,
                     status,
                     None,
-                    limit=limit,
-                    offset=offset,
+                    newest_first=newest,
+                    limit=take,
+                    offset=skip,
                 )
                 if rows:
+                    rows = _in_order(rows, last, limit)
                     return StoredMessages(rows[0][2], self.rows.opened(session_id, rows))
                 seen = self.rows.version_holding_none(read, sid, status, past_the_end)
             if seen is not None:  # (in one snapshot it always is)
@@ -69,10 +78,15 @@ class Transcript:
         max_bytes: int,
         version: int | None = None,
         after: int | None = None,
+        last: int | None = None,
     ) -> StoredMessages:
-        if limit == 0:
+        if limit == 0 or last == 0:
             return self.history(session_id, status, offset, 0, version)
         sid = self.dialect.sid(session_id)
+        if last is not None:  # the page starts at the `last`-th newest row, of one version
+            version, after = self._newest_start(sid, status, last, version)
+            if version == 0:
+                return StoredMessages(0, [])
         where, params = ("", ()) if after is None else (" AND message_id > ?", (after,))
         # Rows (role, small body or NULL, id, size); one more than the page: is there more?
         inline, body_bytes = self.rows.inline_body(PAGE_INLINE_BYTES), self.dialect.body_bytes
@@ -80,7 +94,7 @@ class Transcript:
         if version is not None:
             with self.dialect.reading_past() as read:
                 if offset:  # a past version's tables are merged here: to its offset, ids only
-                    last = self.rows.matching(
+                    skipped = self.rows.matching(
                         read,
                         ("message_id", ()),
                         0,
@@ -92,9 +106,10 @@ class Transcript:
                         limit=1,
                         offset=offset - 1,
                     )
-                    if not last:
+                    if not skipped:
                         return StoredMessages(version, [])
-                    where, params, offset = f"{where} AND message_id > ?", (*params, last[0][0]), 0
+                    where, params = f"{where} AND message_id > ?", (*params, skipped[0][0])
+                    offset = 0
                 rows = self.rows.matching(
                     read,
                     (columns, ()),
@@ -140,6 +155,40 @@ class Transcript:
         following = page[-1][2] if len(page) < len(rows) else None
         return StoredMessages(version, self._page_bodies(session_id, sid, status, version, page),
                               following)  # fmt: skip
+
+    def _newest_start(
+        self, sid: Any, status: str, last: int, version: int | None
+    ) -> tuple[int, int | None]:
+        """(the version read, the `after` its newest `last` rows of `status` start from;
+        None: from the first, as it holds fewer). Now: the version the row was read at, or
+        that holds fewer, read again in one snapshot if a write came between (0: no
+        session)."""
+        nth = last - 1
+        if version is not None:
+            with self.dialect.reading_past() as read:
+                found = self.rows.matching(read, ("message_id", ()), 0, sid, status, version,
+                                           newest_first=True, limit=1, offset=nth)  # fmt: skip
+            return version, found[0][0] - 1 if found else None
+        seen = None
+        for reading in (self.dialect.reading, self.dialect.snapshot):
+            with reading() as read:
+                found = self.rows.matching(
+                    read,
+                    (f"message_id, {HEAD_VERSION} AS seen", (sid,)),
+                    0,
+                    sid,
+                    status,
+                    None,
+                    newest_first=True,
+                    limit=1,
+                    offset=nth,
+                )
+                if found:
+                    return found[0][1], found[0][0] - 1
+                seen = self.rows.version_holding_none(read, sid, status, nth)
+            if seen is not None:  # (in one snapshot it always is)
+                break
+        return seen or 0, None
 
     def _page_bodies(
         self, session_id: uuid.UUID, sid: Any, status: str, version: int,
@@ -193,3 +242,14 @@ class Transcript:
             session_id, [(rows[0]["message_id"], rows[0]["role"], rows[0]["message"])], 2
         )
         return message_id, decode_body(role, body)
+
+
+def _in_order(
+    rows: list[tuple[Any, ...]], last: int | None, limit: int | None
+) -> list[tuple[Any, ...]]:
+    """Rows read oldest first as they are; the newest `last` (read newest first) put in
+    order, the first `limit` of them."""
+    if last is None:
+        return rows
+    rows.reverse()
+    return rows if limit is None else rows[:limit]

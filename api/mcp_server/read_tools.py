@@ -76,6 +76,7 @@ class LedgerReads:
         read = self.ledger.page(
             key, tenant=who.tenant, status=inputs.status, offset=inputs.offset,
             limit=inputs.limit, after=after, as_of_version=as_of_version, as_of=inputs.as_of,
+            last=inputs.last,
         )  # fmt: skip
         following = None if read.next_after is None else page_cursor(read)
         answer = {"key": key, **_messages(read, who.tenant, key), "next_cursor": following}

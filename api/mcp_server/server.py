@@ -180,14 +180,17 @@ def _tools(reads: LedgerReads) -> list[Callable[..., Awaitable[dict[str, Any]]]]
             "LEDGER_MAX_PAGE_MESSAGES).")] = None,
         cursor: Annotated[str | None, Field(
             description="`next_cursor` of the page before: the page after it, of the same "
-            "version (not with offset, as_of_version or as_of).")] = None,
+            "version (not with offset, last, as_of_version or as_of).")] = None,
+        last: Annotated[int | None, Field(
+            description="Start at the last-th newest message: the newest `last` messages, "
+            "oldest first (not with offset).")] = None,
         as_of_version: AsOfVersion = None, as_of: AsOfTime = None,
     ) -> dict[str, Any]:  # fmt: skip
         """A page of the session's history, oldest first; follow `next_cursor` for the
         rest (null: the last page). With `as_of_version` or `as_of`: the history then."""
         return await _as_caller(lambda who: reads.history(
-            who, session_key, status=status, offset=offset,
-            limit=limit, cursor=cursor, as_of_version=as_of_version, as_of=as_of,
+            who, session_key, status=status, offset=offset, limit=limit, cursor=cursor,
+            last=last, as_of_version=as_of_version, as_of=as_of,
         ))  # fmt: skip
 
     async def session_head(session_key: SessionKey) -> dict[str, Any]:

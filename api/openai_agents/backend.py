@@ -39,45 +39,24 @@ class LocalItems:
     def __init__(self, ledger: Ledger, *, tenant: str | None, actor: str | None) -> None:
         self.ledger, self.tenant = ledger, tenant
         self.write = {"tenant": tenant, "actor": actor}
-        # Each session's (version, message count) as this object last wrote or read it:
-        # the newest items are then one read, checked to be of that version.
-        self._known: dict[str, tuple[int, int]] = {}
 
     def add(self, key: str, messages: list[dict[str, Any]]) -> None:
-        done = self.ledger.put_messages(key, messages, **self.write)
-        self._known[key] = (done.version, done.message_count)
+        self.ledger.put_messages(key, messages, **self.write)
 
     def read(self, key: str, limit: int | None) -> list[Any]:
-        ledger, tenant = self.ledger, self.tenant
-        if limit is None:
-            return _items(ledger.history(key, tenant=tenant).messages())
-        known = self._known.get(key)
-        while True:  # the newest `limit` of one version: read again if a write came between
-            if known is None:
-                try:
-                    head = ledger.head(key, tenant=tenant)
-                except SessionNotFound:
-                    return []
-                known = (head.version, head.message_count)
-            version, count = known
-            found = ledger.history(key, tenant=tenant, offset=max(0, count - limit), limit=limit)
-            if found.version == version:
-                self._known[key] = known
-                return _items(found.messages())
-            known = None
+        # The newest `limit`: one read of as many rows, whatever the session's length.
+        return _items(self.ledger.get_all(key, tenant=self.tenant, last=limit))
 
     def pop(self, key: str) -> Any | None:
         try:
             done = self.ledger.delete_last_message(key, **self.write)
         except (SessionNotFound, MessageNotFound):
             return None
-        self._known[key] = (done.version, done.message_count)
         return from_chat_message(done.removed[0])
 
     def clear(self, key: str) -> None:
         with contextlib.suppress(SessionNotFound):  # a session never written holds none
-            done = self.ledger.reset(key, **self.write)
-            self._known[key] = (done.version, done.message_count)
+            self.ledger.reset(key, **self.write)
 
     def close(self) -> None:
         """The ledger is the caller's: it stays open."""
@@ -93,19 +72,12 @@ class RemoteItems:
         self.client.put_messages(key, check(messages))
 
     def read(self, key: str, limit: int | None) -> list[Any]:
-        try:
-            if limit is None:
-                return _items(self.client.get_all(key))
-            head = self.client.head(key)
-            offset = max(0, head.message_count - limit)
-            found = self.client.get_all(
-                key, offset=offset, limit=limit, as_of_version=head.version
-            )  # (one version: the count the offset was taken from)
+        try:  # (the newest `limit` in one request, when one page holds them)
+            return _items(self.client.get_all(key, last=limit))
         except LedgerAPIError as e:
             if e.code == "session_not_found":
                 return []
             raise
-        return _items(found)
 
     def pop(self, key: str) -> Any | None:
         try:

@@ -93,7 +93,13 @@ class HistoryInputs(PastInputs, ReadInputs):
     cursor: str | None = Field(
         None, max_length=64,
         description="`next_cursor` of the page before: the page after it, of the same "
-        "version (not with offset, as_of_version or as_of).",
+        "version (not with offset, last, as_of_version or as_of).",
+    )  # fmt: skip
+    last: int | None = Field(
+        None, ge=0, le=BIG,
+        description="Start at the `last`-th newest message: the newest `last` messages, "
+        "oldest first, in pages as any read (not with offset); read as many rows as that, "
+        "however long the history.",
     )  # fmt: skip
 
     def position(self) -> tuple[int | None, int | None]:
@@ -101,8 +107,11 @@ class HistoryInputs(PastInputs, ReadInputs):
         `as_of_version` given and None."""
         if self.cursor is None:
             return self.as_of_version, None
-        if self.offset or self.as_of_version is not None or self.as_of is not None:
-            raise InvalidInput("a cursor names its page: give no offset, as_of_version or as_of")
+        if (self.offset or self.last is not None or self.as_of_version is not None
+                or self.as_of is not None):  # fmt: skip
+            raise InvalidInput(
+                "a cursor names its page: give no offset, last, as_of_version or as_of"
+            )
         found = CURSOR.fullmatch(self.cursor)
         if found is None:
             raise InvalidInput("cursor is not one this history returned (its next_cursor)")
@@ -194,5 +203,6 @@ def get_history(
     as_of_version, after = inputs.position()
     read = ledger.page(key, tenant=who.tenant, status=inputs.status, offset=inputs.offset,
                        limit=inputs.limit, after=after, as_of_version=as_of_version,
-                       as_of=inputs.as_of, min_version=options.min_version)  # fmt: skip
+                       as_of=inputs.as_of, min_version=options.min_version,
+                       last=inputs.last)  # fmt: skip
     return message_page(read, who.tenant, key, options.held)

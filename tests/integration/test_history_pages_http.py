@@ -43,7 +43,8 @@ def contents(answer: Any) -> list[str]:
 
 
 def read_all(http: TestClient, **params: Any) -> tuple[list[str], list[str]]:
-    """Every page's messages and ETag, following `next_cursor`."""
+    """Every page's messages and ETag, following `next_cursor` (which names where and at
+    which version: `last` and `as_of_version` are for the first page)."""
     found, tags = [], []
     answer = http.get(f"{PATH}/messages", params=params)
     while True:
@@ -53,7 +54,8 @@ def read_all(http: TestClient, **params: Any) -> tuple[list[str], list[str]]:
         cursor = answer.json()["next_cursor"]
         if cursor is None:
             return found, tags
-        answer = http.get(f"{PATH}/messages", params={"cursor": cursor, **params})
+        follow = {k: v for k, v in params.items() if k not in ("last", "as_of_version")}
+        answer = http.get(f"{PATH}/messages", params={"cursor": cursor, **follow})
 
 
 def test_pages_follow_their_cursor_to_the_last(http: TestClient) -> None:
@@ -91,10 +93,31 @@ def test_a_page_ends_before_the_answer_bytes(http: TestClient) -> None:
     assert [len(t) for t in read_all(http)[0]] == [3000, 3000, 1]
 
 
+def test_last_starts_at_the_newest_and_pages_on_of_one_version(http: TestClient) -> None:
+    put(http, *[f"m{i}" for i in range(9)])
+    first = http.get(f"{PATH}/messages", params={"last": 5})
+    assert contents(first) == ["m4", "m5", "m6"] and first.json()["next_cursor"]
+    put(http, "later")
+    found, tags = read_all(http, last=5)
+    assert found == ["m5", "m6", "m7", "m8", "later"] and set(tags) == {'"3"'}
+    rest = http.get(f"{PATH}/messages", params={"cursor": first.json()["next_cursor"]})
+    assert contents(rest) == ["m7", "m8"] and rest.headers["ETag"] == '"2"'
+    assert read_all(http, last=2, as_of_version=2)[0] == ["m7", "m8"]
+    assert read_all(http, last=100)[0] == [f"m{i}" for i in range(9)] + ["later"]
+    assert contents(http.get(f"{PATH}/messages", params={"last": 0})) == []
+    assert contents(http.get(f"{PATH}/messages", params={"last": 4, "limit": 1})) == ["m6"]
+
+
+def test_last_of_an_unknown_session_is_not_found(http: TestClient) -> None:
+    answer = http.get("/v1/sessions/nobody/messages", params={"last": 3})
+    assert answer.status_code == 404 and answer.json()["error"]["code"] == "session_not_found"
+
+
 @pytest.mark.parametrize(
     "params",
     [{"cursor": "nonsense"}, {"cursor": "0-1"}, {"cursor": "2-1", "offset": 1},
-     {"cursor": "2-1", "as_of_version": 2}, {"cursor": "9" * 65}],
+     {"cursor": "2-1", "as_of_version": 2}, {"cursor": "9" * 65}, {"cursor": "2-1", "last": 1},
+     {"last": -1}, {"last": "x"}, {"last": 2, "offset": 1}, {"last": 10**19}],
 )  # fmt: skip
 def test_a_cursor_the_history_did_not_give_is_refused(
     http: TestClient, params: dict[str, Any]

@@ -120,6 +120,7 @@ def test_the_tools_answer_what_the_ledger_holds(mcp_server: Mcp, session_key: st
                 ),
                 "pages": pages,
                 "archived": await call(session, "history", session_key=key, status="archived"),
+                "newest": await call(session, "history", session_key=key, last=3),
                 "history then": await call(
                     session, "history", session_key=key, as_of_version=middle
                 ),
@@ -159,6 +160,7 @@ def test_the_tools_answer_what_the_ledger_holds(mcp_server: Mcp, session_key: st
     assert got["archived"]["messages"] == canonical(
         ledger.get_all(key, tenant=TENANT, status="archived")
     )
+    assert got["newest"]["messages"] == canonical(ledger.get_all(key, tenant=TENANT)[-3:])
     assert got["history then"]["messages"] == canonical(
         ledger.get_all(key, tenant=TENANT, as_of_version=middle)
     )
@@ -367,7 +369,7 @@ def test_bad_input_is_refused_as_over_http(mcp_server: Mcp, session_key: str) ->
             ]
 
     reasons = run(scenario)
-    assert "give no offset, as_of_version or as_of" in reasons[0]
+    assert "give no offset, last, as_of_version or as_of" in reasons[0]
     assert "cursor is not one this history returned" in reasons[1]
     assert "limit: Input should be greater than or equal to 0" in reasons[2]
     # The bound is in the tool's input schema (the route's own `AsOfVersion`): the SDK

@@ -26,6 +26,8 @@ class Server:
         params = dict(request.url.params)
         self.asked.append(params)
         start = int(params.get("cursor", "0").rpartition("-")[2]) + int(params.get("offset", 0))
+        if "last" in params:
+            start = max(0, len(MESSAGES) - int(params["last"]))
         end = min(start + min(3, int(params.get("limit", 3))), len(MESSAGES))
         following = f"2-{end}" if end < len(MESSAGES) else None
         return httpx.Response(200, json={"messages": MESSAGES[start:end], "next_cursor": following})
@@ -52,3 +54,18 @@ def test_the_clients_follow_the_cursor_to_the_last_page() -> None:
             return texts(await client.get_all("s"))
 
     assert asyncio.run(read()) == [f"m{i}" for i in range(7)]
+
+
+def test_the_newest_are_asked_once_then_followed_by_cursor() -> None:
+    server = Server()
+    with LedgerClient("http://ledger", "k", transport=httpx.MockTransport(server)) as client:
+        assert texts(client.get_all("s", last=5)) == ["m2", "m3", "m4", "m5", "m6"]
+    assert [p.get("last") for p in server.asked] == ["5", None]
+    assert server.asked[1] == {"status": "active", "cursor": "2-5"}
+
+    async def read() -> list[str]:
+        transport = httpx.MockTransport(server)
+        async with AsyncLedgerClient("http://ledger", "k", transport=transport) as client:
+            return texts(await client.get_all("s", last=2))
+
+    assert asyncio.run(read()) == ["m5", "m6"]
