@@ -78,7 +78,11 @@ def store_env(settings: Settings, *, create_tables: bool) -> dict[str, str]:
             "POSTGRES_PORT": str(parts.port or 5432),
             "POSTGRES_USER": unquote(parts.username or "postgres"),
             "POSTGRES_PASSWORD": unquote(parts.password or ""),
-            "POSTGRES_POOL_SIZE": str(settings.pool_size),
+            # One connection kept open, as many more as calls need, to LEDGER_POOL_SIZE in
+            # all (the library's pool keeps POOL_SIZE open and adds MAX_OVERFLOW, 10 unless
+            # told): an idle process holds one, not a pool's worth.
+            "POSTGRES_POOL_SIZE": "1",
+            "POSTGRES_MAX_OVERFLOW": str(settings.pool_size - 1),
             "POSTGRES_LOCK_TIMEOUT": str(settings.lock_timeout_seconds),
             # The library's name for how long a call waits for a pooled connection.
             "POSTGRES_CONNECT_TIMEOUT": str(settings.store_wait_seconds),

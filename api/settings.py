@@ -112,9 +112,11 @@ class StoreSettings(BaseModel):
     pool_size: int = Field(
         8,
         ge=1,
-        description="PostgreSQL connections per process; a server has as many more on its "
-        "event loop (context reads, and a write alone). SQLite: connections the key and the "
-        "limit tables each keep open (a request finding all busy waits for one).",
+        description="Most PostgreSQL connections per process and pool, opened as calls "
+        "need them (one kept open; the others closed after 10 idle minutes); a server has "
+        "as many more on its event loop (context reads, and a write alone). SQLite: "
+        "connections the key and the limit tables each keep open (a request finding all "
+        "busy waits for one).",
     )
     lock_timeout_seconds: int = Field(
         30, ge=1, description="How long a write waits for a database lock."

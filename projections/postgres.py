@@ -355,7 +355,7 @@ class PostgresLedgerFactory(SealingFactory, PostgresFactory):
 
         # The standbys fall back to views over the same parts without the routing.
         self.replicas = open_replicas(
-            self.env, SQLViews(parts), standby_views, pool_size=self.datastore.pool.min_size
+            self.env, SQLViews(parts), standby_views, pool_size=self.datastore.pool.max_size
         )
         recorder = PostgresLedgerRecorder(self.dialect, SQLViews(parts, self.replicas),
                                           self.replicas)  # fmt: skip

@@ -152,7 +152,7 @@ class LoopPool:
 
             self._pool = AsyncConnectionPool(
                 self._like.conninfo, kwargs=dict(kwargs), min_size=1,
-                max_size=self._like.min_size, timeout=self._like.timeout,
+                max_size=self._like.max_size, timeout=self._like.timeout,
                 configure=configure, open=False,
             )  # fmt: skip
             self._loop = loop

@@ -166,7 +166,7 @@ def open_replicas(
 ) -> ReplicaSet | None:  # fmt: skip
     """The standbys named in the environment (`READ_REPLICA_URLS`, comma separated) of the
     views `primary` (None: no standbys), each with views that `standby_views` makes on a
-    datastore of `pool_size` connections (the primary's)."""
+    datastore of at most `pool_size` connections (the primary's), one kept open."""
     urls = [u.strip() for u in (env.get("READ_REPLICA_URLS") or "").split(",") if u.strip()]
     if not urls:
         return None
@@ -177,7 +177,7 @@ def open_replicas(
             dbname=str(params.get("dbname") or "postgres"),
             host=str(params.get("host") or "127.0.0.1"), port=str(params.get("port") or 5432),
             user=str(params.get("user") or "postgres"), password=str(params.get("password") or ""),
-            connect_timeout=POOL_WAIT_SECONDS, pool_size=pool_size, max_overflow=pool_size,
+            connect_timeout=POOL_WAIT_SECONDS, pool_size=1, max_overflow=pool_size - 1,
             idle_in_transaction_session_timeout=5,
         ))  # fmt: skip
 
