@@ -44,30 +44,10 @@ class Transcript:
                                           offset=skip)  # fmt: skip
             rows = _in_order(rows, last, limit)
             return StoredMessages(version, self.rows.opened(session_id, rows))
-        # One statement: the rows and the version they are of. No rows name no version: a
-        # second statement reads it, and if a write came between the two, both are read
-        # again in one snapshot.
         past_the_end = skip if take != 0 else sys.maxsize  # (no row is in a page of 0)
-        for reading in (self.dialect.reading, self.dialect.snapshot):
-            with reading() as read:
-                rows = self.rows.matching(
-                    read,
-                    (f"role, message, {HEAD_VERSION} AS seen", (sid,)),
-                    2,
-                    sid,
-                    status,
-                    None,
-                    newest_first=newest,
-                    limit=take,
-                    offset=skip,
-                )
-                if rows:
-                    rows = _in_order(rows, last, limit)
-                    return StoredMessages(rows[0][2], self.rows.opened(session_id, rows))
-                seen = self.rows.version_holding_none(read, sid, status, past_the_end)
-            if seen is not None:  # (in one snapshot it always is)
-                break
-        return StoredMessages(seen or 0, rows)
+        version, rows = self._at_head(sid, status, "role, message", past_the_end,
+                                      newest_first=newest, limit=take, offset=skip)  # fmt: skip
+        return StoredMessages(version, self.rows.opened(session_id, _in_order(rows, last, limit)))
 
     def history_page(
         self,
@@ -122,29 +102,11 @@ class Transcript:
                     limit=limit + 1,
                     offset=offset,
                 )
-        else:  # as `history`: the version comes with the rows, or a second statement reads it
-            for reading in (self.dialect.reading, self.dialect.snapshot):
-                with reading() as read:
-                    rows = self.rows.matching(
-                        read,
-                        (f"{columns}, {HEAD_VERSION} AS seen", (sid,)),
-                        2,
-                        sid,
-                        status,
-                        None,
-                        where,
-                        params,
-                        limit=limit + 1,
-                        offset=offset,
-                    )
-                    if rows:
-                        version = rows[0][4]
-                        break
-                    version = self.rows.version_holding_none(read, sid, status, offset)
-                if version is not None:
-                    return StoredMessages(version, [])
-            else:
-                return StoredMessages(0, [])
+        else:
+            version, rows = self._at_head(sid, status, columns, offset, where, params,
+                                          limit=limit + 1, offset=offset)  # fmt: skip
+            if not rows:
+                return StoredMessages(version, [])
         page: list[tuple[Any, ...]] = []
         size = 0
         for row in rows[:limit]:
@@ -169,26 +131,31 @@ class Transcript:
                 found = self.rows.matching(read, ("message_id", ()), 0, sid, status, version,
                                            newest_first=True, limit=1, offset=nth)  # fmt: skip
             return version, found[0][0] - 1 if found else None
+        version, found = self._at_head(sid, status, "message_id", nth, newest_first=True,
+                                       limit=1, offset=nth)  # fmt: skip
+        return version, found[0][0] - 1 if found else None
+
+    def _at_head(
+        self, sid: Any, status: str, columns: str, past_the_end: int, where: str = "",
+        params: tuple[Any, ...] = (), **page: Any,
+    ) -> tuple[int, list[tuple[Any, ...]]]:  # fmt: skip
+        """The session's version now, and its `status` rows that meet `where` (`matching`
+        with `page`), as `columns` and that version last: one statement. No rows name no
+        version: a second statement reads it (0: no session), and one that finds a row
+        from position `past_the_end` on means a write came between the two, so both are
+        read again in one snapshot."""
+        select = (f"{columns}, {HEAD_VERSION} AS seen", (sid,))
         seen = None
         for reading in (self.dialect.reading, self.dialect.snapshot):
             with reading() as read:
-                found = self.rows.matching(
-                    read,
-                    (f"message_id, {HEAD_VERSION} AS seen", (sid,)),
-                    0,
-                    sid,
-                    status,
-                    None,
-                    newest_first=True,
-                    limit=1,
-                    offset=nth,
-                )
-                if found:
-                    return found[0][1], found[0][0] - 1
-                seen = self.rows.version_holding_none(read, sid, status, nth)
+                rows = self.rows.matching(read, select, 0, sid, status, None, where, params,
+                                          **page)  # fmt: skip
+                if rows:
+                    return rows[0][-1], rows
+                seen = self.rows.version_holding_none(read, sid, status, past_the_end)
             if seen is not None:  # (in one snapshot it always is)
                 break
-        return seen or 0, None
+        return seen or 0, []
 
     def _page_bodies(
         self, session_id: uuid.UUID, sid: Any, status: str, version: int,
