@@ -168,6 +168,14 @@ class MessagesRead(Protocol):
         """Each message's canonical JSON (`ChatMessage.to_json()`), made without decoding."""
         ...
 
+    def decoded(
+        self, text: Callable[[str, str], T], whole: Callable[[dict[str, Any]], T]
+    ) -> list[T]:
+        """The messages as the caller makes them, no `ChatMessage` between: `text(role,
+        text)` of a message of one text block and nothing else, `whole(d)` of any other
+        (`d` its `to_dict()`, to keep)."""
+        ...
+
     def __len__(self) -> int: ...
 
 

@@ -44,8 +44,10 @@ class LocalItems:
         self.ledger.put_messages(key, messages, **self.write)
 
     def read(self, key: str, limit: int | None) -> list[Any]:
-        # The newest `limit`: one read of as many rows, whatever the session's length.
-        return _items(self.ledger.get_all(key, tenant=self.tenant, last=limit))
+        # The newest `limit`: one read of as many rows, whatever the session's length,
+        # each made an item as it is decoded.
+        found = self.ledger.history(key, tenant=self.tenant, last=limit)
+        return found.decoded(_text_item, from_message)
 
     def pop(self, key: str) -> Any | None:
         try:
@@ -101,6 +103,11 @@ class RemoteItems:
 
 def _items(messages: list[ChatMessage]) -> list[Any]:
     return [from_chat_message(m) for m in messages]
+
+
+def _text_item(role: str, text: str) -> dict[str, str]:
+    """The item of a message of one text block (what `from_chat_message` makes of it)."""
+    return {"role": role, "content": text}
 
 
 def open_items(
