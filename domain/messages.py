@@ -60,6 +60,13 @@ def text_message_json(role: str, text_json: str) -> str:
     return _TEXT_HEAD[role] + text_json + _TEXT_TAIL
 
 
+def text_message_dict(role: str, text: str) -> dict[str, Any]:
+    """`to_dict()` of a message of `role` with one text block, `text`, and no
+    additional_kwargs (its keys in the canonical JSON's order)."""
+    return {"role": role, "blocks": [{"block_type": "text", "text": text}],
+            "additional_kwargs": {}}  # fmt: skip
+
+
 _TEXT_HEAD_CHARS = {role: len(head) for role, head in _TEXT_HEAD.items()}
 
 

@@ -176,6 +176,10 @@ class MessagesRead(Protocol):
         (`d` its `to_dict()`, to keep)."""
         ...
 
+    def dicts(self) -> list[dict[str, Any]]:
+        """Each message's `to_dict()` (LlamaIndex's JSON shape), made as it is decoded."""
+        ...
+
     def __len__(self) -> int: ...
 
 

@@ -18,6 +18,7 @@ from session_ledger.domain.messages import (
     ChatMessage,
     plain_text,
     text_json_of,
+    text_message_dict,
     text_message_json,
 )
 
@@ -100,8 +101,15 @@ class StoredMessages:
     ) -> list[T]:
         return decode_as(self.rows, text, whole)
 
+    def dicts(self) -> list[dict[str, Any]]:
+        return decode_as(self.rows, text_message_dict, _as_decoded)
+
     def json(self) -> list[str]:
         return [body_json(row[0], row[1]) for row in self.rows]
 
     def __len__(self) -> int:
         return len(self.rows)
+
+
+def _as_decoded(message: dict[str, Any]) -> dict[str, Any]:
+    return message

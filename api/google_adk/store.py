@@ -7,7 +7,6 @@ The calls block; the service runs each of its operations in a worker thread.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, NamedTuple, Protocol
 
@@ -62,7 +61,7 @@ class LocalStore:
 
     def messages(self, key: str, offset: int, limit: int | None) -> tuple[list[dict], int]:
         found = self.ledger.history(key, tenant=self.tenant, offset=offset, limit=limit)
-        return [json.loads(text) for text in found.json()], found.version  # (no objects made)
+        return found.dicts(), found.version  # (no message objects made)
 
     def append(self, key: str, messages: list[dict], expected_version: int | None) -> Head:
         done = self.ledger.put_messages(

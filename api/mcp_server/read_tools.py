@@ -12,7 +12,6 @@ route's action name, with the inputs the caller gave (by the route's names) and
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -162,7 +161,7 @@ def _messages(read: MessagesRead, tenant: str, key: str) -> dict[str, Any]:
     that does not exist is `SessionNotFound`, as over HTTP."""
     if read.version == 0:
         raise SessionNotFound(tenant, key)
-    return {"version": read.version, "messages": [json.loads(text) for text in read.json()]}
+    return {"version": read.version, "messages": read.dicts()}
 
 
 def _json(model: BaseModel) -> dict[str, Any]:

@@ -5,6 +5,7 @@ a message of one text block and nothing else, `whole(d)` for any other, `d` equa
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from session_ledger.domain.ledger import Ledger
@@ -52,3 +53,13 @@ def test_decoded_makes_what_messages_hold(ledger: Ledger) -> None:
         assert read.decoded(text, whole) == [made(m) for m in read.messages()]
     first = ledger.history("s", as_of_version=first_version).decoded(text, whole)
     assert [kind for kind, *_ in first] == ["text", "text", "text", "whole", "whole", "whole"]
+
+
+def test_dicts_are_the_stored_json_decoded(ledger: Ledger) -> None:
+    """`dicts()`: each message's `to_dict()`, keys in the canonical JSON's order (an
+    answer made of them is the same text as one made of `json()`)."""
+    ledger.put_messages("s", MESSAGES)
+    for read in (ledger.history("s"), ledger.window("s", token_limit=10**6)):
+        decoded = [json.loads(text) for text in read.json()]
+        assert read.dicts() == decoded == [m.to_dict() for m in read.messages()]
+        assert [json.dumps(d) for d in read.dicts()] == [json.dumps(d) for d in decoded]
