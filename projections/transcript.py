@@ -126,13 +126,13 @@ class Transcript:
         that holds fewer, read again in one snapshot if a write came between (0: no
         session)."""
         nth = last - 1
-        if version is not None:
+        if version is None:
+            version, found = self._at_head(sid, status, "message_id", nth, newest_first=True,
+                                           limit=1, offset=nth)  # fmt: skip
+        else:
             with self.dialect.reading_past() as read:
                 found = self.rows.matching(read, ("message_id", ()), 0, sid, status, version,
                                            newest_first=True, limit=1, offset=nth)  # fmt: skip
-            return version, found[0][0] - 1 if found else None
-        version, found = self._at_head(sid, status, "message_id", nth, newest_first=True,
-                                       limit=1, offset=nth)  # fmt: skip
         return version, found[0][0] - 1 if found else None
 
     def _at_head(
