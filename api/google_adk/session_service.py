@@ -257,8 +257,8 @@ class LedgerSessionService(BaseSessionService):
         offset = 0 if wanted is None else max(1, count - wanted)
         # At least the newest message: the session's time and where its state is
         offset = min(offset, count - 1)
-        found, version = self.store.messages(key, offset, None)
-        if version not in (-1, head.version) or len(found) != count - offset:
+        found = self.store.newest(key, head, count - offset)
+        if found is None:
             return None
         kwargs = [m["additional_kwargs"] for m in found]
         last = kwargs[-1]

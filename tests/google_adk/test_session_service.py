@@ -168,6 +168,45 @@ def test_after_timestamp_reads_back_only_as_far_as_it_needs(adk: Target) -> None
     assert reads == [(151, 100), (0, 1)]
 
 
+def test_recent_events_are_one_read_of_the_newest_rows(adk: Target) -> None:
+    """`num_recent_events=50` of 2,000 events asks the ledger for the newest 50 (a read of
+    50 rows, tests/contract/test_newest_messages.py), not for those after an offset,
+    which the database steps through from the first."""
+    if adk.remote:
+        pytest.skip("over HTTP the read is by offset, checked by the answer's length")
+    sessions = adk.service()
+    ledger = sessions.store.ledger  # type: ignore[attr-defined]
+    key, reads = adk.key(USER, "long"), []
+    history = ledger.history
+
+    def counted(read_key: str, **kw: Any) -> Any:
+        if read_key == key:
+            reads.append({k: v for k, v in kw.items() if k in ("offset", "last") and v})
+        return history(read_key, **kw)
+
+    async def scenario() -> list[Event]:
+        await sessions.create_session(app_name=adk.app, user_id=USER, session_id="long")
+        for start in range(1, 2001, 500):
+            adk.ledger.put_messages(key, [
+                to_message(text_event(f"e{i}", timestamp=float(i)), {"adk_state_at": 0})
+                for i in range(start, start + 500)
+            ], tenant=adk.tenant)  # fmt: skip
+        ledger.history = counted
+        got = await sessions.get_session(
+            app_name=adk.app, user_id=USER, session_id="long",
+            config=GetSessionConfig(num_recent_events=50),
+        )  # fmt: skip
+        assert got is not None
+        return got.events
+
+    events = run(scenario())
+    assert [e.timestamp for e in events] == [float(i) for i in range(1951, 2001)]
+    # (A first read at the head the service remembered from create_session finds the
+    # session moved, and it reads again at the new head.)
+    assert reads[-2:] == [{"last": 50}, {}]  # the newest 50, then the state's, the first
+    assert all("offset" not in r for r in reads)
+
+
 def test_a_stale_session_is_refused_and_nothing_is_stored(adk: Target) -> None:
     sessions = adk.service()
 
