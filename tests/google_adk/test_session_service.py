@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -135,6 +135,31 @@ def test_get_session_config_recent_events_and_after_timestamp(adk: Target) -> No
     run(scenario())
 
 
+def read_long_session(
+    adk: Target, sessions: LedgerSessionService, events: int, config: GetSessionConfig,
+    count_reads: Callable[[], None],
+) -> list[Event]:  # fmt: skip
+    """Session "long" made, `events` events stamped 1, 2, ... written to it in process
+    (500 a write), then `count_reads()`, then the events `get_session(config)` gives."""
+    key = adk.key(USER, "long")
+
+    async def scenario() -> list[Event]:
+        await sessions.create_session(app_name=adk.app, user_id=USER, session_id="long")
+        for start in range(1, events + 1, 500):
+            adk.ledger.put_messages(key, [
+                to_message(text_event(f"e{i}", timestamp=float(i)), {"adk_state_at": 0})
+                for i in range(start, min(start + 500, events + 1))
+            ], tenant=adk.tenant)  # fmt: skip
+        count_reads()
+        got = await sessions.get_session(
+            app_name=adk.app, user_id=USER, session_id="long", config=config
+        )
+        assert got is not None
+        return got.events
+
+    return run(scenario())
+
+
 def test_after_timestamp_reads_back_only_as_far_as_it_needs(adk: Target) -> None:
     if adk.remote:
         pytest.skip("the read pattern is the same over HTTP; counted in process")
@@ -147,22 +172,12 @@ def test_after_timestamp_reads_back_only_as_far_as_it_needs(adk: Target) -> None
             reads.append((offset, limit))
         return messages(key, offset, limit)
 
-    async def scenario() -> list[Event]:
-        made = await sessions.create_session(app_name=adk.app, user_id=USER, session_id="long")
-        key = adk.key(USER, "long")
-        batch = [to_message(text_event(f"e{i}", timestamp=float(i)), {"adk_state_at": 0})
-                 for i in range(1, 251)]  # fmt: skip
-        adk.ledger.put_messages(key, batch, tenant=adk.tenant)  # (250 events at once)
-        del made
+    def count_reads() -> None:
         sessions.store.messages = counted  # type: ignore[method-assign]
-        got = await sessions.get_session(
-            app_name=adk.app, user_id=USER, session_id="long",
-            config=GetSessionConfig(after_timestamp=240.0),
-        )  # fmt: skip
-        assert got is not None
-        return got.events
 
-    events = run(scenario())
+    events = read_long_session(
+        adk, sessions, 250, GetSessionConfig(after_timestamp=240.0), count_reads
+    )
     assert [e.timestamp for e in events] == [float(i) for i in range(240, 251)]
     # One page of the newest events, and the first message for the state: not all 251
     assert reads == [(151, 100), (0, 1)]
@@ -184,22 +199,12 @@ def test_recent_events_are_one_read_of_the_newest_rows(adk: Target) -> None:
             reads.append({k: v for k, v in kw.items() if k in ("offset", "last") and v})
         return history(read_key, **kw)
 
-    async def scenario() -> list[Event]:
-        await sessions.create_session(app_name=adk.app, user_id=USER, session_id="long")
-        for start in range(1, 2001, 500):
-            adk.ledger.put_messages(key, [
-                to_message(text_event(f"e{i}", timestamp=float(i)), {"adk_state_at": 0})
-                for i in range(start, start + 500)
-            ], tenant=adk.tenant)  # fmt: skip
+    def count_reads() -> None:
         ledger.history = counted
-        got = await sessions.get_session(
-            app_name=adk.app, user_id=USER, session_id="long",
-            config=GetSessionConfig(num_recent_events=50),
-        )  # fmt: skip
-        assert got is not None
-        return got.events
 
-    events = run(scenario())
+    events = read_long_session(
+        adk, sessions, 2000, GetSessionConfig(num_recent_events=50), count_reads
+    )
     assert [e.timestamp for e in events] == [float(i) for i in range(1951, 2001)]
     # (A first read at the head the service remembered from create_session finds the
     # session moved, and it reads again at the new head.)
