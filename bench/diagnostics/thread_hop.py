@@ -21,6 +21,9 @@ blocks, ms a call:
 
     python -m bench.diagnostics.thread_hop [--rounds 10] [--workdir var/bench]
 
+(`taskset -c 0` before it keeps every thread on one core: the round trip without the
+wake-up of another core, for diagnosis only.)
+
 prints a Markdown table and writes bench/results/thread-hop-latest.json.
 """
 
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import shutil
 import statistics
 import tempfile
@@ -43,8 +47,10 @@ BLOCK = 100  # calls a block
 WARM = 50  # calls of each subject first, not timed: tables, sessions and caches made
 
 
-def subjects(folder: Path, loop: asyncio.AbstractEventLoop) -> dict[str, Callable[[Any], Any]]:
-    """Each subject's one call, on stores of its own in `folder`."""
+def subjects(
+    folder: Path, loop: asyncio.AbstractEventLoop, stack: contextlib.ExitStack
+) -> dict[str, Callable[[Any], Any]]:
+    """Each subject's one call, on stores of its own in `folder` (closed by `stack`)."""
     from agents.memory import SQLiteSession
 
     from session_ledger.api.bootstrap import migrate, open_ledger
@@ -54,7 +60,9 @@ def subjects(folder: Path, loop: asyncio.AbstractEventLoop) -> dict[str, Callabl
     settings = Settings(database_url=f"sqlite:///{folder / 'ledger.db'}")
     migrate(settings)
     ledger = open_ledger(settings)
+    stack.callback(ledger.close)
     agents = SQLiteSession("hop", str(folder / "agents.db"))
+    stack.callback(agents.close)
     session = LedgerSession("items", ledger=ledger)
     run = loop.run_until_complete
     found: dict[str, Callable[[Any], Any]] = {
@@ -85,8 +93,10 @@ def main() -> None:
     args.workdir.mkdir(parents=True, exist_ok=True)
     folder = Path(tempfile.mkdtemp(prefix="thread-hop-", dir=args.workdir))
     loop = asyncio.new_event_loop()
-    try:
-        calls = subjects(folder, loop)
+    with contextlib.ExitStack() as stack:
+        stack.callback(shutil.rmtree, folder, ignore_errors=True)
+        stack.callback(loop.close)
+        calls = subjects(folder, loop, stack)
         messages = iter(conversation((WARM + BLOCK * args.rounds) * len(calls)))
         for _ in range(WARM):
             for call in calls.values():
@@ -100,9 +110,6 @@ def main() -> None:
                 for message in block:
                     calls[name](message)
                 blocks[name].append((time.perf_counter() - start) / BLOCK * 1e3)
-    finally:
-        loop.close()
-        shutil.rmtree(folder, ignore_errors=True)
     figures = {name: statistics.median(times) for name, times in blocks.items()}
     print(f"ms a call, median of {args.rounds} blocks of {BLOCK} taken in turns, "
           f"SQLite files in {args.workdir}:\n")  # fmt: skip
