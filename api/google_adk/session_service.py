@@ -72,7 +72,7 @@ T = TypeVar("T")
 
 STATE_RETRIES = 50  # attempts of an app or user state change that loses a race
 READ_RETRIES = 20  # attempts of a read whose session moved between its two reads
-PAGE = 100  # events a read of `after_timestamp` takes at a time, newest first
+PAGE = 100  # the newest events a read of `after_timestamp` takes first
 READERS = 4  # threads reading the app's and user's state while the session is read
 KNOWN_SESSIONS = 4096  # sessions and shared states whose last known version is kept
 
@@ -269,21 +269,24 @@ class LedgerSessionService(BaseSessionService):
     def _read_after(
         self, key: str, head: Head, after: float
     ) -> tuple[list[dict[str, Any]], int, dict[str, Any], int] | None:
-        """The messages of events at or after `after`, read newest first a page at a time
-        until an older one (events are appended in time order)."""
-        end, kept = head.message_count, []
-        while end > 0:
-            offset = max(0, end - PAGE)
-            found, version = self.store.messages(key, offset, end - offset)
-            if version not in (-1, head.version) or len(found) != end - offset:
+        """The messages of events at or after `after`: the newest `PAGE`, then twice as
+        many, each one read of the newest rows, until one is older (events are appended
+        in time order) or all are read: the rows read stay within four times those it
+        returns (or the first `PAGE`), however long the session."""
+        count = head.message_count
+        n = min(PAGE, count)
+        while True:
+            found = self.store.newest(key, head, n)
+            if found is None:
                 return None
-            page = [m["additional_kwargs"] for m in found]
-            kept[:0] = page
-            end = offset
-            if any(layout.EVENT in m and m[layout.EVENT]["timestamp"] < after for m in page):
+            kept = [m["additional_kwargs"] for m in found]
+            if n == count or any(
+                layout.EVENT in m and m[layout.EVENT]["timestamp"] < after for m in kept
+            ):
                 break
+            n = min(2 * n, count)
         last = kept[-1]
-        return kept, end, last, layout.state_at(last, head.message_count - 1)
+        return kept, count - n, last, layout.state_at(last, count - 1)
 
     def _state_of(
         self, key: str, messages: list[dict[str, Any]], offset: int, state_at: int,

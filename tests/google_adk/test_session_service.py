@@ -160,27 +160,44 @@ def read_long_session(
     return run(scenario())
 
 
-def test_after_timestamp_reads_back_only_as_far_as_it_needs(adk: Target) -> None:
+@pytest.mark.parametrize(
+    ("after", "newest_reads"),
+    [(240.0, [100]), (60.0, [100, 200]), (0.0, [100, 200, 251])],
+    ids=["one-page", "twice-as-many", "all"],
+)
+def test_after_timestamp_reads_back_only_as_far_as_it_needs(
+    adk: Target, after: float, newest_reads: list[int]
+) -> None:
+    """Of 250 events, those from `after` on: the newest 100, then twice as many, until an
+    older one is among them or the session is read whole; never a read from an offset
+    but the state's (the first message, which the session was made with)."""
     if adk.remote:
         pytest.skip("the read pattern is the same over HTTP; counted in process")
     sessions = adk.service()
-    reads: list[tuple[int, int | None]] = []
-    messages = sessions.store.messages
+    reads: list[tuple[str, Any]] = []
+    store = sessions.store
+    messages, newest = store.messages, store.newest
 
-    def counted(key: str, offset: int, limit: int | None) -> Any:
+    def counted_messages(key: str, offset: int, limit: int | None) -> Any:
         if key == adk.key(USER, "long"):  # (not the app's and the user's state)
-            reads.append((offset, limit))
+            reads.append(("offset", (offset, limit)))
         return messages(key, offset, limit)
 
+    def counted_newest(key: str, head: Any, n: int) -> Any:
+        if key == adk.key(USER, "long"):
+            reads.append(("newest", n))
+        return newest(key, head, n)
+
     def count_reads() -> None:
-        sessions.store.messages = counted  # type: ignore[method-assign]
+        store.messages = counted_messages  # type: ignore[method-assign]
+        store.newest = counted_newest  # type: ignore[method-assign]
 
     events = read_long_session(
-        adk, sessions, 250, GetSessionConfig(after_timestamp=240.0), count_reads
+        adk, sessions, 250, GetSessionConfig(after_timestamp=after), count_reads
     )
-    assert [e.timestamp for e in events] == [float(i) for i in range(240, 251)]
-    # One page of the newest events, and the first message for the state: not all 251
-    assert reads == [(151, 100), (0, 1)]
+    assert [e.timestamp for e in events] == [float(i) for i in range(max(1, int(after)), 251)]
+    state_read = [] if after == 0.0 else [("offset", (0, 1))]  # (read whole: it is in it)
+    assert reads == [("newest", n) for n in newest_reads] + state_read
 
 
 def test_recent_events_are_one_read_of_the_newest_rows(adk: Target) -> None:
