@@ -5,7 +5,11 @@ header) for every page the transaction changed, then fsyncs the WAL. Stores that
 the same number of fsyncs differ by how many pages each write touches, so this
 counts them: it runs N single-message writes, reads the frames each commit appended
 to the WAL (following it through checkpoints), and names each frame's b-tree (table
-or index) through SQLite's `dbstat` table. It also times each write.
+or index) through SQLite's `dbstat` table. It also times each write, and says how
+often a write changed more than one page of a b-tree: a leaf that filled up. A table
+with a rowid, appended at its end, then adds one new page and changes its parent; a
+WITHOUT ROWID table or an index rebalances the leaf with its siblings, changing 4 or
+5 pages, and leaves the last leaf half full, so it fills again sooner.
 
 Compared, each through the store `make bench` drives: session-ledger (its public
 `put`), raw sqlite3 (one INSERT), and OpenAI Agents' `SQLiteSession` when the bench
@@ -47,6 +51,9 @@ class Cost:
     frames_per_write: float
     by_btree: dict[str, float]  # frames per write
     write_us: float  # median wall time of one write
+    # b-tree -> [share of writes that changed more than one of its pages (a split or a
+    # rebalance of siblings), the pages such a write changed on average]
+    splits: dict[str, list[float]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
 
@@ -124,9 +131,14 @@ def measure(store: str, db: Path, write: Callable[[int], None], writes: int) -> 
     notes = []
     names = btree_names(db)
     counts: collections.Counter[str] = collections.Counter()
+    many: dict[str, list[int]] = collections.defaultdict(list)  # b-tree -> pages, if > 1
     for pages in measured:
-        for page in pages:
-            counts[names.get(page, "a page freed since (a split)")] += 1
+        per_commit = collections.Counter(names.get(p, "a page freed since (a split)")
+                                         for p in pages)  # fmt: skip
+        counts.update(per_commit)
+        for name, n in per_commit.items():
+            if n > 1:
+                many[name].append(n)
     extra = len(measured) - writes
     if extra > 0:
         notes.append(f"{extra} commits besides the writes (snapshots, every 200 events)")
@@ -137,6 +149,7 @@ def measure(store: str, db: Path, write: Callable[[int], None], writes: int) -> 
         by_btree={k: v / writes for k, v in counts.most_common()},
         write_us=statistics.median(times) * 1e6,
         notes=notes,
+        splits={k: [len(v) / writes, statistics.mean(v)] for k, v in sorted(many.items())},
     )
 
 
@@ -211,6 +224,9 @@ def main() -> None:
     for c in costs:
         for note in c.notes:
             print(f"- {c.store}: {note}")
+        for name, (share, pages) in c.splits.items():
+            print(f"- {c.store}: {share:.0%} of writes changed more than one page of "
+                  f"{name} ({pages:.1f} pages each)")  # fmt: skip
     record: dict[str, Any] = {"writes": args.writes, "sessions": args.sessions}
     write_diagnostic(
         f"write-cost-{args.sessions}-sessions-latest.json",

@@ -58,3 +58,19 @@ def test_every_store_is_counted_commit_by_commit(
     ledger = costs[0].by_btree
     assert any(name.startswith("ledger_") for name in ledger), ledger
     assert table(costs).count("\n") == len(costs) + 1
+
+
+def test_a_leaf_that_fills_up_is_counted_as_a_write_of_more_than_one_page(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows of ~400 characters fill a 4 KiB leaf in under ten writes: among 40, some
+    change more than one page of the raw store's table, and each of those at least two."""
+    monkeypatch.setattr(write_cost, "WARM_WRITES", 5)
+    from bench.anchors.raw_sqlite import RawSQLite
+
+    workdir = tmp_path / "raw"
+    workdir.mkdir()
+    found = cost(RawSQLite(), "raw-sqlite3.db", workdir, conversation(45), writes=40, sessions=1)
+    share, pages = found.splits["messages"]
+    assert 0 < share < 1 and pages >= 2
+    assert found.by_btree["messages"] == pytest.approx(1 + share * (pages - 1))
