@@ -232,10 +232,11 @@ class LedgerSessionService(BaseSessionService):
             if state is None:
                 continue
             self._remember(key, _Known(head.version, head.message_count, state_at, state))
-            events = [Event.model_validate(m[layout.EVENT]) for m in messages if layout.EVENT in m]
-            after = config.after_timestamp
-            if after is not None:
-                events = [e for e in events if e.timestamp >= after]
+            after = config.after_timestamp  # (events before it are not made)
+            events = [
+                Event.model_validate(m[layout.EVENT]) for m in messages
+                if layout.EVENT in m and (after is None or m[layout.EVENT]["timestamp"] >= after)
+            ]  # fmt: skip
             app_state, user_state = (f.result() for f in shared)
             session = Session(
                 app_name=app, user_id=user, id=sid, events=events,
@@ -269,24 +270,25 @@ class LedgerSessionService(BaseSessionService):
     def _read_after(
         self, key: str, head: Head, after: float
     ) -> tuple[list[dict[str, Any]], int, dict[str, Any], int] | None:
-        """The messages of events at or after `after`: the newest `PAGE`, then twice as
-        many, each one read of the newest rows, until one is older (events are appended
-        in time order) or all are read: the rows read stay within four times those it
-        returns (or the first `PAGE`), however long the session."""
-        count = head.message_count
+        """The messages of events at or after `after`: the newest `PAGE`, then the newest
+        twice as many (only those not yet read decoded), each one read of the newest rows
+        at `head`, until one is older (events are appended in time order) or all are
+        read. However long the session, the rows decoded stay within twice those it
+        returns (or `PAGE`), and the rows read within twice those decoded."""
+        count, kept = head.message_count, []
         n = min(PAGE, count)
         while True:
-            found = self.store.newest(key, head, n)
+            found = self.store.newest(key, head, n, skip=len(kept))
             if found is None:
                 return None
-            kept = [m["additional_kwargs"] for m in found]
+            page = [m["additional_kwargs"] for m in found]
+            kept[:0] = page
             if n == count or any(
-                layout.EVENT in m and m[layout.EVENT]["timestamp"] < after for m in kept
+                layout.EVENT in m and m[layout.EVENT]["timestamp"] < after for m in page
             ):
                 break
             n = min(2 * n, count)
-        last = kept[-1]
-        return kept, count - n, last, layout.state_at(last, count - 1)
+        return kept, count - n, kept[-1], layout.state_at(kept[-1], count - 1)
 
     def _state_of(
         self, key: str, messages: list[dict[str, Any]], offset: int, state_at: int,

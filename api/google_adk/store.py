@@ -37,8 +37,9 @@ class Store(Protocol):
     def head(self, key: str) -> Head | None: ...
     # Messages [offset, offset + limit) of the active history, and the version read.
     def messages(self, key: str, offset: int, limit: int | None) -> tuple[list[dict], int]: ...
-    # The newest `n` messages of the active history at `head`; None if it moved since.
-    def newest(self, key: str, head: Head, n: int) -> list[dict] | None: ...
+    # The newest `n` messages of the active history at `head` but the newest `skip` of
+    # them (already read); None if it moved since.
+    def newest(self, key: str, head: Head, n: int, skip: int = 0) -> list[dict] | None: ...
     def append(self, key: str, messages: list[dict], expected_version: int | None) -> Head: ...
     def replace(self, key: str, messages: list[dict], expected_version: int | None) -> Head: ...
     def clear(self, key: str, expected_version: int | None) -> None: ...
@@ -65,10 +66,10 @@ class LocalStore:
         found = self.ledger.history(key, tenant=self.tenant, offset=offset, limit=limit)
         return found.dicts(), found.version  # (no message objects made)
 
-    def newest(self, key: str, head: Head, n: int) -> list[dict] | None:
-        # One read of `n` rows, whatever the session's length; its version says whether
-        # it is `head`'s.
-        found = self.ledger.history(key, tenant=self.tenant, last=n)
+    def newest(self, key: str, head: Head, n: int, skip: int = 0) -> list[dict] | None:
+        # One read of `n` rows, whatever the session's length, of which the oldest
+        # `n - skip` are decoded; its version says whether it is `head`'s.
+        found = self.ledger.history(key, tenant=self.tenant, last=n, limit=n - skip)
         return found.dicts() if found.version == head.version else None
 
     def append(self, key: str, messages: list[dict], expected_version: int | None) -> Head:
@@ -128,11 +129,13 @@ class RemoteStore:
             raise _domain_error(e, key) from e
         return [m.to_dict() for m in found], -1  # (the API's pages are of one version)
 
-    def newest(self, key: str, head: Head, n: int) -> list[dict] | None:
-        # From the position `head` puts them at: a session that grew since answers more
-        # than `n` (the API's answer names no version to compare).
-        found, _ = self.messages(key, head.message_count - n, None)
-        return found if len(found) == n else None
+    def newest(self, key: str, head: Head, n: int, skip: int = 0) -> list[dict] | None:
+        # From the position `head` puts them at (the API's answer names no version to
+        # compare). Without `skip`, a session that grew since answers more than `n`; with
+        # it, appends since leave those positions as they were, and a cleared session
+        # answers fewer.
+        found, _ = self.messages(key, head.message_count - n, n - skip if skip else None)
+        return found if len(found) == n - skip else None
 
     def append(self, key: str, messages: list[dict], expected_version: int | None) -> Head:
         try:
