@@ -15,6 +15,7 @@ events with text content.
 | append | `append_event` of `--events` events, one a call, to one session |
 | get-50 | `get_session(num_recent_events=50)` of that session (`--events` events) |
 | append+get-50 | their sum: the figure issue 54 sets (>= 2x ADK's) |
+| since-10 | `get_session(after_timestamp=t)`, t the tenth newest event's time (10 events) |
 | turn | a Runner's turn: `get_session(num_recent_events=50)`, then two `append_event` |
 
 The two services take turns, `--rounds` times (wall-clock time here swings by a third
@@ -122,6 +123,15 @@ async def measure(name: str, store: str, folder: Path, events: list[Event]) -> d
             assert got is not None and len(got.events) == 50
 
         figures["get-50"] = await timed(max(len(events) // 10, 20), get)
+        since = GetSessionConfig(after_timestamp=session.events[-10].timestamp)
+
+        async def get_since(_: int) -> None:
+            got = await service.get_session(
+                app_name=APP, user_id=USER, session_id="s", config=since
+            )
+            assert got is not None and len(got.events) >= 10  # (more if times are equal)
+
+        figures["since-10"] = await timed(max(len(events) // 10, 20), get_since)
     figures["append+get-50"] = figures["append"] + figures["get-50"]
     fresh = [e.model_copy(deep=True) for e in events]
     async with open_service(name, store, folder) as service:
