@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.anchors.raw_sqlite import RawSQLite
 from bench.corpus import conversation
 from bench.diagnostics import write_cost
 from bench.diagnostics.write_cost import btree_names, cost, stores, table, wal_commits
@@ -66,8 +67,6 @@ def test_a_leaf_that_fills_up_is_counted_as_a_write_of_more_than_one_page(
     """Rows of ~400 characters fill a 4 KiB leaf in under ten writes: among 40, some
     change more than one page of the raw store's table, and each of those at least two."""
     monkeypatch.setattr(write_cost, "WARM_WRITES", 5)
-    from bench.anchors.raw_sqlite import RawSQLite
-
     workdir = tmp_path / "raw"
     workdir.mkdir()
     found = cost(RawSQLite(), "raw-sqlite3.db", workdir, conversation(45), writes=40, sessions=1)
