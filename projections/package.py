@@ -28,6 +28,7 @@ import io
 import json
 import tarfile
 import tempfile
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -79,15 +80,21 @@ def selected_keys(
                 yield key
                 continue
             sid = session_id(tenant, key)
-            before = views.version_at(sid, start - TICK) if start else 0
+            before = _version_before(views, sid, start) if start else 0
             until = (
-                views.version_at(sid, end - TICK)
-                if end
-                else ledger.head(key, tenant=tenant).version
+                _version_before(views, sid, end) if end else ledger.head(key, tenant=tenant).version
             )
             if (until or 0) > (before or 0):  # an event in [start, end)
                 yield key
         after = keys[-1]
+
+
+def _version_before(views: SessionViews, sid: uuid.UUID, moment: datetime) -> int | None:
+    """The session's version just before `moment`: 0 before the first moment a time can
+    hold (year 1's first microsecond, which has no moment before it)."""
+    if moment.replace(tzinfo=None) == datetime.min:
+        return 0
+    return views.version_at(sid, moment - TICK)
 
 
 def package_files(

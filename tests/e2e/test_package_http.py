@@ -4,6 +4,7 @@ export that carries the access log's entries about its session."""
 
 from __future__ import annotations
 
+import io
 import json
 import tarfile
 from pathlib import Path
@@ -49,6 +50,29 @@ def test_an_auditor_streams_a_package_that_verifies_and_is_logged(
     [entry] = entries_of(deployment, None, prefix=session_key)
     assert len(rows) == 1 + 6  # a header, then SessionStarted and one append a session
     assert (entry["actor"], entry["action"], entry["records"]) == (auditor_id, "export", 6)
+
+
+def test_a_package_from_or_to_the_first_or_last_moment(
+    deployment: Deployment, session_key: str
+) -> None:
+    """The first and the last moment a time can hold select every session or none (the
+    moment before year 1's first microsecond is no time at all: it broke the stream)."""
+    with deployment.client("a_agent") as agent:
+        for n in range(2):
+            agent.put(f"{session_key}/{n}", {"role": "user", "content": "hello"})
+    with deployment.raw("a_auditor") as auditor:
+        first, last = "0001-01-01T00:00:00Z", "9999-12-31T23:59:59.999999Z"
+        for query, sessions in (({"from": first}, 2), ({"to": first}, 0), ({"to": last}, 2),
+                                ({"from": first, "format": "rsmf"}, 2)):  # fmt: skip
+            with auditor.stream("GET", "/v1/package",
+                                params={"prefix": session_key, **query}) as answer:  # fmt: skip
+                assert answer.status_code == 200, answer.read()
+                body = answer.read()
+            if query.get("format") == "rsmf":
+                continue
+            with tarfile.open(fileobj=io.BytesIO(body)) as tar:
+                found = [n for n in tar.getnames() if n.startswith("sessions/")]
+            assert len(found) == sessions, query
 
 
 def test_an_export_asked_for_it_carries_who_read_the_session(

@@ -52,6 +52,10 @@ def test_a_package_selects_verifies_and_turns_red_at_any_byte(
     assert package("later", start=middle)[1] == ["team/2"]
     assert package("earlier", end=middle)[1] == keys
     assert package("bob-later", actor="key:bob", start=middle)[1] == ["team/2"]
+    # Year 1's first microsecond, the first moment a time can hold: nothing is before it.
+    first = datetime.min.replace(tzinfo=UTC)
+    assert package("from-the-first", start=first)[1] == keys
+    assert package("to-the-first", end=first)[1] == []
 
     assert verify_package(everything, public) == []
     lines = (everything / "events.csv").read_text().splitlines()
