@@ -22,6 +22,7 @@ missing, each session export whole (and its checkpoint), the manifest's heads an
 
 from __future__ import annotations
 
+import collections
 import csv
 import hashlib
 import io
@@ -31,7 +32,7 @@ import tempfile
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from session_ledger.domain.ledger import Ledger
@@ -195,54 +196,93 @@ def _sha256(path: Path) -> str:
 
 
 class _Files:
-    """A package's files, from a folder or a tar, each read as a stream."""
+    """A package's files, from a folder or a tar, each read as a stream: its regular files
+    only (a link could point anywhere, in the package or out of it)."""
 
     def __init__(self, path: Path) -> None:
         # (closed by `close`: the tar is read member by member while checking)
         self.tar = tarfile.open(path) if path.is_file() else None  # noqa: SIM115
         self.folder = path
+        self.members = {} if self.tar is None else {
+            m.name: m for m in self.tar.getmembers() if m.isfile()
+        }  # fmt: skip
 
     def close(self) -> None:
         if self.tar is not None:
             self.tar.close()
 
+    def problems(self) -> list[str]:
+        """What no package holds, whatever its manifest says: a name twice in a tar (which
+        copy a reader takes depends on the reader: one copy could be checked and the other
+        extracted), and a link, device or pipe where a file should be."""
+        if self.tar is None:
+            return [f"{p.relative_to(self.folder)}: a symbolic link, not a file"
+                    for p in sorted(self.folder.rglob("*")) if p.is_symlink()]  # fmt: skip
+        members = self.tar.getmembers()
+        found = collections.Counter(m.name for m in members)
+        problems = [f"{name}: {n} members of this name in the tar"
+                    for name, n in sorted(found.items()) if n > 1]  # fmt: skip
+        problems += [f"{m.name}: not a regular file (tar member type {m.type!r})"
+                     for m in members if not (m.isfile() or m.isdir())]  # fmt: skip
+        problems += [f"{m.name}: a path outside the package"
+                     for m in members if _outside(m.name)]  # fmt: skip
+        return problems
+
     def names(self) -> set[str]:
         if self.tar is not None:
-            return {m.name for m in self.tar.getmembers() if m.isfile()}
-        return {str(p.relative_to(self.folder)) for p in self.folder.rglob("*") if p.is_file()}
+            return set(self.members)
+        return {str(p.relative_to(self.folder)) for p in self.folder.rglob("*")
+                if p.is_file() and not p.is_symlink()}  # fmt: skip
 
     def open(self, name: str) -> io.BufferedIOBase:
         if self.tar is not None:
-            member = self.tar.extractfile(name)
-            if member is None:
-                raise KeyError(name)
+            member = self.tar.extractfile(self.members[name])  # (KeyError: none of the name)
+            assert member is not None  # (a regular file's)
             return member  # type: ignore[return-value]
-        return (self.folder / name).open("rb")
+        path = self.folder / name
+        if path.is_symlink():
+            raise KeyError(name)
+        return path.open("rb")
+
+
+def _outside(name: str) -> bool:
+    """Whether a tar member's name would be extracted outside the folder it goes into."""
+    path = PurePosixPath(name)
+    return path.is_absolute() or ".." in path.parts
 
 
 def verify_package(path: Path, public_key: Ed25519PublicKey | None = None) -> list[str]:
     """The problems of a package (a folder or a tar): empty when it is whole."""
-    files = _Files(path)
+    if not path.exists():
+        return [f"{path}: no such file or folder"]
+    try:
+        files = _Files(path)
+    except tarfile.TarError:
+        return [f"{path}: not a tar file, or one cut short"]
     try:
         return _problems(files, public_key)
+    except (tarfile.TarError, EOFError, OSError) as e:  # (a tar cut short, a file unreadable)
+        return [f"{path}: could not be read whole: {e}"]
     finally:
         files.close()
 
 
 def _problems(files: _Files, public_key: Ed25519PublicKey | None) -> list[str]:
+    problems = files.problems()
     try:
         with files.open("manifest.json") as f:
             text = f.read()
         with files.open(DIGEST) as f:
             digest_text = f.read()
         manifest = json.loads(text)
-    except (KeyError, OSError, ValueError) as e:
-        return [f"no readable manifest.json and {DIGEST}: {e}"]
+    except KeyError as e:
+        return [*problems, f"no {e.args[0]} in the package"]
+    except (OSError, ValueError) as e:
+        return [*problems, f"no readable manifest.json and {DIGEST}: {e}"]
     if digest_text != _digest_line(hashlib.sha256(text).hexdigest()).encode():
-        return [f"{DIGEST} is not the digest of manifest.json"]
+        return [*problems, f"{DIGEST} is not the digest of manifest.json"]
     if manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
-        return [f"not a {FORMAT} version {FORMAT_VERSION}"]
-    problems = []
+        return [*problems, f"not a {FORMAT} version {FORMAT_VERSION}"]
     listed = dict(manifest.get("files", {}))
     present = files.names() - {"manifest.json", DIGEST}
     problems += [f"{n}: in the package, not in the manifest" for n in sorted(present - set(listed))]

@@ -4,6 +4,8 @@ manifest's heads and counts), and one byte altered anywhere turns it red."""
 
 from __future__ import annotations
 
+import copy
+import io
 import random
 import tarfile
 import time
@@ -20,7 +22,7 @@ from session_ledger.projections.checkpoint import (
     load_public_key,
     make_checkpoint,
 )
-from session_ledger.projections.package import verify_package, write_package
+from session_ledger.projections.package import tar_folder, verify_package, write_package
 from session_ledger.projections.views import SQLViews
 
 
@@ -103,3 +105,81 @@ def test_the_cli_writes_a_tar_that_verify_export_checks(tmp_path: Path) -> None:
     middle = len(data) // 2
     (tmp_path / "p.tar").write_bytes(data[:middle] + bytes([data[middle] ^ 1]) + data[middle + 1 :])
     assert runner.invoke(cli, ["verify-export", str(tmp_path / "p.tar")], env=env).exit_code == 1
+
+
+def _tar(path: Path, members: list[tuple[tarfile.TarInfo, bytes | None]]) -> Path:
+    with tarfile.open(path, "w") as tar:
+        for info, data in members:
+            info = copy.copy(info)
+            if data is not None:
+                info.size = len(data)
+            tar.addfile(info, None if data is None else io.BytesIO(data))
+    return path
+
+
+def _link(name: str, target: str, kind: bytes = tarfile.SYMTYPE) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname = kind, target
+    return info
+
+
+def test_a_hostile_tar_is_broken_never_intact_nor_a_crash(ledger: Ledger, tmp_path: Path) -> None:
+    """What an auditor might be handed: a name twice (a tampered copy before the true one,
+    which a reader taking the first copy would see), a link where a file should be, a
+    path outside the package, a file that is no tar, a tar cut short. Each is BROKEN with
+    its reason, whatever the manifest says."""
+    for n in range(2):
+        ledger.put(f"s{n}", {"role": "user", "content": f"hello {n}"})
+    write_package(ledger, ledger.default_tenant, tmp_path / "p", exported_by="test")
+    good = tmp_path / "good.tar"
+    tar_folder(tmp_path / "p", good)
+    assert verify_package(good) == []
+    with tarfile.open(good) as tar:
+        members = [(m, tar.extractfile(m).read()) for m in tar.getmembers()]  # type: ignore[union-attr]
+    session, data = next((m, d) for m, d in members if m.name == "sessions/000000.jsonl")
+    tampered = data.replace(b"hello 0", b"HELLO 0")
+    assert tampered != data
+
+    def problems(name: str, items: list[tuple[tarfile.TarInfo, bytes | None]]) -> list[str]:
+        return verify_package(_tar(tmp_path / f"{name}.tar", items))
+
+    assert problems("twice", [(session, tampered), *members]) == [
+        "sessions/000000.jsonl: 2 members of this name in the tar"
+    ]
+    symlink = _link("sessions/000000.jsonl", "/etc/passwd")
+    assert problems("symlink", [*members, (symlink, None)])[:2] == [
+        "sessions/000000.jsonl: 2 members of this name in the tar",
+        "sessions/000000.jsonl: not a regular file (tar member type b'2')",
+    ]
+    hardlink = _link("manifest.json", "/etc/passwd", tarfile.LNKTYPE)
+    rest = [(m, d) for m, d in members if m.name != "manifest.json"]
+    assert problems("hardlink", [*rest, (hardlink, None)]) == [
+        "manifest.json: not a regular file (tar member type b'1')",
+        "no manifest.json in the package",
+    ]
+    escape = copy.copy(session)
+    escape.name = "../../escaped.jsonl"
+    assert problems("escape", [*members, (escape, data)]) == [
+        "../../escaped.jsonl: a path outside the package",
+        "../../escaped.jsonl: in the package, not in the manifest",
+    ]
+    (tmp_path / "noise.tar").write_bytes(random.Random(7).randbytes(5000))
+    assert verify_package(tmp_path / "noise.tar") == [
+        f"{tmp_path / 'noise.tar'}: not a tar file, or one cut short"
+    ]
+    whole = good.read_bytes()
+    (tmp_path / "cut.tar").write_bytes(whole[: session.offset_data + session.size // 2])
+    assert verify_package(tmp_path / "cut.tar")
+    assert verify_package(tmp_path / "none.tar") == [
+        f"{tmp_path / 'none.tar'}: no such file or folder"
+    ]
+
+    # A folder: a session's file swapped for a link to a copy is a link, not the file.
+    folder = tmp_path / "p"
+    (tmp_path / "copy.jsonl").write_bytes((folder / "sessions/000000.jsonl").read_bytes())
+    (folder / "sessions/000000.jsonl").unlink()
+    (folder / "sessions/000000.jsonl").symlink_to(tmp_path / "copy.jsonl")
+    assert verify_package(folder)[:2] == [
+        "sessions/000000.jsonl: a symbolic link, not a file",
+        "sessions/000000.jsonl: in the manifest, not in the package",
+    ]
