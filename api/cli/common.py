@@ -54,11 +54,16 @@ def key_store(settings: Settings) -> Iterator[KeyStore]:
 
 @contextmanager
 def failing_cleanly() -> Iterator[None]:
-    """Refusals and store problems end the command with a message, not a traceback."""
+    """Refusals, store problems and files that cannot be written or read end the command
+    with a message, not a traceback."""
     try:
         yield
     except (LedgerError, KeyNotFound) as exc:
         secho(f"error: {exc}", err=True, fg=typer.colors.RED)
+        raise typer.Exit(1) from None
+    except OSError as exc:  # (an --output in a folder that is not there, a file not ours)
+        where = f": {exc.filename}" if exc.filename else ""
+        secho(f"error: {exc.strerror or exc}{where}", err=True, fg=typer.colors.RED)
         raise typer.Exit(1) from None
 
 

@@ -13,7 +13,7 @@ import typer
 
 from session_ledger.domain.ports import ChainReport
 
-from ..terminal import echo, json_text
+from ..terminal import echo, json_text, secho
 from .common import DatabaseUrl, Tenant, failing_cleanly, load_settings, opened_ledger
 from .evidence_commands import export_package, verify_checkpoints
 
@@ -172,6 +172,10 @@ def export(
 
     settings = load_settings(database_url)
     tenant = tenant or settings.default_tenant
+    if output is not None and not output.parent.is_dir():
+        secho(f"error: --output {output}: there is no folder {output.parent}", err=True,
+              fg=typer.colors.RED)  # fmt: skip
+        raise typer.Exit(1)
     if key is None:
         with failing_cleanly():
             export_package(settings, tenant, output, prefix, start, end, actor, access_log)

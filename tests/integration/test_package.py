@@ -183,3 +183,26 @@ def test_a_hostile_tar_is_broken_never_intact_nor_a_crash(ledger: Ledger, tmp_pa
         "sessions/000000.jsonl: a symbolic link, not a file",
         "sessions/000000.jsonl: in the manifest, not in the package",
     ]
+
+
+def test_the_cli_names_an_output_it_cannot_write_and_a_package_it_cannot_read(
+    tmp_path: Path,
+) -> None:
+    env = {
+        "LEDGER_DATABASE_URL": f"sqlite:///{tmp_path / 'l.db'}",
+        "LEDGER_TOKENIZER": "whitespace",
+    }
+    runner = CliRunner()
+    assert runner.invoke(cli, ["migrate"], env=env).exit_code == 0
+    missing = tmp_path / "no-such-folder"
+    for args in (["export", "s", "--output", str(missing / "s.jsonl")],
+                 ["export", "--output", str(missing / "p.tar")]):  # fmt: skip
+        done = runner.invoke(cli, args, env=env)
+        # (a refusal is SystemExit(1); an exception not caught would be the exception)
+        assert done.exit_code == 1 and isinstance(done.exception, SystemExit), done.output
+        assert f"there is no folder {missing}" in done.output
+    assert not missing.exists()
+    (tmp_path / "noise.tar").write_bytes(b"\0not a tar" * 100)
+    done = runner.invoke(cli, ["verify-export", str(tmp_path / "noise.tar")], env=env)
+    assert isinstance(done.exception, SystemExit) and done.exit_code == 1, done.output
+    assert "not a tar file" in done.output
