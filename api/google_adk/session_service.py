@@ -39,6 +39,7 @@ import copy
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple, TypeVar
@@ -112,6 +113,11 @@ class LedgerSessionService(BaseSessionService):
         self._shared: dict[str, tuple[int, dict[str, Any]]] = {}
         self._lock = threading.Lock()
         self._readers: ThreadPoolExecutor | None = None  # made on first use
+        # Each session's appends in this process, taken in turn as ADK's database service
+        # takes them (one lock a session while any append to it waits)
+        self._appending: weakref.WeakValueDictionary[tuple[str, str, str], asyncio.Lock] = (
+            weakref.WeakValueDictionary()
+        )
 
     async def close(self) -> None:
         """Stop the threads reading shared state and close the connections to a server
@@ -164,12 +170,22 @@ class LedgerSessionService(BaseSessionService):
         )
 
     async def append_event(self, session: Session, event: Event) -> Event:
+        """Store `event` and add it to `session`. Appends to one session are taken in turn
+        (several at once on one session object would otherwise all expect the version it
+        was read at, and all but one be refused as stale); an event equal to one the
+        session object holds (a call made again) is not stored twice, as ADK's in-memory
+        service does not."""
         if event.partial:
             return event
-        self._apply_temp_state(session, event)
-        event = self._trim_temp_delta_state(event)
-        await _thread(self._append, session, event)
-        return self._commit_event_to_session(session, event)
+        key = (session.app_name, session.user_id, session.id)
+        turn = self._appending.setdefault(key, asyncio.Lock())
+        async with turn:
+            if any(e == event for e in session.events if e.id == event.id):
+                return event
+            self._apply_temp_state(session, event)
+            event = self._trim_temp_delta_state(event)
+            await _thread(self._append, session, event)
+            return self._commit_event_to_session(session, event)
 
     # -- the operations, each run in a worker thread -------------------------------------
 

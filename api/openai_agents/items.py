@@ -96,6 +96,8 @@ def to_message(item: object) -> dict[str, Any]:
         text = item_text(item)
     except (TypeError, ValueError) as e:  # (a value JSON cannot hold)
         raise InvalidItem(f"the item holds a value that is not JSON: {e}") from None
+    except RecursionError:  # (nested past what the ledger takes, and past what json can)
+        raise InvalidItem("the item is nested too deeply to be stored") from None
     return {
         "role": item_role(item),
         "blocks": [{"block_type": "text", "text": text}],

@@ -305,6 +305,36 @@ def test_a_stale_session_is_refused_and_nothing_is_stored(adk: Target) -> None:
     run(scenario())
 
 
+def test_appends_at_once_to_one_session_are_all_kept_in_turn_and_a_repeat_once(
+    adk: Target,
+) -> None:
+    """As ADK's database service (which takes one session's appends in turn) and its
+    in-memory one (which does not store an equal event twice): ten appends at once on
+    one session object are all stored, in the order made; the same event appended again
+    is stored once, and another event that only shares its id is kept."""
+    sessions = adk.service()
+
+    async def scenario() -> None:
+        made = await sessions.create_session(app_name=adk.app, user_id=USER)
+        events = [text_event(f"e{i}", actions=delta(n=i)) for i in range(10)]
+        results = await asyncio.gather(*(sessions.append_event(made, e) for e in events),
+                                       return_exceptions=True)  # fmt: skip
+        assert [r for r in results if isinstance(r, BaseException)] == []
+        again = await asyncio.gather(sessions.append_event(made, events[3]),
+                                     sessions.append_event(made, events[3]))  # fmt: skip
+        assert again == [events[3], events[3]]
+        namesake = text_event("another", id=events[3].id)
+        await sessions.append_event(made, namesake)
+        got = await sessions.get_session(app_name=adk.app, user_id=USER, session_id=made.id)
+        assert got is not None
+        texts = [e.content.parts[0].text for e in got.events]  # type: ignore[union-attr, index]
+        assert texts == [*(f"e{i}" for i in range(10)), "another"]
+        assert [e.content.parts[0].text for e in made.events] == texts  # type: ignore[union-attr, index]
+        assert got.state["n"] == 9
+
+    run(scenario())
+
+
 def test_delete_session_is_an_event_and_replay_keeps_the_events(adk: Target) -> None:
     sessions = adk.service()
     key = adk.key(USER, "kept")

@@ -188,6 +188,13 @@ def test_pop_and_clear_are_events_that_keep_the_items(where: Where) -> None:
     assert events[2]["payload"]["message"]["additional_kwargs"][ITEM_KEY] == output
 
 
+def nested(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
 def test_bad_items_are_refused_and_nothing_is_stored(where: Where) -> None:
     session = where.session("bad")
     run(session.add_items([{"role": "user", "content": "kept"}]))
@@ -199,6 +206,12 @@ def test_bad_items_are_refused_and_nothing_is_stored(where: Where) -> None:
         [{"type": "message", "content": "lone \ud800 surrogate"}],
         [{"type": "x", "data": {1: "a non-string key"}}],
         [{"role": "user", "content": "ok"}, {"type": "x", "v": {1, 2}}],  # all or none
+        # nested past the ledger's depth, and past what json.dumps recurses through
+        [{"type": "computer_call", "call_id": "c", "action": nested(100)}],
+        [{"type": "computer_call", "call_id": "c", "action": nested(5000)}],
+        [{"type": "function_call", "name": "f", "arguments": "{}", "x": nested(5000)}],
+        [{"role": "user", "content": nested(5000)}],
+        [{"type": "unknown_future_item", "v": nested(5000)}],
     ]
     for items in bad:
         with pytest.raises(InvalidItem) as refused:
