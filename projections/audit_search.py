@@ -91,14 +91,17 @@ def search_events(
 
 
 def _cursor(views: SQLStore, cursor: str) -> tuple[Any, Any, int]:
+    """The position a cursor of `search_events` names; InvalidInput for any other string
+    (a forged one too: a version no column holds, a moment outside years 1 to 9999)."""
     try:
         moment, sid, version = json.loads(base64.urlsafe_b64decode(cursor.encode()))
-        if type(version) is not int:
+        when = datetime.fromisoformat(moment)
+        if type(version) is not int or not 0 <= version < 2**63 or when.tzinfo is None:
             raise TypeError
         return (
-            views.dialect.time(datetime.fromisoformat(moment)),
+            views.dialect.time(when.astimezone(UTC)),
             views.dialect.sid(uuid.UUID(sid)),
             version,
         )
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, OverflowError):
         raise InvalidInput("cursor is not one this search returned") from None

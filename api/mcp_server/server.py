@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
-from datetime import datetime
 from typing import Annotated, Any, Literal, TypeVar
 
 import anyio
@@ -29,13 +28,13 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
 from mcp_types import ToolAnnotations
-from pydantic import AnyHttpUrl, Field
+from pydantic import AnyHttpUrl, Field, ValidatorFunctionWrapHandler, WrapValidator
 
 from session_ledger.domain.errors import LedgerError
 from session_ledger.domain.ledger import Ledger
 
 from ..auth import Forbidden, Principal
-from ..deps import AsOfTime, AsOfVersion
+from ..deps import AsOfVersion
 from ..keystore import KeyStore
 from .read_tools import LedgerReads
 
@@ -56,8 +55,23 @@ TokenLimit = Annotated[
 InitialTokens = Annotated[
     int | None, Field(description="Tokens already spent before the window (default 0).")
 ]
-Cursor = Annotated[str | None, Field(description="`next_cursor` of the page before.")]
-Prefix = Annotated[str | None, Field(description="Session keys starting so.")]
+
+
+def _null_or(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    """A null argument as given (the tool's default); any other value validated."""
+    return None if value is None else handler(value)
+
+
+# A string argument, or null. Declared `str`, not `str | None`: the SDK's tool layer
+# JSON-decodes a string given for any parameter not declared exactly `str`
+# (`FuncMetadata.pre_parse_json`), so a prefix "null" read as no prefix, and "[1]" was
+# refused as a list. The route's model (read_tools.py) parses what the string holds.
+Text = Annotated[str, WrapValidator(_null_or)]
+Moment = Annotated[Text, Field(json_schema_extra={"format": "date-time"})]
+Cursor = Annotated[Text, Field(description="`next_cursor` of the page before.")]
+Prefix = Annotated[Text, Field(description="Session keys starting so.")]
+AsOf = Annotated[Moment, Field(
+    description="Read the session as it was at this time (ISO 8601; no zone: UTC).")]  # fmt: skip
 
 _caller: ContextVar[Principal | None] = ContextVar("ledger_mcp_caller", default=None)
 
@@ -160,7 +174,7 @@ def _tools(reads: LedgerReads) -> list[Callable[..., Awaitable[dict[str, Any]]]]
     async def context_window(
         session_key: SessionKey, token_limit: TokenLimit = None,
         initial_token_count: InitialTokens = None, as_of_version: AsOfVersion = None,
-        as_of: AsOfTime = None,
+        as_of: AsOf = None,
     ) -> dict[str, Any]:  # fmt: skip
         """The session's context window: its newest messages within `token_limit`, oldest
         first, as the agent is given them; with `as_of_version` or `as_of`, the window it
@@ -172,19 +186,20 @@ def _tools(reads: LedgerReads) -> list[Callable[..., Awaitable[dict[str, Any]]]]
 
     async def history(
         session_key: SessionKey,
-        status: Annotated[Literal["active", "archived"] | None, Field(
-            description="The active history (default), or the archived messages.")] = None,
+        status: Annotated[Text, Field(
+            description="active: the active history (default); archived: the archived "
+            "messages.")] = None,
         offset: Annotated[int | None, Field(description="Skip this many messages.")] = None,
         limit: Annotated[int | None, Field(
             description="Most messages in the page (default and most: the server's "
             "LEDGER_MAX_PAGE_MESSAGES).")] = None,
-        cursor: Annotated[str | None, Field(
+        cursor: Annotated[Text, Field(
             description="`next_cursor` of the page before: the page after it, of the same "
             "version (not with offset, last, as_of_version or as_of).")] = None,
         last: Annotated[int | None, Field(
             description="Start at the last-th newest message: the newest `last` messages, "
             "oldest first (not with offset).")] = None,
-        as_of_version: AsOfVersion = None, as_of: AsOfTime = None,
+        as_of_version: AsOfVersion = None, as_of: AsOf = None,
     ) -> dict[str, Any]:  # fmt: skip
         """A page of the session's history, oldest first; follow `next_cursor` for the
         rest (null: the last page). With `as_of_version` or `as_of`: the history then."""
@@ -198,7 +213,7 @@ def _tools(reads: LedgerReads) -> list[Callable[..., Awaitable[dict[str, Any]]]]
         return await _as_caller(lambda who: reads.head(who, session_key))
 
     async def replay(
-        session_key: SessionKey, as_of_version: AsOfVersion = None, as_of: AsOfTime = None,
+        session_key: SessionKey, as_of_version: AsOfVersion = None, as_of: AsOf = None,
         token_limit: TokenLimit = None, initial_token_count: InitialTokens = None,
     ) -> dict[str, Any]:  # fmt: skip
         """The session as it stood at a version or moment (default: now): its head then,
@@ -219,12 +234,11 @@ def _tools(reads: LedgerReads) -> list[Callable[..., Awaitable[dict[str, Any]]]]
                                                         limit=limit))  # fmt: skip
 
     async def search_audit(
-        actor: Annotated[str | None, Field(
-            description="The events of this actor (key:<id>).")] = None,
-        event_type: Annotated[str | None, Field(
+        actor: Annotated[Text, Field(description="The events of this actor (key:<id>).")] = None,
+        event_type: Annotated[Text, Field(
             description="The events of this type, e.g. HistoryCleared.")] = None,
-        start: Annotated[datetime | None, Field(description="Recorded at or after.")] = None,
-        end: Annotated[datetime | None, Field(description="Recorded before.")] = None,
+        start: Annotated[Moment, Field(description="Recorded at or after.")] = None,
+        end: Annotated[Moment, Field(description="Recorded before.")] = None,
         prefix: Prefix = None,
         cursor: Cursor = None,
         limit: Annotated[int | None, Field(description="Most events (default 100).")] = None,

@@ -4,6 +4,8 @@ PostgreSQL the plan reads the timeline through its index, not session by session
 
 from __future__ import annotations
 
+import base64
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -79,6 +81,16 @@ def test_search_equals_reading_every_session(own_store_settings: Settings, tmp_p
             search_events(views, tenant)
         with pytest.raises(InvalidInput, match="cursor"):
             search_events(views, tenant, actor="key:0", cursor="bm9wZQ==")
+        # A forged cursor: a version no column holds, a moment outside years 1 to 9999
+        _, real = search_events(views, tenant, actor="key:0", limit=1)
+        assert real is not None
+        moment, sid, _version = json.loads(base64.urlsafe_b64decode(real))
+        for forged in ([moment, sid, 2**63], [moment, sid, -1], [moment, sid, 10**30],
+                       ["0001-01-01T00:00:00+23:59", sid, 1], [5, sid, 1], [moment, "x", 1],
+                       ["9999-12-31T23:59:59.999999-23:59", sid, 1]):  # fmt: skip
+            cursor = base64.urlsafe_b64encode(json.dumps(forged).encode()).decode()
+            with pytest.raises(InvalidInput, match="cursor is not one this search returned"):
+                search_events(views, tenant, actor="key:0", cursor=cursor)
     finally:
         ledger.close()
 

@@ -377,3 +377,31 @@ def test_bad_input_is_refused_as_over_http(mcp_server: Mcp, session_key: str) ->
     assert "as_of_version\n  Input should be greater than or equal to 1" in reasons[3]
     assert all(reason.startswith("Error executing tool ") for reason in reasons)
     assert "not found" in reasons[6]
+
+
+def test_string_arguments_are_taken_as_given(mcp_server: Mcp, session_key: str) -> None:
+    """A string that is also JSON text ("null", "[1]") is the string, as over HTTP: the
+    SDK decodes such strings for parameters declared `str | None`, which made a prefix
+    "null" no prefix and an actor "null" any actor."""
+    written(mcp_server, session_key)
+    for key in (f"null/{session_key}", f"[1]/{session_key}"):
+        mcp_server.ledger.put(key, {"role": "user", "content": "hello"}, tenant=TENANT)
+
+    async def scenario() -> None:
+        async with mcp_server.session("a_auditor") as session:
+            nulls = (await call(session, "list_sessions", prefix="null", limit=1000))["keys"]
+            assert f"null/{session_key}" in nulls and all(k.startswith("null") for k in nulls)
+            listed = (await call(session, "list_sessions", prefix="[1]", limit=1000))["keys"]
+            assert f"[1]/{session_key}" in listed and all(k.startswith("[1]") for k in listed)
+            assert (await call(session, "list_sessions", prefix=None))["keys"]  # null: none
+            found = await call(session, "search_audit", event_type="MessagesAppended",
+                               actor="null")  # fmt: skip
+            assert found["events"] == []
+            assert "status: Input should be 'active' or 'archived'" in await refused(
+                session, "history", session_key=session_key, status="null"
+            )
+            assert "as_of: Input should be a valid datetime" in await refused(
+                session, "context_window", session_key=session_key, as_of="null"
+            )
+
+    run(scenario)
