@@ -9,6 +9,7 @@ still hold; their content can no longer be opened.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -36,6 +37,9 @@ from .session_events import UNNAMED_HOLD, holds_of
 from .write_loop import WriteLoop
 
 ENCRYPTED_EVENT = "SessionEncrypted"
+
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -133,10 +137,19 @@ class Compliance:
                 )
             s.erase(basis=basis, **audit)
 
-        return self._writes.write(
+        done = self._writes.write(
             key, "erase", {"basis": basis}, command=command, tenant=tenant, actor=actor,
             reason=reason, idempotency_key=idempotency_key,
         )  # fmt: skip
+        # The key row is deleted; what the store's files keep of it goes now.
+        if not self._views.drop_erased_keys():
+            _log.warning(
+                "session %r is erased, but a reader kept the SQLite WAL, which still holds "
+                "its deleted data key, from being emptied: run `PRAGMA wal_checkpoint("
+                "TRUNCATE)` when the store is idle",
+                key,
+            )
+        return done
 
     def place_hold(
         self, key: str, *, reference: str, reason: str, tenant: str | None = None,

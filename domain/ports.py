@@ -383,6 +383,12 @@ class SessionViews(Protocol):
         what was done, or what the operator must do."""
         ...
 
+    def drop_erased_keys(self) -> bool:
+        """After an erasure committed: drop what the store's files keep of the deleted
+        data key rows (SQLite: its WAL emptied; PostgreSQL: the key table vacuumed);
+        false when a reader kept the WAL from being emptied."""
+        ...
+
     def last_event_position(self) -> int:
         """The position of the newest event in the whole log (the live tails' watcher)."""
         ...

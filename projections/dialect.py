@@ -44,6 +44,11 @@ class Dialect(ABC):
     def execute(self, cursor: Any, sql: str, params: Sequence[Any]) -> None: ...
 
     @abstractmethod
+    def drop_erased_keys(self) -> bool:
+        """After an erasure committed: drop what the store's files keep of the deleted
+        data key rows; false when that must wait (a reader held on)."""
+
+    @abstractmethod
     def drop_old_bytes(self) -> str:
         """Drop what the store's files keep of rows rewritten in place; what was done (or
         what the operator must do)."""

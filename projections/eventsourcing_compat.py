@@ -1,7 +1,8 @@
 """Every place the ledger reaches past the eventsourcing library's documented API.
 
 There is one: the SQLite connection pool's `_create_connection`, overridden so that each
-connection fsyncs every commit (`synchronous=FULL`), leaves checkpoints to
+connection fsyncs every commit (`synchronous=FULL`), zeroes what a delete frees
+(`secure_delete`), leaves checkpoints to
 `wal_checkpoints.py`, and keeps the prepared statements of
 a write (the library asks sqlite3 for a statement cache of `True`, that is of one
 statement, so every statement of a write was compiled again) and makes a new database
@@ -67,5 +68,9 @@ class DurableSQLitePool(SQLiteConnectionPool):
             # Checkpoints run after a write's turn, not in its COMMIT (wal_checkpoints.py).
             conn.execute(AUTOCHECKPOINT_OFF)
         conn.execute("PRAGMA synchronous=FULL")
+        # What a delete frees is overwritten with zeros (a deleted data key leaves no
+        # bytes in the file's free space): many builds' default (Debian's), set here for
+        # every build.
+        conn.execute("PRAGMA secure_delete=ON")
         conn.row_factory = sqlite3.Row
         return SQLiteConnection(sqlite_conn=conn, max_age=self.max_age)

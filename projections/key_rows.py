@@ -98,3 +98,10 @@ class SessionContent:
         """The session's content was erased: its data key is gone."""
         if self.data_keys is not None:
             self.data_keys.forget(session_id)
+
+    def recheck(self, session_id: uuid.UUID) -> None:
+        """Before a read of the session's events: whether its data key is still stored
+        (another process may have erased the session), so that no read that starts
+        after an erasure committed opens its content."""
+        if self.data_keys is not None:
+            self.data_keys.recheck(session_id)

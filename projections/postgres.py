@@ -94,6 +94,13 @@ class PostgresDialect(Dialect):
     def close(self) -> None:
         self.datastore.close()
 
+    def drop_erased_keys(self) -> bool:
+        """Vacuum the key table, whose files keep a deleted row's old version until
+        then (VACUUM takes no lock that readers or writers wait for)."""
+        with self.connection() as conn:  # (the pool's connections are autocommit)
+            conn.execute("VACUUM ledger_data_keys")
+        return True
+
     def drop_old_bytes(self) -> str:
         """After content was rewritten in place (encrypt-existing): what the operator must
         do, since only a table rewrite that locks each table drops the old row versions."""
@@ -212,6 +219,14 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder):
         self.loop_pool: LoopPool = dialect.datastore.loop_pool
         self._view_changes = views.content.view_changes
         self._writer = views.writer
+
+    def select_events(self, originator_id: uuid.UUID | str, **kwargs: Any) -> Sequence[StoredEvent]:
+        # The library's read of a session's events, after its cached data key is checked:
+        # a session another process erased must not open with a key this one cached.
+        if isinstance(originator_id, uuid.UUID):
+            self.views.content.recheck(originator_id)
+        events: Sequence[StoredEvent] = super().select_events(originator_id, **kwargs)
+        return events
 
     def create_table(self) -> None:
         """The events' table (the library's), then the views' migrations. Once

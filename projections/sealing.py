@@ -159,6 +159,13 @@ class DataKeys:
     def forget(self, session_id: uuid.UUID) -> None:
         self._cache.pop(session_id, None)
 
+    def recheck(self, session_id: uuid.UUID) -> None:
+        """Drop the session's cached key if its row is gone: another process may have
+        erased the session since this one cached it (one key-row read, only for a key
+        this process holds)."""
+        if session_id in self._cache and self.table.data_key_row(session_id) is None:
+            self._cache.pop(session_id, None)
+
 
 def seal(key: AESGCM, session_id: uuid.UUID, data: bytes) -> str:
     nonce = os.urandom(NONCE_BYTES)

@@ -8,6 +8,7 @@ store (`memory://`, a private in-memory database) both use it. Tables: `sqlite_s
 from __future__ import annotations
 
 import sqlite3
+import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, closing, contextmanager
 from datetime import UTC, datetime
@@ -64,6 +65,16 @@ class SQLiteDialect(Dialect):
 
     def close(self) -> None:
         self.datastore.close()
+
+    def drop_erased_keys(self) -> bool:
+        """Copy the WAL into the file and empty it (a TRUNCATE checkpoint, which waits up
+        to the lock timeout for readers): its older frames still hold the deleted key
+        row, whose page was zeroed where the row was (`secure_delete`)."""
+        if self.checkpoints is None:  # (in memory: no file)
+            return True
+        with self.reading() as read:
+            (busy, _, _), *_ = read("PRAGMA wal_checkpoint(TRUNCATE)", ())
+        return not busy
 
     def drop_old_bytes(self) -> str:
         """After content was rewritten in place (encrypt-existing): rebuild the file, so no
@@ -183,6 +194,13 @@ class SQLiteLedgerRecorder(SQLiteApplicationRecorder):
         if after_commit is not None and batch is not None:
             after_commit(batch.session_id, batch.tenant)
         return None
+
+    def select_events(self, originator_id: uuid.UUID | str, **kwargs: Any) -> Sequence[StoredEvent]:
+        # The library's read of a session's events, after its cached data key is checked:
+        # a session another process erased must not open with a key this one cached.
+        if isinstance(originator_id, uuid.UUID):
+            self.views.content.recheck(originator_id)
+        return super().select_events(originator_id, **kwargs)
 
     def create_table(self) -> None:
         """The events' table (the library's), then the views' migrations."""

@@ -131,6 +131,7 @@ class SQLViews:
         self.event_sizes = evidence.event_sizes
         self.snapshot = parts.dialect.snapshot
         self.drop_old_bytes = parts.dialect.drop_old_bytes
+        self.drop_erased_keys = parts.dialect.drop_erased_keys
 
     def close(self) -> None:
         """Close the connections of views that own theirs (a standby's)."""

@@ -25,6 +25,7 @@ from session_ledger.domain.errors import (
     SessionErasedError,
 )
 from session_ledger.domain.ledger import Ledger
+from session_ledger.domain.session import session_id
 from session_ledger.projections.export import export_session
 from session_ledger.projections.export_verify import verify_export
 from session_ledger.projections.rebuild import check
@@ -99,6 +100,30 @@ def store_bytes(ledger: Ledger) -> bytes:
     return b"\n".join([*chunks, dump.stdout])
 
 
+def key_row(ledger: Ledger, key: str) -> bytes:
+    """The session's wrapped data key, as its row holds it."""
+    sid = session_id(ledger.default_tenant, key)
+    row = ledger.views.content.data_keys.table.data_key_row(sid)  # type: ignore[attr-defined]
+    assert row is not None
+    return bytes(row[1])
+
+
+def key_table_file(ledger: Ledger) -> bytes:
+    """PostgreSQL: the key table's file as the server keeps it, after a CHECKPOINT (empty
+    where this process may not read the server's files)."""
+    settings: Settings = ledger.test_settings  # type: ignore[attr-defined]
+    if not settings.database_url.startswith("postgresql"):
+        return b""
+    with psycopg.connect(settings.database_url, autocommit=True) as conn:
+        conn.execute("CHECKPOINT")
+        folder, path = conn.execute("SELECT current_setting('data_directory'), "
+                                    "pg_relation_filepath('ledger_data_keys')").fetchone()  # type: ignore[misc]  # fmt: skip
+    try:
+        return (Path(folder) / path).read_bytes()
+    except OSError:
+        return b""
+
+
 def test_erased_canary_is_nowhere_and_the_chain_still_verifies(sealed: Ledger) -> None:
     canary, other = f"CANARY-{uuid.uuid4().hex}", f"KEPT-{uuid.uuid4().hex}"
     write_canary(sealed, "victim", canary)
@@ -109,9 +134,15 @@ def test_erased_canary_is_nowhere_and_the_chain_still_verifies(sealed: Ledger) -
     assert raw.count(canary.encode()) == 0 and raw.count(other.encode()) == 0
     assert raw.count(b"my name is") == 0
 
+    wrapped = key_row(sealed, "victim")
+    assert wrapped in store_bytes(sealed)
+
     sealed.erase("victim", reason="the user asked", basis="GDPR art. 17", actor="dpo")
 
     assert store_bytes(sealed).count(canary.encode()) == 0
+    # Nor the deleted key: no WAL frame or freed space of the file (SQLite), no old row
+    # version in the key table's file (PostgreSQL) keeps it.
+    assert wrapped not in store_bytes(sealed) + key_table_file(sealed)
     export = exports(sealed, "victim")
     assert export.count(canary.encode()) == 0
     jsonl = b"".join(export_session(sealed, "victim", tenant=sealed.default_tenant))
@@ -161,6 +192,36 @@ def test_reads_and_writes_of_an_erased_session_are_refused(sealed: Ledger) -> No
     assert len(trail) == version + 1
     added = [m for e in trail for m in e.changes.get("added", [])]
     assert added and all(m.get("erased") for m in added)
+
+
+def test_a_process_that_read_the_session_before_opens_nothing_after(sealed: Ledger) -> None:
+    """Another process erases the session after this one cached its data key: this one's
+    reads of the events that start after the erasure (audit trail, export, tenant feed)
+    open no content; the key is looked up again before each read of the events."""
+    canary = f"CANARY-{uuid.uuid4().hex}"
+    start = sealed.feed_position()  # (before the session's events)
+    write_canary(sealed, "victim", canary)
+
+    def feed() -> str:
+        page = sealed.tenant_events(after=start, limit=1000)
+        return json.dumps([vars(e.entry) for e in page.entries], default=str)
+
+    assert canary in feed()
+    assert canary in json.dumps([vars(e) for e in sealed.audit("victim")], default=str)
+    assert canary.encode() in exports(sealed, "victim")  # the key is cached here now
+    settings: Settings = sealed.test_settings  # type: ignore[attr-defined]
+    eraser = make_ledger(settings)
+    try:
+        eraser.erase("victim", reason="the user asked", basis="GDPR art. 17")
+    finally:
+        eraser.close()
+    trail = sealed.audit("victim")
+    assert trail[-1].event_type == "SessionErased"
+    assert canary not in json.dumps([vars(e) for e in trail], default=str)
+    assert exports(sealed, "victim").count(canary.encode()) == 0
+    assert canary not in feed()
+    with pytest.raises(SessionErasedError):
+        sealed.get_all("victim")
 
 
 def test_a_held_session_cannot_be_erased_until_released(sealed: Ledger) -> None:
