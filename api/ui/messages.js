@@ -1,18 +1,19 @@
 // One chat message as a conversation turn: its role, its text (long text folded), tool
 // calls and tool results spelled out, images shown as images, other blocks by type.
 
-import { el } from "./dom.js";
+import { el, visible } from "./dom.js";
 
 const FOLD_CHARS = 1200; // longer text shows its start and a button for the rest
 const INLINE_IMAGE = /^image\/(png|jpeg|gif|webp)$/;
 
-function folded(text, className = "text") {
+function folded(value, className = "text") {
+  const text = typeof value === "string" ? value : pretty(value);
   if (text.length <= FOLD_CHARS) return el("div", { class: className }, text);
   const box = el("div", { class: className }, text.slice(0, FOLD_CHARS) + "…");
   const toggle = el("button", { type: "button", class: "fold" });
   let open = false;
   const show = () => {
-    box.textContent = open ? text : text.slice(0, FOLD_CHARS) + "…";
+    box.textContent = visible(open ? text : text.slice(0, FOLD_CHARS) + "…");
     toggle.textContent = open ? "Fold" : `Show all ${text.length.toLocaleString("en")} characters`;
   };
   toggle.addEventListener("click", () => {
@@ -31,7 +32,11 @@ function pretty(value) {
       return value;
     }
   }
-  return JSON.stringify(value, null, 2);
+  return JSON.stringify(value, null, 2) ?? String(value);
+}
+
+function isObject(value) {
+  return value !== null && typeof value === "object" && !Array.isArray(value);
 }
 
 function image(block) {
@@ -42,8 +47,11 @@ function image(block) {
       el("img", { src: `data:${type};base64,${block.image.replace(/\s/g, "")}`, alt: "image in the message" }),
       el("figcaption", {}, `image (${type})`));
   }
-  // A linked image is named, not fetched: the viewer loads nothing from elsewhere.
-  const where = block.url || block.path || "stored without its bytes";
+  // A linked image is named, not fetched: the viewer loads nothing from elsewhere. Bytes
+  // of a type not shown inline (an SVG could run script) are said to be there.
+  const link = block.url || block.path;
+  const where = link ? pretty(link)
+    : typeof block.image === "string" ? `${type || "no type"}, stored, not shown` : "stored without its bytes";
   return el("div", { class: "block image" }, `image: ${where}`);
 }
 
@@ -54,6 +62,7 @@ function toolCall(name, args, id) {
 }
 
 function block(b) {
+  if (!isObject(b)) return folded(pretty(b), "code");
   switch (b.block_type) {
     case "text":
       return folded(b.text);
@@ -63,7 +72,7 @@ function block(b) {
       return toolCall(b.tool_name, b.tool_kwargs, b.tool_call_id);
     case "thinking":
       return el("div", { class: "block thinking" }, el("div", { class: "label" }, "thinking"),
-        folded(b.content || ""));
+        folded(b.content ?? ""));
     default: {
       const { block_type: type, ...rest } = b;
       return el("div", { class: "block" }, el("div", { class: "label" }, type),
@@ -74,13 +83,18 @@ function block(b) {
 
 // An OpenAI Agents item kept whole beside its text (api/openai_agents/items.py): its type
 // is named, a call is spelled out as one, and the item itself is folded beneath.
-function openaiItem(kwargs) {
+function openaiItem(kwargs, blocks) {
   const item = kwargs.openai_item;
-  if (!item || typeof item !== "object" || Array.isArray(item)) return null;
+  if (!isObject(item)) return null;
   delete kwargs.openai_item;
-  const call = item.type === "function_call" || item.type === "custom_tool_call"
-    ? toolCall(item.name, item.arguments ?? item.input, item.call_id) : null;
-  return { item, kind: item.type || "message", call };
+  const args = item.arguments ?? item.input;
+  const isCall = item.type === "function_call" || item.type === "custom_tool_call";
+  // The call stands for the message's text only where that text is the call's own
+  // (`name(arguments)`, as LedgerSession writes it); any other text is shown as well.
+  const own = `${item.name ?? ""}(${typeof args === "string" ? args : ""})`;
+  const only = blocks.length === 1 && blocks[0]?.block_type === "text" && blocks[0].text === own;
+  const call = isCall ? toolCall(item.name, args, item.call_id) : null;
+  return { item, kind: typeof item.type === "string" ? item.type : "message", call, only };
 }
 
 // An ADK event kept whole beside its blocks (api/google_adk/): its author and what it
@@ -90,15 +104,18 @@ function adkEvent(kwargs) {
   const event = kwargs.adk_event;
   const state = kwargs.adk_state;
   const created = kwargs.adk_session;
+  const stateAt = kwargs.adk_state_at;
   delete kwargs.adk_event;
   delete kwargs.adk_state;
   delete kwargs.adk_state_at;
   delete kwargs.adk_session;
   const shared = kwargs.adk_shared_state;
   delete kwargs.adk_shared_state;
-  if (!event && state === undefined && !created && !shared) return null;
-  const answered = (event?.content?.parts || []).find((p) => p.function_response)?.function_response;
-  const changed = Object.keys(event?.actions?.state_delta || {});
+  if (!event && state === undefined && !created && !shared && stateAt === undefined) return null;
+  const parts = Array.isArray(event?.content?.parts) ? event.content.parts : [];
+  const answered = parts.find((p) => p?.function_response)?.function_response;
+  const delta = event?.actions?.state_delta;
+  const changed = isObject(delta) ? Object.keys(delta) : [];
   const kind = created ? "ADK session" : shared ? "ADK shared state" : `by ${event?.author || "?"}`;
   return {
     kind,
@@ -109,15 +126,19 @@ function adkEvent(kwargs) {
         el("pre", { class: "code" }, pretty(event))) : null,
       state !== undefined || shared ? el("details", { class: "kwargs" }, el("summary", {}, "ADK state"),
         el("pre", { class: "code" }, pretty(state ?? shared))) : null,
+      created ? el("details", { class: "kwargs" }, el("summary", {}, "ADK session"),
+        el("pre", { class: "code" }, pretty(created))) : null,
+      stateAt !== undefined ? el("div", { class: "label" }, `state held by message #${pretty(stateAt)}`) : null,
     ],
   };
 }
 
-export function renderMessage(message, position) {
-  const kwargs = { ...(message.additional_kwargs || {}) };
-  const calls = Array.isArray(kwargs.tool_calls) ? kwargs.tool_calls : [];
-  delete kwargs.tool_calls;
-  const agentsItem = openaiItem(kwargs);
+function renderTurn(message, position) {
+  const kwargs = { ...(isObject(message.additional_kwargs) ? message.additional_kwargs : {}) };
+  const calls = Array.isArray(kwargs.tool_calls) ? kwargs.tool_calls.filter(isObject) : [];
+  if (Array.isArray(kwargs.tool_calls) && calls.length === kwargs.tool_calls.length) delete kwargs.tool_calls;
+  const blocks = Array.isArray(message.blocks) ? message.blocks : [];
+  const agentsItem = openaiItem(kwargs, blocks);
   const adk = adkEvent(kwargs);
   const result = message.role === "tool" || message.role === "function";
   const resultOf = kwargs.tool_call_id || kwargs.name || agentsItem?.item.call_id || adk?.resultOf;
@@ -137,9 +158,23 @@ export function renderMessage(message, position) {
     : null;
   return el("article", { class: `message role-${message.role}` },
     heading,
-    agentsItem?.call ?? (message.blocks || []).map(block),
+    agentsItem?.call ?? null,
+    agentsItem?.call && agentsItem.only ? null : blocks.map(block),
     calls.map((c) => toolCall(c.function?.name ?? c.name, c.function?.arguments ?? c.args, c.id)),
     item, adk?.details ?? null, extra);
+}
+
+// A message that cannot be shown as a turn (a shape no writer of ours makes) is shown as
+// its JSON, and the others as turns: one such message must not hide a page.
+export function renderMessage(message, position) {
+  try {
+    return renderTurn(message, position);
+  } catch {
+    return el("article", { class: "message unshown" },
+      el("div", { class: "meta" }, el("span", { class: "role" }, "message shown as stored"),
+        position === undefined ? null : el("span", { class: "position" }, `#${position}`)),
+      folded(pretty(message), "code"));
+  }
 }
 
 export function renderMessages(messages, firstPosition) {
