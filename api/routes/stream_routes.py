@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from datetime import datetime
 from typing import Annotated, Any, Literal
+from urllib.parse import unquote_to_bytes
 
 from fastapi import APIRouter, Depends, Path, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from session_ledger.domain.errors import StreamNotFound
+from session_ledger.domain.errors import InvalidInput, StreamNotFound
 from session_ledger.domain.streams import MAX_STREAM_ID_CHARS
 
 from ..access_logging import AccessLoggedRoute
@@ -33,11 +34,22 @@ router = APIRouter(
     route_class=AccessLoggedRoute,
 )  # fmt: skip
 
-StreamIdDep = Annotated[
-    str,
-    Path(min_length=1, max_length=MAX_STREAM_ID_CHARS, pattern=TEXT_PATTERN,
-         description="The stream's id, as its opening answered."),
-]  # fmt: skip
+
+def _stream_id(
+    stream_id: Annotated[str, Path(
+        min_length=1, description="The stream's id, as its opening answered, percent-encoded "
+        "as one path segment (Python: urllib.parse.quote(stream_id, safe='')).",
+        json_schema_extra={"pattern": TEXT_PATTERN, "maxLength": MAX_STREAM_ID_CHARS})],
+) -> str:  # fmt: skip
+    """The stream id of the path, decoded: the sessions' paths reach their routes as sent
+    (middleware.py), so an id with a space or an `é` came here as `%20` or `%C3%A9`."""
+    try:
+        return unquote_to_bytes(stream_id).decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidInput("the stream id is not percent-encoded UTF-8") from None
+
+
+StreamIdDep = Annotated[str, Depends(_stream_id)]
 Deltas = list[Annotated[str, Field(max_length=4 * 1024 * 1024)]]
 
 

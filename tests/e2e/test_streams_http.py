@@ -39,6 +39,26 @@ def test_open_chunks_complete(deployment: Deployment, session_key: str) -> None:
         assert api.get(url(session_key, "nope")).status_code == 404
 
 
+def test_a_stream_id_of_any_characters_is_named_percent_encoded(
+    deployment: Deployment, session_key: str
+) -> None:
+    """An id given at opening (a space, `/`, `%`, `<`, an `é`) names its stream in every
+    later path, percent-encoded as one segment; bytes that are not UTF-8 are refused."""
+    with deployment.raw("a_agent") as api:
+        for given in ("turn 1", "a/b", "50%", "<b>", "café"):
+            opened = api.post(url(session_key), json={"stream_id": given})
+            assert opened.status_code == 201 and opened.json()["stream_id"] == given
+            sid = quote(given, safe="")
+            assert (
+                api.post(url(session_key, sid, "chunks"), json={"deltas": ["x"]}).status_code == 200
+            )
+            assert api.post(url(session_key, sid, "complete"), json={}).status_code == 200
+            state = api.get(url(session_key, sid)).json()
+            assert (state["stream_id"], state["state"], state["text"]) == (given, "completed", "x")
+        bad = api.post(url(session_key, "%FF", "chunks"), json={"deltas": ["x"]})
+        assert bad.status_code == 422 and "percent-encoded UTF-8" in bad.text
+
+
 def test_abort_keeps_the_partial_out_of_the_history(
     deployment: Deployment, session_key: str
 ) -> None:
