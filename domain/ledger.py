@@ -118,7 +118,7 @@ class Ledger(Application[uuid.UUID]):
         )
         self._audit_trail = AuditTrail(self.views, self.events, self.recorder, addresses)
         self._feed = TenantFeed(self.views, self.events, addresses)
-        self._streams = Streams(self.views, self._writes, self._tuning, addresses)
+        self._streams = Streams(self.views, self._writes, self._tuning, addresses, erasures)
 
     # What the collaborators read at each call; setting one here reaches every one of them.
 

@@ -19,6 +19,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from .addresses import SessionAddresses
+from .erasure import Erasures
 from .errors import InvalidInput, PayloadTooLarge, StreamConflict
 from .inputs import Limits, parse_messages
 from .ports import SessionViews, StreamView, WriteResult
@@ -72,10 +73,10 @@ class Streams:
 
     def __init__(
         self, views: SessionViews, writes: WriteLoop, tuning: Tuning,
-        addresses: SessionAddresses,
+        addresses: SessionAddresses, erasures: Erasures,
     ) -> None:  # fmt: skip
         self._views, self._writes, self._tuning = views, writes, tuning
-        self._addresses = addresses
+        self._addresses, self._erasures = addresses, erasures
 
     def open_stream(
         self, key: str, *, role: str = "assistant", stream_id: str | None = None,
@@ -187,8 +188,13 @@ class Streams:
     def stream_state(
         self, key: str, stream_id: str, *, tenant: str | None = None
     ) -> StreamView | None:
-        """The stream as its events left it, or None."""
-        return self._views.stream_view(session_id(self._addresses.tenant(tenant), key), stream_id)
+        """The stream as its events left it, or None; SessionErasedError once the session
+        was erased (its streams' rows are gone with its content)."""
+        sid = session_id(self._addresses.tenant(tenant), key)
+        found = self._views.stream_view(sid, stream_id)
+        if found is None and (erased := self._erasures.error(sid, key)) is not None:
+            raise erased
+        return found
 
 
 class StreamTarget(Protocol):
