@@ -26,7 +26,6 @@ export function sessionPath(key, tail = "") {
     /[!'()*]/g,
     (c) => "%" + c.charCodeAt(0).toString(16).toUpperCase(),
   );
-  if (key === "." || key === "..") segment = key.replaceAll(".", "%2E");
   return `/v1/sessions/${segment}${tail}`;
 }
 

@@ -57,6 +57,15 @@ function summary(head) {
 }
 
 export async function sessionScreen(main, key, tab) {
+  if (key === "." || key === "..") {
+    // A browser reads `.` and `..` (and %2E) in a URL's path as a step within the path,
+    // so no request it sends can name such a session; the API takes them from others.
+    replace(main, el("h1", { class: "key" }, key), el("p", { class: "error", role: "alert" },
+      `A browser cannot read the session "${key}": it takes the key, even as %2E, for a step `
+      + `within the URL's path. Read it with the CLI (session-ledger show ${key}) or any `
+      + "HTTP client that sends %2E as it is."), el("a", { href: "#/sessions" }, "All sessions"));
+    return;
+  }
   replace(main, el("p", { class: "muted" }, "Loading…"));
   let head;
   try {

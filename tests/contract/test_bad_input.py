@@ -108,14 +108,6 @@ def test_a_new_session_key_with_a_bidi_control_is_refused(seeded: Ledger, contro
     assert_untouched(seeded)
 
 
-@pytest.mark.parametrize("key", [".", ".."])
-def test_a_new_session_key_no_url_can_name_is_refused(seeded: Ledger, key: str) -> None:
-    with pytest.raises(InvalidSessionKey, match="no URL can name"):
-        seeded.put(key, GOOD)
-    assert seeded.keys() == ["s"]
-    assert_untouched(seeded)
-
-
 def test_a_session_whose_key_holds_a_bidi_control_already_stays_usable(
     ledger: Ledger, monkeypatch: pytest.MonkeyPatch
 ) -> None:
