@@ -39,9 +39,14 @@ from eventsourcing.persistence import EventStore, IntegrityError, InterfaceError
 from .addresses import SessionAddresses
 from .erasure import Erasures
 from .errors import (
+    HoldConflict,
+    HoldNotFound,
     IdempotencyKeyReused,
     LedgerError,
+    LegalHold,
+    MessageNotFound,
     SessionNotFound,
+    StreamConflict,
     VersionConflict,
 )
 from .inputs import check_key, check_write_options, new_key_refusal, request_digest
@@ -69,6 +74,8 @@ class Load(enum.Enum):
 # Module names of the members: each put looks them up, and on Python 3.11 an Enum member
 # looked up on its class costs several times a global's.
 NEW, CACHED, FRESH = Load.NEW, Load.CACHED, Load.FRESH
+# A command's refusals for what the session holds, which a cached copy may hold no more
+STATE_REFUSALS = (MessageNotFound, StreamConflict, HoldConflict, HoldNotFound, LegalHold)
 
 
 class RetryPolicy:
@@ -189,7 +196,16 @@ class WriteLoop:
                 session = Session(tenant=tenant, key=key, **audit)
             # 2. run the command
             first_message_id = session.next_message_id
-            removed: tuple[ChatMessage, ...] = command(session, audit) or ()
+            try:
+                removed: tuple[ChatMessage, ...] = command(session, audit) or ()
+            except STATE_REFUSALS:
+                # Refused for what the session holds: believed only of state read fresh
+                # (a cached copy misses what other processes wrote since: a message, a
+                # stream they opened, a hold they released).
+                if policy.load is not FRESH:
+                    policy = policy.reload()
+                    continue
+                raise
             # (by position: a named tuple's keywords are a dict made and unpacked per write)
             batch = WriteBatch(
                 sid, tenant, key, tuple(session.collect_events()), first_message_id,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from session_ledger.api.bootstrap import open_ledger
-from session_ledger.domain.errors import InvalidInput, StreamConflict
+from session_ledger.domain.errors import InvalidInput, MessageNotFound, StreamConflict
 from session_ledger.domain.ledger import Ledger
 from tests.conftest import make_ledger, make_settings
 
@@ -157,6 +157,35 @@ def test_open_streams_survive_snapshots(store: str, tmp_path: Path) -> None:
             second.append_stream("k", "s0", ["late"])
         second.complete_stream("k", "s1")
         assert contents(second, "k") == ["zero", "x", "0123"]
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_process_whose_copy_is_behind_takes_what_another_wrote(
+    store: str, tmp_path: Path
+) -> None:
+    """A second ledger on the store (another process) whose cached copy of the session is
+    behind: a stream the other opened, a message the other appended, a hold the other
+    released are taken as the store holds them, not refused for what the copy holds."""
+    if store == "memory":
+        pytest.skip("a second Ledger on memory:// opens another store")
+    settings = make_settings(store, tmp_path)
+    first, second = make_ledger(settings), open_ledger(settings)
+    try:
+        second.put("k", {"role": "user", "content": "hi"})  # (second caches the session)
+        first.open_stream("k", stream_id="s1")
+        second.complete_stream("k", "s1", ["answer"])
+        first.put("k", {"role": "user", "content": "last"})
+        done = second.delete_message("k", -3)  # (of 3 messages; its copy holds 2)
+        assert [m.content for m in done.removed] == ["hi"]
+        first.place_hold("k", reference="case-1", reason="review")
+        second.release_hold("k", reference="case-1", reason="done")  # (its copy holds none)
+        first.put("k", {"role": "user", "content": "more"})
+        second.delete_last_message("k")
+        assert contents(second, "k") == ["answer", "last"]
+        with pytest.raises(MessageNotFound):  # (refused of the state read fresh)
+            second.delete_message("k", -3)
     finally:
         first.close()
         second.close()
