@@ -70,7 +70,7 @@ Text = Annotated[str, WrapValidator(_null_or)]
 Moment = Annotated[Text, Field(json_schema_extra={"format": "date-time"})]
 Cursor = Annotated[Text, Field(description="`next_cursor` of the page before.")]
 Prefix = Annotated[Text, Field(description="Session keys starting so.")]
-AsOf = Annotated[Moment, Field(
+ReadMoment = Annotated[Moment, Field(
     description="Read the session as it was at this time (ISO 8601; no zone: UTC).")]  # fmt: skip
 
 _caller: ContextVar[Principal | None] = ContextVar("ledger_mcp_caller", default=None)
@@ -174,7 +174,7 @@ def _tools(reads: LedgerReads) -> list[Callable[..., Awaitable[dict[str, Any]]]]
     async def context_window(
         session_key: SessionKey, token_limit: TokenLimit = None,
         initial_token_count: InitialTokens = None, as_of_version: AsOfVersion = None,
-        as_of: AsOf = None,
+        as_of: ReadMoment = None,
     ) -> dict[str, Any]:  # fmt: skip
         """The session's context window: its newest messages within `token_limit`, oldest
         first, as the agent is given them; with `as_of_version` or `as_of`, the window it
@@ -199,7 +199,7 @@ def _tools(reads: LedgerReads) -> list[Callable[..., Awaitable[dict[str, Any]]]]
         last: Annotated[int | None, Field(
             description="Start at the last-th newest message: the newest `last` messages, "
             "oldest first (not with offset).")] = None,
-        as_of_version: AsOfVersion = None, as_of: AsOf = None,
+        as_of_version: AsOfVersion = None, as_of: ReadMoment = None,
     ) -> dict[str, Any]:  # fmt: skip
         """A page of the session's history, oldest first; follow `next_cursor` for the
         rest (null: the last page). With `as_of_version` or `as_of`: the history then."""
@@ -213,7 +213,7 @@ def _tools(reads: LedgerReads) -> list[Callable[..., Awaitable[dict[str, Any]]]]
         return await _as_caller(lambda who: reads.head(who, session_key))
 
     async def replay(
-        session_key: SessionKey, as_of_version: AsOfVersion = None, as_of: AsOf = None,
+        session_key: SessionKey, as_of_version: AsOfVersion = None, as_of: ReadMoment = None,
         token_limit: TokenLimit = None, initial_token_count: InitialTokens = None,
     ) -> dict[str, Any]:  # fmt: skip
         """The session as it stood at a version or moment (default: now): its head then,

@@ -12,7 +12,7 @@ from fastapi import APIRouter, Depends, Path, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from session_ledger.domain.errors import InvalidInput, StreamNotFound
-from session_ledger.domain.streams import MAX_STREAM_ID_CHARS
+from session_ledger.domain.streams import MAX_STREAM_ID_CHARS, check_stream_id
 
 from ..access_logging import AccessLoggedRoute
 from ..admission import new_session_counted
@@ -44,9 +44,10 @@ def _stream_id(
     """The stream id of the path, decoded: the sessions' paths reach their routes as sent
     (middleware.py), so an id with a space or an `é` came here as `%20` or `%C3%A9`."""
     try:
-        return unquote_to_bytes(stream_id).decode("utf-8")
+        decoded = unquote_to_bytes(stream_id).decode("utf-8")
     except UnicodeDecodeError:
         raise InvalidInput("the stream id is not percent-encoded UTF-8") from None
+    return check_stream_id(decoded)  # (what it may hold: as at its opening)
 
 
 StreamIdDep = Annotated[str, Depends(_stream_id)]
