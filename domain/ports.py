@@ -354,11 +354,6 @@ class SessionViews(Protocol):
         """Whether the session's content is stored sealed under a data key of its own."""
         ...
 
-    def same_request(self, session_id: uuid.UUID, stored: str | None, digest: str) -> bool:
-        """Whether a stored request digest (keyed under the session's data key, or plain)
-        is that of the request whose plain digest is `digest`."""
-        ...
-
     def can_seal(self) -> bool:
         """Whether a master key is configured (new sessions are sealed)."""
         ...

@@ -168,11 +168,10 @@ class WriteLoop:
                      and refused_if_new is None)  # fmt: skip
         policy = self._guessing if guess_new else self._loading
         for attempt in range(policy.attempts):
-            if idempotency_key is not None and digest is not None:  # (the one with the other)
+            if idempotency_key is not None:
                 prior = views.prior_write(sid, write_id)
                 if prior is not None:
-                    same = views.same_request(sid, prior.request_digest, digest)
-                    return _replayed(prior, same, idempotency_key, key)
+                    return _replayed(prior, digest, idempotency_key, key)
             # 1. load
             load = policy.load
             session = self._cached(sid) if load is not FRESH else None
@@ -324,8 +323,8 @@ def _may_be_stored(error: Exception, *, keyed: bool) -> bool:
     return keyed or not isinstance(error, IntegrityError) or isinstance(error, OutcomeUnknown)
 
 
-def _replayed(prior: PriorWrite, same: bool, idempotency_key: str, key: str) -> WriteResult:
-    if not same:
+def _replayed(prior: PriorWrite, digest: str | None, idempotency_key: str, key: str) -> WriteResult:
+    if prior.request_digest != digest:
         raise IdempotencyKeyReused(
             f"idempotency key {idempotency_key!r} was used for a different write to session {key!r}"
         )

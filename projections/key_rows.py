@@ -61,25 +61,15 @@ class SessionContent:
 
     def sealed_changes(self, vc: ViewChanges) -> ViewChanges:
         """`vc` with each new message body, and each piece of a stream's text, sealed under
-        the session's data key, when it has one, and each request digest keyed as the
-        events store it (`DataKeys.keyed_digest`). A stream's pieces are appended to its
+        the session's data key, when it has one. A stream's pieces are appended to its
         row's text one sealed line each (`open_stream_text` reads them)."""
-        keys = self.data_keys
-        if keys is None:
-            return vc
-        sid = vc.session_id
-        if any(t.request_digest is not None for t in vc.timeline):
-            vc = vc._replace(timeline=tuple(
-                t if t.request_digest is None
-                else t._replace(request_digest=keys.keyed_digest(sid, t.request_digest))
-                for t in vc.timeline
-            ))  # fmt: skip
         content = (InsertMessages, ExtendStream)
-        if not any(isinstance(c, content) for c in vc.changes):
+        if self.data_keys is None or not any(isinstance(c, content) for c in vc.changes):
             return vc
-        key = keys.key(sid)
+        key = self.data_keys.key(vc.session_id)
         if key is None:
             return vc
+        sid = vc.session_id
 
         def sealed(c: Any) -> Any:
             if isinstance(c, InsertMessages):
@@ -103,15 +93,6 @@ class SessionContent:
             return text
         lines = [(line,) for line in text.split("\n") if line]
         return "".join(row[0] for row in open_bodies(self.data_keys, session_id, lines, at=0))
-
-    def same_request(self, session_id: uuid.UUID, stored: str | None, digest: str) -> bool:
-        """Whether a write's stored request digest is that of `digest` (the request's
-        plain digest): as stored keyed, or plain (a session without a data key, or one
-        written before digests were keyed)."""
-        if stored == digest:
-            return True
-        return (self.data_keys is not None and stored is not None
-                and stored == self.data_keys.keyed_digest(session_id, digest))  # fmt: skip
 
     def forget(self, session_id: uuid.UUID) -> None:
         """The session's content was erased: its data key is gone."""

@@ -12,19 +12,12 @@ transaction that records it: what was sealed can no longer be opened.
 
 Stored forms: an event field `{"sealed": base64(nonce | ciphertext), "n": messages}`, a
 view body `~` + the same base64. Both are bound to their session (associated data).
-
-A keyed write's request digest (what tells a retry from another write under the same
-idempotency key) is stored as an HMAC under a key derived from the session's data key
-(`keyed_digest`, prefix `k:`): a plain SHA-256 of the request would confirm a guess of
-its content to anyone holding the database, and would outlive an erasure.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
-import hmac
 import json
 import os
 import uuid
@@ -44,8 +37,6 @@ SEALED_BODY = "~"  # a clear body starts with `"` or `{`
 SEALED_FIELDS = ("messages", "message", "deltas")  # the event fields that hold content
 NONCE_BYTES = 12
 KEY_BYTES = 32
-KEYED_DIGEST = "k:"  # a request digest stored as an HMAC under the session's digest key
-_DIGEST_KEY_LABEL = b"session-ledger request digest"
 # What an erased message reads as in the audit trail and the export (its content gone).
 ERASED_MESSAGE: dict[str, Any] = {"role": "system", "blocks": [], "additional_kwargs": {},
                                   "erased": True}  # fmt: skip
@@ -126,7 +117,6 @@ class DataKeys:
         self.table = table
         self.transcoder = transcoder  # the stored events' (encrypt-existing reseals with it)
         self._cache: dict[uuid.UUID, AESGCM] = {}
-        self._digest_keys: dict[uuid.UUID, bytes] = {}  # (beside each key cached)
         self._erased: set[uuid.UUID] = set()
 
     def key(self, session_id: uuid.UUID, *, create: bool = False) -> AESGCM | None:
@@ -147,21 +137,11 @@ class DataKeys:
             # (another process) at any time, and its next write must then be sealed. The
             # write that races it fails on its version and looks again.
             return None
-        raw = self.master.unwrap(session_id, *row)
+        key = AESGCM(self.master.unwrap(session_id, *row))
         if len(self._cache) >= self.cache_size:
             self._cache.clear()
-            self._digest_keys.clear()
-        self._digest_keys[session_id] = hmac.digest(raw, _DIGEST_KEY_LABEL, hashlib.sha256)
-        self._cache[session_id] = key = AESGCM(raw)
+        self._cache[session_id] = key
         return key
-
-    def keyed_digest(self, session_id: uuid.UUID, digest: str) -> str:
-        """A request digest as stored: an HMAC under the session's digest key when it has
-        a data key (gone with it at erasure); as given when it has none, or is keyed."""
-        if digest.startswith(KEYED_DIGEST) or self.key(session_id) is None:
-            return digest
-        mac = hmac.new(self._digest_keys[session_id], digest.encode(), hashlib.sha256)
-        return KEYED_DIGEST + mac.hexdigest()
 
     def opening_key(self, session_id: uuid.UUID) -> AESGCM | None:
         """The key that opens sealed content read back; None once erased. A session with
@@ -178,14 +158,13 @@ class DataKeys:
 
     def forget(self, session_id: uuid.UUID) -> None:
         self._cache.pop(session_id, None)
-        self._digest_keys.pop(session_id, None)
 
     def recheck(self, session_id: uuid.UUID) -> None:
         """Drop the session's cached key if its row is gone: another process may have
         erased the session since this one cached it (one key-row read, only for a key
         this process holds)."""
         if session_id in self._cache and self.table.data_key_row(session_id) is None:
-            self.forget(session_id)
+            self._cache.pop(session_id, None)
 
 
 def seal(key: AESGCM, session_id: uuid.UUID, data: bytes) -> str:
@@ -254,12 +233,9 @@ class SealingMapper(Mapper[uuid.UUID]):
         sid, version, state = event_state(domain_event)
         fields = [f for f in SEALED_FIELDS if f in state]
         starts = type(domain_event).__name__ == "SessionStarted"
-        digest = state.get("request_digest")
-        key = self.data_keys.key(sid, create=starts) if fields or starts or digest else None
+        key = self.data_keys.key(sid, create=starts) if fields or starts else None
         if key is not None:
             seal_fields(state, key, sid)
-            if digest is not None:
-                state["request_digest"] = self.data_keys.keyed_digest(sid, digest)
         return StoredEvent(
             originator_id=sid,
             originator_version=version,
