@@ -354,6 +354,16 @@ class SessionViews(Protocol):
         """Whether the session's content is stored sealed under a data key of its own."""
         ...
 
+    def keyed_digest(self, digest: str) -> str:
+        """A keyed write's request digest (its SHA-256) as stored: keyed under the master
+        key when one is configured, so that it confirms no guess of the content."""
+        ...
+
+    def same_request(self, stored: str | None, digest: str) -> bool:
+        """Whether a stored request digest is that of the request whose SHA-256 is
+        `digest` (keyed or plain)."""
+        ...
+
     def can_seal(self) -> bool:
         """Whether a master key is configured (new sessions are sealed)."""
         ...

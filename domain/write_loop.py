@@ -149,7 +149,8 @@ class WriteLoop:
         sid = session_id(tenant, key)
         # The write id: the caller's key (with the digest of what it asked, so a key
         # reused for another write is refused), or one of our own.
-        digest = None if idempotency_key is None else request_digest(op, request)
+        plain = None if idempotency_key is None else request_digest(op, request)
+        digest = None if plain is None else self._views.keyed_digest(plain)  # (as stored)
         # (128 random bits as hex, as a UUID4's: without making the UUID object.)
         write_id = idempotency_key or f"w-{os.urandom(16).hex()}"
         audit: dict[str, Any] = {
@@ -171,7 +172,8 @@ class WriteLoop:
             if idempotency_key is not None:
                 prior = views.prior_write(sid, write_id)
                 if prior is not None:
-                    return _replayed(prior, digest, idempotency_key, key)
+                    same = plain is not None and views.same_request(prior.request_digest, plain)
+                    return _replayed(prior, same, idempotency_key, key)
             # 1. load
             load = policy.load
             session = self._cached(sid) if load is not FRESH else None
@@ -323,8 +325,8 @@ def _may_be_stored(error: Exception, *, keyed: bool) -> bool:
     return keyed or not isinstance(error, IntegrityError) or isinstance(error, OutcomeUnknown)
 
 
-def _replayed(prior: PriorWrite, digest: str | None, idempotency_key: str, key: str) -> WriteResult:
-    if prior.request_digest != digest:
+def _replayed(prior: PriorWrite, same: bool, idempotency_key: str, key: str) -> WriteResult:
+    if not same:
         raise IdempotencyKeyReused(
             f"idempotency key {idempotency_key!r} was used for a different write to session {key!r}"
         )

@@ -94,6 +94,18 @@ class SessionContent:
         lines = [(line,) for line in text.split("\n") if line]
         return "".join(row[0] for row in open_bodies(self.data_keys, session_id, lines, at=0))
 
+    def keyed_digest(self, digest: str) -> str:
+        """A keyed write's request digest as it is stored (`MasterKeys.keyed_digest`;
+        as given without a master key: the content is stored clear then)."""
+        return digest if self.data_keys is None else self.data_keys.master.keyed_digest(digest)
+
+    def same_request(self, stored: str | None, digest: str) -> bool:
+        """Whether a stored request digest is that of the request whose SHA-256 is
+        `digest`."""
+        if self.data_keys is None:
+            return stored == digest
+        return self.data_keys.master.same_request(stored, digest)
+
     def forget(self, session_id: uuid.UUID) -> None:
         """The session's content was erased: its data key is gone."""
         if self.data_keys is not None:

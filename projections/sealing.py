@@ -12,12 +12,19 @@ transaction that records it: what was sealed can no longer be opened.
 
 Stored forms: an event field `{"sealed": base64(nonce | ciphertext), "n": messages}`, a
 view body `~` + the same base64. Both are bound to their session (associated data).
+
+A keyed write's request digest (what tells a retry from another write under the same
+idempotency key) is stored as `m:<master key id>:` + an HMAC of the request's SHA-256
+under a key derived from that master key (`MasterKeys.keyed_digest`): the plain SHA-256
+would confirm a guess of the request's content to anyone holding the database.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import hmac
 import json
 import os
 import uuid
@@ -37,6 +44,8 @@ SEALED_BODY = "~"  # a clear body starts with `"` or `{`
 SEALED_FIELDS = ("messages", "message", "deltas")  # the event fields that hold content
 NONCE_BYTES = 12
 KEY_BYTES = 32
+KEYED_DIGEST = "m:"  # a request digest stored as an HMAC under a master key's digest key
+_DIGEST_KEY_LABEL = b"session-ledger request digest"
 # What an erased message reads as in the audit trail and the export (its content gone).
 ERASED_MESSAGE: dict[str, Any] = {"role": "system", "blocks": [], "additional_kwargs": {},
                                   "erased": True}  # fmt: skip
@@ -56,6 +65,9 @@ class MasterKeys:
             raise StoreNotReady("no master key given")
         self.keys = {kid: AESGCM(key) for kid, key in keys.items()}
         self.newest = list(keys)[-1]
+        self._digest_keys = {
+            kid: hmac.digest(key, _DIGEST_KEY_LABEL, hashlib.sha256) for kid, key in keys.items()
+        }
 
     @classmethod
     def parse(cls, text: str) -> MasterKeys:
@@ -77,6 +89,24 @@ class MasterKeys:
                 )
             keys[kid] = key
         return cls(keys)
+
+    def keyed_digest(self, digest: str, kid: str | None = None) -> str:
+        """A request's digest as stored: an HMAC under master key `kid`'s digest key (by
+        default the newest's), which names the key."""
+        kid = self.newest if kid is None else kid
+        mac = hmac.new(self._digest_keys[kid], digest.encode(), hashlib.sha256).hexdigest()
+        return f"{KEYED_DIGEST}{kid}:{mac}"
+
+    def same_request(self, stored: str | None, digest: str) -> bool:
+        """Whether `stored` is the digest of the request whose SHA-256 is `digest`: keyed
+        under the master key it names (one rotated out since no longer answers for it),
+        or plain (stored before digests were keyed)."""
+        if stored is None or not stored.startswith(KEYED_DIGEST):
+            return stored == digest
+        kid = stored[len(KEYED_DIGEST) :].rpartition(":")[0]
+        return kid in self._digest_keys and hmac.compare_digest(
+            stored, self.keyed_digest(digest, kid)
+        )
 
     def wrap(self, session_id: uuid.UUID, data_key: bytes) -> tuple[str, bytes]:
         nonce = os.urandom(NONCE_BYTES)

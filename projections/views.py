@@ -118,6 +118,8 @@ class SQLViews:
         self.feed_position = feed.feed_position
         self.feed_after = feed.feed_after
         self.sealed = content.sealed
+        self.keyed_digest = content.keyed_digest
+        self.same_request = content.same_request
         self.can_seal = content.can_seal
         # The evidence (the second port), its calls also answered here.
         evidence = parts.evidence

@@ -22,9 +22,11 @@ from session_ledger.api.settings import Settings
 from session_ledger.domain.compliance import RetentionRule
 from session_ledger.domain.errors import (
     EncryptionRequired,
+    IdempotencyKeyReused,
     LegalHold,
     SessionErasedError,
 )
+from session_ledger.domain.inputs import parse_messages, request_digest
 from session_ledger.domain.ledger import Ledger
 from session_ledger.domain.session import session_id
 from session_ledger.projections.export import export_session
@@ -233,6 +235,33 @@ def test_a_process_that_read_the_session_before_opens_nothing_after(sealed: Ledg
     assert canary not in feed()
     with pytest.raises(SessionErasedError):
         sealed.get_all("victim")
+
+
+def test_a_request_digest_confirms_no_guess_of_the_content(sealed: Ledger) -> None:
+    """With a master key, a keyed write's request digest is stored as an HMAC under a key
+    derived from it: the plain SHA-256 of the request (which would confirm a guessed
+    message to anyone holding the database) is nowhere; retries still replay, another
+    write under the key is still refused, an erasure retried with its key replays, and
+    the views derived again agree."""
+    secret = {"role": "user", "content": "my PIN is 0619"}
+    sealed.put("pin", {"role": "user", "content": "hello"})
+    sealed.put("pin", secret, idempotency_key="write-1")
+    parsed = parse_messages([secret], sealed.limits, allow_empty=False)
+    plain = request_digest("append", {"messages": parsed.dicts})
+    prior = sealed.views.prior_write(session_id(sealed.default_tenant, "pin"), "write-1")
+    assert prior is not None and prior.request_digest.startswith("m:")
+    raw = store_bytes(sealed)
+    assert plain.encode() not in raw and prior.request_digest.encode() in raw
+    again = sealed.put("pin", secret, idempotency_key="write-1")
+    assert again.replayed and again.version == prior.version
+    with pytest.raises(IdempotencyKeyReused):
+        sealed.put("pin", {"role": "user", "content": "my PIN is 0620"}, idempotency_key="write-1")
+    assert check(sealed.views, sealed.mapper, sealed.tokenizer) == []  # type: ignore[arg-type]
+    erase = {"reason": "the user asked", "basis": "GDPR art. 17", "idempotency_key": "erase-1"}
+    first = sealed.erase("pin", **erase)
+    assert sealed.erase("pin", **erase).replayed  # (its answer lost: sent again)
+    assert first.version == sealed.head("pin").version
+    assert plain.encode() not in store_bytes(sealed)
 
 
 def test_a_held_session_cannot_be_erased_until_released(sealed: Ledger) -> None:
