@@ -141,8 +141,14 @@ class Compliance:
             key, "erase", {"basis": basis}, command=command, tenant=tenant, actor=actor,
             reason=reason, idempotency_key=idempotency_key,
         )  # fmt: skip
-        # The key row is deleted; what the store's files keep of it goes now.
-        if not self._views.drop_erased_keys():
+        # The key row is deleted; what the store's files keep of it goes now (the erasure
+        # has committed: a failure here is logged, not the erasure's).
+        try:
+            emptied = self._views.drop_erased_keys()
+        except Exception:
+            _log.exception("session %r is erased; its key's old bytes were not dropped", key)
+            emptied = True
+        if not emptied:
             _log.warning(
                 "session %r is erased, but a reader kept the SQLite WAL, which still holds "
                 "its deleted data key, from being emptied: run `PRAGMA wal_checkpoint("

@@ -203,7 +203,7 @@ class WriteLoop:
                 # Refused for what the session holds: believed only of state read fresh
                 # (a cached copy misses what other processes wrote since: a message, a
                 # stream they opened, a hold they released).
-                if policy.load is not FRESH:
+                if policy.load is not FRESH and attempt + 1 < policy.attempts:
                     policy = policy.reload()
                     continue
                 raise

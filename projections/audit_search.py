@@ -103,5 +103,5 @@ def _cursor(views: SQLStore, cursor: str) -> tuple[Any, Any, int]:
             views.dialect.sid(uuid.UUID(sid)),
             version,
         )
-    except (ValueError, TypeError, OverflowError):
+    except (ValueError, TypeError, OverflowError, AttributeError):  # (a forged one's)
         raise InvalidInput("cursor is not one this search returned") from None

@@ -30,6 +30,7 @@ import json
 import tarfile
 import tempfile
 import uuid
+import zlib
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path, PurePosixPath
@@ -257,7 +258,7 @@ def verify_package(path: Path, public_key: Ed25519PublicKey | None = None) -> li
         return [f"{path}: no such file or folder"]
     try:
         files = _Files(path)
-    except tarfile.TarError:
+    except (tarfile.TarError, EOFError, zlib.error, OSError):  # (a compressed one cut short)
         return [f"{path}: not a tar file, or one cut short"]
     try:
         return _problems(files, public_key)

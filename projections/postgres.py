@@ -95,10 +95,12 @@ class PostgresDialect(Dialect):
         self.datastore.close()
 
     def drop_erased_keys(self) -> bool:
-        """Vacuum the key table, whose files keep a deleted row's old version until
-        then (VACUUM takes no lock that readers or writers wait for)."""
-        with self.connection() as conn:  # (the pool's connections are autocommit)
-            conn.execute("VACUUM ledger_data_keys")
+        """Vacuum the key table, so that its deleted row versions are freed (VACUUM takes
+        no lock that readers or writers wait for; one that an older snapshot still sees
+        waits for the next). The freed bytes may stay in their page until its space is
+        reused: `VACUUM FULL ledger_data_keys` rewrites the table without them."""
+        with self.connection() as conn, conn.cursor() as curs:  # (autocommit connections)
+            curs.execute("VACUUM ledger_data_keys")
         return True
 
     def drop_old_bytes(self) -> str:

@@ -44,6 +44,9 @@ from .write_turns import WriteTransaction, WriteTurns, lock_file_of
 
 MESSAGE_INSERT = f"INSERT INTO ledger_messages ({LIVE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 
+# The longest an erasure's WAL truncation holds new writers back (drop_erased_keys).
+ERASURE_CHECKPOINT_WAIT_MS = 250
+
 
 class SQLiteDialect(Dialect):
     """SQLite's statements and connections: writers take turns (`write_turns.py`), ids are
@@ -67,13 +70,20 @@ class SQLiteDialect(Dialect):
         self.datastore.close()
 
     def drop_erased_keys(self) -> bool:
-        """Copy the WAL into the file and empty it (a TRUNCATE checkpoint, which waits up
-        to the lock timeout for readers): its older frames still hold the deleted key
-        row, whose page was zeroed where the row was (`secure_delete`)."""
+        """Copy the WAL into the file and empty it (a TRUNCATE checkpoint): its older
+        frames still hold the deleted key row, whose page was zeroed where the row was
+        (`secure_delete`). The checkpoint holds new writers back while it waits for
+        readers, so it waits `ERASURE_CHECKPOINT_WAIT_MS` at most; false if a reader (or
+        a writer) kept the WAL from being emptied meanwhile."""
         if self.checkpoints is None:  # (in memory: no file)
             return True
         with self.reading() as read:
-            (busy, _, _), *_ = read("PRAGMA wal_checkpoint(TRUNCATE)", ())
+            ((waited,),) = read("PRAGMA busy_timeout", ())
+            read(f"PRAGMA busy_timeout = {ERASURE_CHECKPOINT_WAIT_MS}", ())
+            try:
+                (busy, _, _), *_ = read("PRAGMA wal_checkpoint(TRUNCATE)", ())
+            finally:
+                read(f"PRAGMA busy_timeout = {int(waited)}", ())
         return not busy
 
     def drop_old_bytes(self) -> str:

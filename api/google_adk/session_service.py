@@ -35,6 +35,7 @@ change) without its effect on the shared state.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import threading
 import time
@@ -115,7 +116,8 @@ class LedgerSessionService(BaseSessionService):
         self._readers: ThreadPoolExecutor | None = None  # made on first use
         # Each session's appends in this process, taken in turn as ADK's database service
         # takes them (one lock a session while any append to it waits)
-        self._appending: weakref.WeakValueDictionary[tuple[str, str, str], asyncio.Lock] = (
+        # (an asyncio lock serves one event loop: each loop's appends are taken in turn)
+        self._appending: weakref.WeakValueDictionary[tuple[int, str, str, str], asyncio.Lock] = (
             weakref.WeakValueDictionary()
         )
 
@@ -177,14 +179,17 @@ class LedgerSessionService(BaseSessionService):
         service does not."""
         if event.partial:
             return event
-        key = (session.app_name, session.user_id, session.id)
+        loop = id(asyncio.get_running_loop())
+        key = (loop, session.app_name, session.user_id, session.id)
         turn = self._appending.setdefault(key, asyncio.Lock())
         async with turn:
             if any(e == event for e in session.events if e.id == event.id):
                 return event
             self._apply_temp_state(session, event)
             event = self._trim_temp_delta_state(event)
-            await _thread(self._append, session, event)
+            # Awaited to its end even if the caller is cancelled meanwhile: the next
+            # append in turn must find the session object as this one left it.
+            await _settled(self._append, session, event)
             return self._commit_event_to_session(session, event)
 
     # -- the operations, each run in a worker thread -------------------------------------
@@ -489,3 +494,18 @@ def _merge(
 
 async def _thread(call: Callable[..., T], *args: Any) -> T:
     return await asyncio.to_thread(call, *args)
+
+
+async def _settled(call: Callable[..., T], *args: Any) -> T:
+    """`call(*args)` in a worker thread, awaited to its end even if the caller is
+    cancelled meanwhile; then the cancellation is raised."""
+    work = asyncio.ensure_future(asyncio.to_thread(call, *args))
+    try:
+        return await asyncio.shield(work)
+    except asyncio.CancelledError:
+        while not work.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait({work})
+        if not work.cancelled():
+            work.exception()  # (retrieved: the cancellation is what the caller hears)
+        raise

@@ -335,6 +335,26 @@ def test_appends_at_once_to_one_session_are_all_kept_in_turn_and_a_repeat_once(
     run(scenario())
 
 
+def test_a_cancelled_append_is_settled_before_the_next_in_turn(adk: Target) -> None:
+    """A caller cancelled while its append is being stored: the append is stored and the
+    session object left as it should be before the next append in turn reads it."""
+    sessions = adk.service()
+
+    async def scenario() -> None:
+        made = await sessions.create_session(app_name=adk.app, user_id=USER)
+        first = asyncio.ensure_future(sessions.append_event(made, text_event("first")))
+        await asyncio.sleep(0)  # (the append has started)
+        first.cancel()
+        second = await sessions.append_event(made, text_event("second"))
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        got = await sessions.get_session(app_name=adk.app, user_id=USER, session_id=made.id)
+        assert got is not None and got.events[-1].id == second.id
+        assert [e.content.parts[0].text for e in got.events] == ["first", "second"]  # type: ignore[union-attr, index]
+
+    run(scenario())
+
+
 def test_delete_session_is_an_event_and_replay_keeps_the_events(adk: Target) -> None:
     sessions = adk.service()
     key = adk.key(USER, "kept")
