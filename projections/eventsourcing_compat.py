@@ -23,7 +23,9 @@ ledger uses is the library's public or documented API. A write touches:
 - on SQLite, one write transaction object (write_turns.py) made of the pool's
   `get_connection(is_writer=True)` and `put_connection`, `SQLiteTransaction` (BEGIN,
   COMMIT or ROLLBACK, the library's errors) and its `SQLiteCursor.sqlite_cursor`;
-- `create_table`.
+- `create_table`;
+- on a read, the recorders' `select_events`, overridden to check the session's cached
+  data key first (another process may have erased the session: key_rows.py).
 
 `tests/unit/test_eventsourcing_compat.py` fails loudly when a library release changes
 what this relies on; the `eventsourcing` pin in pyproject.toml names the releases tested.

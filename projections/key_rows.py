@@ -111,9 +111,9 @@ class SessionContent:
         if self.data_keys is not None:
             self.data_keys.forget(session_id)
 
-    def recheck(self, session_id: uuid.UUID) -> None:
-        """Before a read of the session's events: whether its data key is still stored
-        (another process may have erased the session), so that no read that starts
-        after an erasure committed opens its content."""
-        if self.data_keys is not None:
+    def recheck(self, session_id: uuid.UUID | str) -> None:
+        """Before a read of the session's events (the recorders' `select_events`): whether
+        its data key is still stored (another process may have erased the session), so
+        that no read that starts after an erasure committed opens its content."""
+        if self.data_keys is not None and isinstance(session_id, uuid.UUID):
             self.data_keys.recheck(session_id)

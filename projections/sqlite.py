@@ -206,10 +206,8 @@ class SQLiteLedgerRecorder(SQLiteApplicationRecorder):
         return None
 
     def select_events(self, originator_id: uuid.UUID | str, **kwargs: Any) -> Sequence[StoredEvent]:
-        # The library's read of a session's events, after its cached data key is checked:
-        # a session another process erased must not open with a key this one cached.
-        if isinstance(originator_id, uuid.UUID):
-            self.views.content.recheck(originator_id)
+        # The library's read, after the session's cached data key is checked (key_rows.py)
+        self.views.content.recheck(originator_id)
         return super().select_events(originator_id, **kwargs)
 
     def create_table(self) -> None:
