@@ -25,6 +25,7 @@ Every write has a write id: the caller's idempotency key, or one made here.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import enum
 import os
 import random
@@ -172,8 +173,7 @@ class WriteLoop:
             if idempotency_key is not None:
                 prior = views.prior_write(sid, write_id)
                 if prior is not None:
-                    same = plain is not None and views.same_request(prior.request_digest, plain)
-                    return _replayed(prior, same, idempotency_key, key)
+                    return self._replayed(sid, op, prior, plain, idempotency_key, key)
             # 1. load
             load = policy.load
             session = self._cached(sid) if load is not FRESH else None
@@ -226,7 +226,13 @@ class WriteLoop:
                 # what the next attempt loads (this raises again while the store stays
                 # unreachable, or the write may not go again).
                 done = self._settled(sid, write_id, batch, error, keyed=idempotency_key is not None)
-                if done is not None:
+                if done is not None and idempotency_key is not None:
+                    # This attempt's commit whose answer was lost, or the same request's
+                    # other attempt (a retry sent meanwhile), which won: answered as a
+                    # retry is, with what is stored (replayed unless it may be this one's).
+                    replay = self._replayed(sid, op, done, plain, idempotency_key, key)
+                    return dataclasses.replace(replay, replayed=_refused(error))
+                if done is not None:  # (this write's own id: its commit's answer was lost)
                     return WriteResult(done.version, done.message_count, removed=removed)
                 if guessed and expected_version is None:
                     policy = policy.reload()  # not a race: the session was older than this cache
@@ -269,6 +275,25 @@ class WriteLoop:
         if not isinstance(error, IntegrityError):
             raise error
         return None
+
+    def _replayed(
+        self, sid: uuid.UUID, op: str, prior: PriorWrite, plain: str | None,
+        idempotency_key: str, key: str,
+    ) -> WriteResult:  # fmt: skip
+        """The answer to a write whose key names `prior`, stored already: the first answer
+        (the message a removal removed included), or IdempotencyKeyReused if `prior` was
+        another request."""
+        if plain is None or not self._views.same_request(prior.request_digest, plain):
+            raise IdempotencyKeyReused(
+                f"idempotency key {idempotency_key!r} was used for a different write to "
+                f"session {key!r}"
+            )
+        removed: tuple[ChatMessage, ...] = ()
+        if op == "remove":  # one event, the write's last: the message it removed is in it
+            last = self._events.get(sid, gt=prior.version - 1, lte=prior.version)
+            removed = tuple(ChatMessage.from_valid(e.message) for e in last
+                            if isinstance(e, Session.MessageRemoved))  # fmt: skip
+        return WriteResult(prior.version, prior.message_count, replayed=True, removed=removed)
 
     def _snapshot_if_due(self, session: Session, new_events: int) -> None:
         """A snapshot of the state just saved, when a multiple of the interval is among the
@@ -325,9 +350,6 @@ def _may_be_stored(error: Exception, *, keyed: bool) -> bool:
     return keyed or not isinstance(error, IntegrityError) or isinstance(error, OutcomeUnknown)
 
 
-def _replayed(prior: PriorWrite, same: bool, idempotency_key: str, key: str) -> WriteResult:
-    if not same:
-        raise IdempotencyKeyReused(
-            f"idempotency key {idempotency_key!r} was used for a different write to session {key!r}"
-        )
-    return WriteResult(prior.version, prior.message_count, replayed=True)
+def _refused(error: Exception) -> bool:
+    """Whether the store surely stored nothing of the write that failed with `error`."""
+    return isinstance(error, IntegrityError) and not isinstance(error, OutcomeUnknown)

@@ -77,3 +77,12 @@ def test_idempotent_removal_removes_once(ledger: Ledger) -> None:
 def test_versions_without_expectation_always_advance(ledger: Ledger) -> None:
     versions = [ledger.put("s", M).version for _ in range(5)]
     assert versions == [2, 3, 4, 5, 6]
+
+
+def test_a_retried_removal_answers_the_message_it_removed(ledger: Ledger) -> None:
+    ledger.put_messages("s", [{"role": "user", "content": f"m{i}"} for i in range(3)])
+    first = ledger.delete_message("s", 0, idempotency_key="del")
+    again = ledger.delete_message("s", 0, idempotency_key="del")
+    assert [m.content for m in first.removed] == ["m0"] and not first.replayed
+    assert again == type(first)(first.version, first.message_count, True, first.removed)
+    assert [m.content for m in ledger.get_all("s")] == ["m1", "m2"]

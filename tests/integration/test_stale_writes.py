@@ -52,3 +52,37 @@ def test_a_write_from_a_stale_copy_reloads_and_looks_for_its_id_only_when_keyed(
     finally:
         this.close()
         other.close()
+
+
+@pytest.mark.parametrize("store", ["sqlite", "postgres"])
+def test_a_keyed_write_that_loses_to_its_own_retry_answers_what_the_retry_stored(
+    store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two attempts of one keyed removal at once, one from a stale copy: the attempt whose
+    store refuses it finds the other's write by the key and answers that write, as a
+    retry does (its message, replayed), not what its own stale copy would have removed."""
+    settings = make_settings(store, tmp_path)
+    if store == "postgres":
+        settings.default_tenant += "-race"
+    this, other = make_ledger(settings), make_ledger(settings)  # two processes
+    try:
+        this.put_messages("chat", [{"role": "user", "content": f"m{i}"} for i in range(3)])
+        other.delete_last_message("chat")  # version 3: this copy is stale
+        search = this.views.prior_write
+        raced: list[Any] = []
+
+        def prior_write(*args: Any, since: int | None = None) -> Any:
+            found = search(*args, since=since)
+            if not raced:  # the other attempt commits after this one looked for the key
+                raced.append(other.delete_message("chat", 0, idempotency_key="k"))
+            return found
+
+        monkeypatch.setattr(this.views, "prior_write", prior_write)
+        answer = this.delete_message("chat", 0, idempotency_key="k")
+        assert [m.content for m in raced[0].removed] == ["m0"]
+        assert (answer.version, answer.message_count, answer.replayed) == (4, 1, True)
+        assert [m.content for m in answer.removed] == ["m0"]
+        assert [m.content for m in other.get_all("chat")] == ["m1"]
+    finally:
+        this.close()
+        other.close()
