@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator
@@ -31,6 +32,8 @@ from urllib.parse import unquote, urlsplit
 
 from eventsourcing.persistence import OperationalError
 from eventsourcing.sqlite import SQLiteConnectionPool, SQLiteCursor, SQLiteTransaction
+
+from .driver_errors import SQLITE
 
 FIRST_PAUSE = 0.0001  # seconds between tries of the file's lock, doubling...
 LONGEST_PAUSE = 0.001  # ...up to this
@@ -114,11 +117,29 @@ class WriteTurns:
         )
 
 
+class ImmediateTransaction(SQLiteTransaction):
+    """The library's transaction (COMMIT on a clean exit, else ROLLBACK; sqlite3's errors
+    raised as the library's), begun IMMEDIATE: it holds the write lock from its start.
+
+    Writers that take no turn (the key and rate-limit tables' transactions, a tool) wait
+    for it then, in SQLite's busy handler. Begun plainly, a transaction that read and
+    then wrote after such a writer had committed failed at once ('database is locked':
+    its snapshot was stale, which no busy handler waits out)."""
+
+    def __enter__(self) -> SQLiteCursor:
+        cursor = self.connection.cursor()
+        try:
+            cursor.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as e:  # (locked past the timeout: as the library says it)
+            cursor.sqlite_cursor.close()
+            raise SQLITE.library(e) from e
+        return cursor
+
+
 class WriteTransaction:
     """One write transaction as one object: this writer's turn (`WriteTurns`), a writer
-    connection from the library's pool, its transaction (`SQLiteTransaction`: BEGIN;
-    COMMIT on a clean exit, else ROLLBACK; sqlite3's errors raised as the library's)
-    and its cursor, let go in reverse order at the end. What
+    connection from the library's pool, its transaction (`ImmediateTransaction`) and its
+    cursor, let go in reverse order at the end. What
     `with turns.held(), datastore.transaction(commit=True) as c` does through six nested
     context managers, four of them generators, with the library's public pool,
     connection, transaction and cursor classes."""
@@ -133,7 +154,7 @@ class WriteTransaction:
         try:
             conn = self._conn = self._pool.get_connection(is_writer=True)
             try:
-                self._transaction = SQLiteTransaction(conn, commit=True)
+                self._transaction = ImmediateTransaction(conn, commit=True)
                 cursor = self._cursor = self._transaction.__enter__()
                 return cursor
             except BaseException:

@@ -130,14 +130,16 @@ def test_the_factory_makes_the_mapper_class_it_is_given_with_the_canonical_trans
 
 
 def test_the_sqlite_transaction_hands_out_the_librarys_cursor(tmp_path: Path) -> None:
-    # WriteTransaction (write_turns.py) enters the library's SQLiteTransaction itself and
-    # closes the sqlite3 cursor its SQLiteCursor holds.
+    # WriteTransaction (write_turns.py) enters a subclass of the library's SQLiteTransaction
+    # itself (its own BEGIN on the `connection` the library keeps) and closes the sqlite3
+    # cursor its SQLiteCursor holds.
     from eventsourcing.sqlite import SQLiteCursor, SQLiteTransaction
 
     pool = SQLiteConnectionPool(db_name=str(tmp_path / "x.db"))
     conn = pool.get_connection(is_writer=True)
     try:
         transaction = SQLiteTransaction(conn, commit=True)
+        assert transaction.connection is conn, version("eventsourcing")
         cursor = transaction.__enter__()
         assert isinstance(cursor, SQLiteCursor), version("eventsourcing")
         cursor.execute("CREATE TABLE t (x)")

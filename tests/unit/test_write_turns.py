@@ -5,6 +5,7 @@ block raises."""
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -125,3 +126,32 @@ def test_a_write_transaction_that_fails_stores_nothing_and_lets_everything_go(
         assert cursor.fetchone()[0] == 1
     pool.close()
     turns.close()
+
+
+def test_a_write_transaction_holds_the_write_lock_from_its_start(tmp_path: Path) -> None:
+    """Writers that take no turn (the key and rate-limit tables' own transactions, a tool)
+    wait for a write transaction from its BEGIN: one that read first and then wrote, after
+    such a writer committed, failed at once ('database is locked': SQLite's stale snapshot,
+    which no busy handler waits out), and an access-log entry with it (a 503)."""
+    db_name = str(tmp_path / "ledger.db")
+    pool = SQLiteConnectionPool(
+        db_name=db_name, lock_timeout=1, pool_size=1, max_overflow=0, pool_timeout=0.1
+    )
+    turns = WriteTurns(lock_file_of(db_name), timeout=0.1)
+    with WriteTransaction(pool, turns) as cursor:
+        cursor.execute("CREATE TABLE t (x INTEGER PRIMARY KEY)")
+    other = sqlite3.connect(db_name, timeout=0, isolation_level=None)
+    try:
+        with WriteTransaction(pool, turns) as cursor:
+            cursor.execute("SELECT count(*) FROM t")
+            with pytest.raises(sqlite3.OperationalError, match="locked"):
+                other.execute("INSERT INTO t VALUES (2)")
+            cursor.execute("INSERT INTO t VALUES (1)")
+        other.execute("BEGIN IMMEDIATE")  # the other writer waits its turn, then goes
+        with pytest.raises(OperationalError, match="locked"), WriteTransaction(pool, turns):
+            pytest.fail("begun while another connection held the write lock")
+        other.execute("INSERT INTO t VALUES (2)")
+        other.execute("COMMIT")
+        assert [row[0] for row in other.execute("SELECT x FROM t ORDER BY x")] == [1, 2]
+    finally:
+        other.close()
