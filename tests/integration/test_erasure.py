@@ -152,6 +152,8 @@ def test_erased_canary_is_nowhere_and_the_chain_still_verifies(sealed: Ledger) -
 
 def test_reads_and_writes_of_an_erased_session_are_refused(sealed: Ledger) -> None:
     write_canary(sealed, "victim", "x")
+    sealed.open_stream("victim", stream_id="answer")  # its message's tokens counted apart
+    sealed.complete_stream("victim", "answer", ["a streamed answer"])
     version = sealed.head("victim").version
     sealed.erase("victim", reason="the user asked", basis="GDPR art. 17")
     for read in (
@@ -168,6 +170,9 @@ def test_reads_and_writes_of_an_erased_session_are_refused(sealed: Ledger) -> No
             read()
         assert refused.value.basis == "GDPR art. 17"
         assert refused.value.reason == "the user asked"
+    # The head keeps no measure of the content: neither its messages nor their tokens.
+    head = sealed.head("victim")
+    assert (head.message_count, head.token_total) == (0, 0)
     # A process that never saw the session (no cached state, no cached key) refuses too.
     settings: Settings = sealed.test_settings  # type: ignore[attr-defined]
     other = make_ledger(settings)
