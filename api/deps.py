@@ -26,6 +26,7 @@ from pydantic import AfterValidator, Field
 from session_ledger.domain.errors import InvalidInput, InvalidSessionKey
 from session_ledger.domain.ledger import Ledger
 from session_ledger.projections.async_bridge import bridged
+from session_ledger.projections.write_turns import TurnNotFree, without_waiting
 
 from .auth import EXPORT, MANAGE_KEYS, READ, WRITE, Principal, key_store, require
 from .http_errors import PreconditionFailed
@@ -109,16 +110,23 @@ async def short_write(request: Request, write: Callable[[], R]) -> R:
     It first yields to the loop once, so that the requests it has already received begin
     and are counted: without that, sixteen writes that arrived together each found itself
     alone, ran one after another on the loop, each waiting for its own fsync, and shared
-    no group commit (throughput fell below concurrency 1; p99 rose fourfold). Alone, a
-    SQLite write may also wait on the loop for another process's commit to the same file
-    (several workers, or a command run beside the server), as a worker thread would.
+    no group commit (throughput fell below concurrency 1; p99 rose fourfold). Alone on
+    the loop, a SQLite write never waits for another writer (`without_waiting`): one that
+    finds another at work (another process's transaction: several workers, a command run
+    beside the server; a background write of this one) stores nothing there and goes to
+    a thread, which waits its turn (on the loop, a long transaction of another process
+    held every request of this one).
     Otherwise a thread of FastAPI's pool (anyio's 40, as for a plain `def` route) writes:
     many writers waiting together is what lets a group commit batch them, and what keeps
     a write's blocking parts (a quota's count, a lost race's back-off) off the loop."""
     await asyncio.sleep(0)
     if await _small_body(request):
         if _alone(request):
-            return write()
+            try:  # (never waiting there for another writer: a thread waits for it below)
+                with without_waiting():
+                    return write()
+            except TurnNotFree:
+                pass
         state = request.app.state
         if state.store_bridged and state.metrics.in_flight <= 1:
             return await bridged(write)

@@ -47,14 +47,18 @@ class GroupCommit:
         savepoint: Callable[[Any, str], None],
         library_error: Callable[[BaseException], BaseException],
         max_writes: int = MAX_WRITES,
+        before_queueing: Callable[[], None] = lambda: None,
     ) -> None:
         """`transaction()`: one write transaction, yielding its cursor, committing on a
         clean exit. `savepoint(cursor, statement)` runs a SAVEPOINT statement.
         `library_error` turns a driver error caught inside a savepoint into the one the
-        transaction would have raised (the ledger tells races and lost answers by it)."""
+        transaction would have raised (the ledger tells races and lost answers by it).
+        `before_queueing()` is called by a write that finds others at work, before it
+        queues behind them (it may raise: a write that may not wait)."""
         self._transaction = transaction
         self._savepoint = savepoint
         self._library_error = library_error
+        self._before_queueing = before_queueing
         self.max_writes = max_writes
         self._queue: deque[_Write[Any]] = deque()
         self._queue_lock = threading.Lock()
@@ -80,6 +84,7 @@ class GroupCommit:
                         return apply(cursor)
             finally:
                 self._commit_lock.release()
+        self._before_queueing()
         write: _Write[R] = _Write(apply)
         with self._queue_lock:
             self._queue.append(write)

@@ -40,7 +40,7 @@ from .sql import LIVE_COLUMNS, TIME_FORMAT, Reader, utc_text
 from .sqlite_schema import LATEST, migrate, schema_version
 from .views import SQLViews, view_parts
 from .wal_checkpoints import WalCheckpoints
-from .write_turns import WriteTransaction, WriteTurns, lock_file_of
+from .write_turns import WriteTransaction, WriteTurns, check_may_wait, lock_file_of
 
 MESSAGE_INSERT = f"INSERT INTO ledger_messages ({LIVE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 
@@ -179,6 +179,7 @@ class SQLiteLedgerRecorder(SQLiteApplicationRecorder):
             dialect.taking_turn,
             lambda cursor, statement: cursor.execute(statement),
             SQLITE.library,  # sqlite3's errors as the library's transaction raises them
+            before_queueing=check_may_wait,  # (a write on the event loop does not queue)
         )
 
     def insert_events(

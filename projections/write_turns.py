@@ -20,6 +20,7 @@ alone.
 
 from __future__ import annotations
 
+import contextvars
 import fcntl
 import os
 import sqlite3
@@ -31,12 +32,46 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from eventsourcing.persistence import OperationalError
-from eventsourcing.sqlite import SQLiteConnectionPool, SQLiteCursor, SQLiteTransaction
+from eventsourcing.sqlite import (
+    SQLiteConnection,
+    SQLiteConnectionPool,
+    SQLiteCursor,
+    SQLiteTransaction,
+)
 
 from .driver_errors import SQLITE
+from .eventsourcing_compat import SQLITE_LOCK_WAIT_SECONDS
 
 FIRST_PAUSE = 0.0001  # seconds between tries of the file's lock, doubling...
 LONGEST_PAUSE = 0.001  # ...up to this
+
+# False in a `without_waiting` block: its writes never wait for another writer.
+_WAITS: contextvars.ContextVar[bool] = contextvars.ContextVar("ledger_write_waits", default=True)
+
+
+class TurnNotFree(Exception):
+    """A write that may not wait (`without_waiting`) found another writer of the database
+    at work: nothing of it is stored, and it may run again where it may wait."""
+
+
+@contextmanager
+def without_waiting() -> Iterator[None]:
+    """The writes of this block (in this thread or task) raise TurnNotFree where they
+    would wait for another writer: for this process's turn or the file's, for another
+    write of this process committing, or for SQLite's lock. For a write on the event
+    loop, where a wait of seconds (another process's long transaction) held every
+    request."""
+    token = _WAITS.set(False)
+    try:
+        yield
+    finally:
+        _WAITS.reset(token)
+
+
+def check_may_wait() -> None:
+    """Raise TurnNotFree inside `without_waiting`."""
+    if not _WAITS.get():
+        raise TurnNotFree("another writer is at work")
 
 
 def lock_file_of(db_name: str) -> str:
@@ -69,12 +104,13 @@ class WriteTurns:
     def take(self) -> None:
         """This process's turn, then the file's (`give_back` lets both go)."""
         deadline = time.monotonic() + self.timeout
-        if not self._thread_turn.acquire(timeout=self.timeout):
-            raise self._timed_out()
+        waits = _WAITS.get()
+        if not self._thread_turn.acquire(timeout=self.timeout if waits else 0):
+            raise self._timed_out() if waits else TurnNotFree("this process's turn is taken")
         try:
             fd = self._lock_file()
             if fd is not None:
-                self._take(fd, deadline)
+                self._take(fd, deadline if waits else None)
         except BaseException:
             self._thread_turn.release()
             raise
@@ -98,13 +134,16 @@ class WriteTurns:
             self._fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         return self._fd
 
-    def _take(self, fd: int, deadline: float) -> None:
+    def _take(self, fd: int, deadline: float | None) -> None:
+        """The file's lock, tried until `deadline` (None: once, else TurnNotFree)."""
         pause = FIRST_PAUSE
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 return
             except BlockingIOError:
+                if deadline is None:
+                    raise TurnNotFree(f"another process holds {self.lock_path}") from None
                 if time.monotonic() >= deadline:
                     raise self._timed_out() from None
                 time.sleep(pause)
@@ -126,12 +165,30 @@ class ImmediateTransaction(SQLiteTransaction):
     then wrote after such a writer had committed failed at once ('database is locked':
     its snapshot was stale, which no busy handler waits out)."""
 
+    def __init__(
+        self, connection: SQLiteConnection, *, commit: bool, lock_timeout: float | None
+    ) -> None:
+        """`lock_timeout`: the connection's wait for SQLite's lock (its pool's setting)."""
+        super().__init__(connection, commit=commit)
+        self.lock_timeout = lock_timeout
+
     def __enter__(self) -> SQLiteCursor:
         cursor = self.connection.cursor()
+        raw = cursor.sqlite_cursor
         try:
-            cursor.execute("BEGIN IMMEDIATE")
+            if _WAITS.get():
+                raw.execute("BEGIN IMMEDIATE")
+            else:  # (SQLite's lock tried once: its busy handler would wait)
+                raw.execute("PRAGMA busy_timeout = 0")
+                try:
+                    raw.execute("BEGIN IMMEDIATE")
+                finally:
+                    wait = self.lock_timeout or SQLITE_LOCK_WAIT_SECONDS
+                    raw.execute(f"PRAGMA busy_timeout = {round(wait * 1000):d}")
         except sqlite3.Error as e:  # (locked past the timeout: as the library says it)
-            cursor.sqlite_cursor.close()
+            raw.close()
+            if not _WAITS.get() and e.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY:
+                raise TurnNotFree("another connection holds the database's lock") from None
             raise SQLITE.library(e) from e
         return cursor
 
@@ -154,7 +211,9 @@ class WriteTransaction:
         try:
             conn = self._conn = self._pool.get_connection(is_writer=True)
             try:
-                self._transaction = ImmediateTransaction(conn, commit=True)
+                self._transaction = ImmediateTransaction(
+                    conn, commit=True, lock_timeout=self._pool.lock_timeout
+                )
                 cursor = self._cursor = self._transaction.__enter__()
                 return cursor
             except BaseException:
