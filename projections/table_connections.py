@@ -22,6 +22,7 @@ from .dialect import TableConnections
 from .driver_errors import POSTGRES, SQLITE
 from .postgres_append import to_psycopg
 from .sqlite_files import create_private
+from .write_turns import begin_immediate
 
 RECONNECT_SECONDS = 1.0
 POLL_SECONDS = 0.25  # how soon a listener sees close()
@@ -126,7 +127,10 @@ class SQLiteTableConnections(TableConnections):
         with self.connection() as conn:
             try:
                 cur = conn.cursor()
-                cur.execute("BEGIN IMMEDIATE" if writes or serial else "BEGIN")
+                if writes or serial:  # (inside `without_waiting`: TurnNotFree, not a wait)
+                    begin_immediate(cur, self.lock_timeout)
+                else:
+                    cur.execute("BEGIN")
                 yield cur
                 conn.commit()
             except sqlite3.Error as exc:

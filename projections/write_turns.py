@@ -74,6 +74,24 @@ def check_may_wait() -> None:
         raise TurnNotFree("another writer is at work")
 
 
+def begin_immediate(cursor: sqlite3.Cursor, lock_timeout: float) -> None:
+    """BEGIN IMMEDIATE: SQLite's write lock, waited for up to `lock_timeout` seconds (the
+    connection's busy timeout); inside `without_waiting`, tried once (TurnNotFree when
+    another connection holds it; its busy handler would wait)."""
+    if _WAITS.get():
+        cursor.execute("BEGIN IMMEDIATE")
+        return
+    cursor.execute("PRAGMA busy_timeout = 0")
+    try:
+        cursor.execute("BEGIN IMMEDIATE")
+    except sqlite3.OperationalError as e:
+        if e.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY:
+            raise TurnNotFree("another connection holds the database's lock") from None
+        raise
+    finally:
+        cursor.execute(f"PRAGMA busy_timeout = {round(lock_timeout * 1000):d}")
+
+
 def lock_file_of(db_name: str) -> str:
     """The lock file beside a database named as sqlite3 opens it: a path, or a `file:` URI
     (whose path it takes, without the query)."""
@@ -174,22 +192,13 @@ class ImmediateTransaction(SQLiteTransaction):
 
     def __enter__(self) -> SQLiteCursor:
         cursor = self.connection.cursor()
-        raw = cursor.sqlite_cursor
         try:
-            if _WAITS.get():
-                raw.execute("BEGIN IMMEDIATE")
-            else:  # (SQLite's lock tried once: its busy handler would wait)
-                raw.execute("PRAGMA busy_timeout = 0")
-                try:
-                    raw.execute("BEGIN IMMEDIATE")
-                finally:
-                    wait = self.lock_timeout or SQLITE_LOCK_WAIT_SECONDS
-                    raw.execute(f"PRAGMA busy_timeout = {round(wait * 1000):d}")
-        except sqlite3.Error as e:  # (locked past the timeout: as the library says it)
-            raw.close()
-            if not _WAITS.get() and e.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY:
-                raise TurnNotFree("another connection holds the database's lock") from None
-            raise SQLITE.library(e) from e
+            begin_immediate(cursor.sqlite_cursor, self.lock_timeout or SQLITE_LOCK_WAIT_SECONDS)
+        except BaseException as e:
+            cursor.sqlite_cursor.close()
+            if isinstance(e, sqlite3.Error):  # (locked past the timeout: as the library says)
+                raise SQLITE.library(e) from e
+            raise
         return cursor
 
 

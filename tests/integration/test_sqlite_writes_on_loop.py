@@ -53,9 +53,12 @@ def held(what: str, db: Path) -> Iterator[contextlib.ExitStack]:
         yield release
 
 
-@pytest.mark.parametrize("what", ["turn", "lock"])
+@pytest.mark.parametrize(
+    ("what", "key"),
+    [("turn", "chat"), ("lock", "chat"), ("lock", "new")],  # new: its quota counted first
+)
 def test_a_write_alone_goes_to_a_thread_when_another_writer_holds_the_file(
-    what: str, tmp_path: Path
+    what: str, key: str, tmp_path: Path
 ) -> None:
     keys = MemoryKeyStore()
     _, secret = keys.create(f"t-{uuid.uuid4().hex[:12]}", "agent")
@@ -71,7 +74,7 @@ def test_a_write_alone_goes_to_a_thread_when_another_writer_holds_the_file(
             async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
                 with held(what, tmp_path / "ledger.db") as release:
                     write = asyncio.create_task(
-                        c.post("/v1/sessions/chat/messages", json=MESSAGE, headers=headers)
+                        c.post(f"/v1/sessions/{key}/messages", json=MESSAGE, headers=headers)
                     )
                     await asyncio.sleep(0.2)  # the write has begun, and waits
                     health = await c.get("/healthz")  # answered while it waits
@@ -82,7 +85,7 @@ def test_a_write_alone_goes_to_a_thread_when_another_writer_holds_the_file(
 
         waiting, health, written = client.portal.call(meanwhile)
         assert (waiting, health, written) == (True, 200, 200)
-        assert client.get("/v1/sessions/chat").json()["message_count"] == 2
+        assert client.get(f"/v1/sessions/{key}").json()["message_count"] == 2 - (key == "new")
 
 
 @pytest.mark.parametrize("what", ["turn", "lock"])
