@@ -21,9 +21,9 @@ ledger uses is the library's public or documented API. A write touches:
   master key, the factory's `mapper` returns one that seals content: sealing.py);
 - the repository's `cache` (`LRUCache.get`, `put`); `Repository.get` when not cached;
 - on SQLite, one write transaction object (write_turns.py) made of the pool's
-  `get_connection(is_writer=True)` and `put_connection`, `SQLiteTransaction` (subclassed:
-  its `__enter__` begins IMMEDIATE; its exit's COMMIT or ROLLBACK and the library's
-  errors as they are) and its `SQLiteCursor.sqlite_cursor`;
+  `get_connection(is_writer=True)` and `put_connection`, the connection's `cursor()`
+  (begun IMMEDIATE by the ledger), `SQLiteTransaction`'s exit (COMMIT or ROLLBACK, the
+  library's errors) and `SQLiteCursor.sqlite_cursor`;
 - `create_table`;
 - on a read, the recorders' `select_events`, overridden to check the session's cached
   data key first (another process may have erased the session: key_rows.py).

@@ -32,12 +32,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from eventsourcing.persistence import OperationalError
-from eventsourcing.sqlite import (
-    SQLiteConnection,
-    SQLiteConnectionPool,
-    SQLiteCursor,
-    SQLiteTransaction,
-)
+from eventsourcing.sqlite import SQLiteConnectionPool, SQLiteCursor, SQLiteTransaction
 
 from .driver_errors import SQLITE
 from .eventsourcing_compat import SQLITE_LOCK_WAIT_SECONDS
@@ -174,41 +169,20 @@ class WriteTurns:
         )
 
 
-class ImmediateTransaction(SQLiteTransaction):
-    """The library's transaction (COMMIT on a clean exit, else ROLLBACK; sqlite3's errors
-    raised as the library's), begun IMMEDIATE: it holds the write lock from its start.
-
-    Writers that take no turn (the key and rate-limit tables' transactions, a tool) wait
-    for it then, in SQLite's busy handler. Begun plainly, a transaction that read and
-    then wrote after such a writer had committed failed at once ('database is locked':
-    its snapshot was stale, which no busy handler waits out)."""
-
-    def __init__(
-        self, connection: SQLiteConnection, *, commit: bool, lock_timeout: float | None
-    ) -> None:
-        """`lock_timeout`: the connection's wait for SQLite's lock (its pool's setting)."""
-        super().__init__(connection, commit=commit)
-        self.lock_timeout = lock_timeout
-
-    def __enter__(self) -> SQLiteCursor:
-        cursor = self.connection.cursor()
-        try:
-            begin_immediate(cursor.sqlite_cursor, self.lock_timeout or SQLITE_LOCK_WAIT_SECONDS)
-        except BaseException as e:
-            cursor.sqlite_cursor.close()
-            if isinstance(e, sqlite3.Error):  # (locked past the timeout: as the library says)
-                raise SQLITE.library(e) from e
-            raise
-        return cursor
-
-
 class WriteTransaction:
     """One write transaction as one object: this writer's turn (`WriteTurns`), a writer
-    connection from the library's pool, its transaction (`ImmediateTransaction`) and its
-    cursor, let go in reverse order at the end. What
-    `with turns.held(), datastore.transaction(commit=True) as c` does through six nested
-    context managers, four of them generators, with the library's public pool,
-    connection, transaction and cursor classes."""
+    connection from the library's pool, its cursor, begun IMMEDIATE (`begin_immediate`),
+    and the library's `SQLiteTransaction` to end it (COMMIT on a clean exit, else
+    ROLLBACK; sqlite3's errors raised as the library's), let go in reverse order at the
+    end. What `with turns.held(), datastore.transaction(commit=True) as c` does through
+    six nested context managers, four of them generators, with the library's public pool,
+    connection, transaction and cursor classes.
+
+    IMMEDIATE: the transaction holds SQLite's write lock from its start, so writers that
+    take no turn (the API tables' transactions, a tool) wait for it in SQLite's busy
+    handler. Begun plainly, a transaction that read and then wrote after such a writer
+    had committed failed at once ('database is locked': its snapshot was stale, which no
+    busy handler waits out)."""
 
     __slots__ = ("_conn", "_cursor", "_pool", "_transaction", "_turns")
 
@@ -220,10 +194,17 @@ class WriteTransaction:
         try:
             conn = self._conn = self._pool.get_connection(is_writer=True)
             try:
-                self._transaction = ImmediateTransaction(
-                    conn, commit=True, lock_timeout=self._pool.lock_timeout
-                )
-                cursor = self._cursor = self._transaction.__enter__()
+                cursor = self._cursor = conn.cursor()
+                try:
+                    begin_immediate(
+                        cursor.sqlite_cursor, self._pool.lock_timeout or SQLITE_LOCK_WAIT_SECONDS
+                    )
+                except BaseException as e:
+                    cursor.sqlite_cursor.close()
+                    if isinstance(e, sqlite3.Error):  # (locked past the timeout)
+                        raise SQLITE.library(e) from e
+                    raise
+                self._transaction = SQLiteTransaction(conn, commit=True)
                 return cursor
             except BaseException:
                 self._pool.put_connection(conn)

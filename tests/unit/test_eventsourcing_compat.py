@@ -4,14 +4,17 @@ changes it (see projections/eventsourcing_compat.py and the pin in pyproject.tom
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 import uuid
 from collections.abc import Iterator
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
+import pytest
 from eventsourcing.application import Application
 from eventsourcing.domain import Aggregate, event
+from eventsourcing.persistence import IntegrityError
 from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteConnectionPool
 
 from session_ledger.projections.eventsourcing_compat import DurableSQLitePool
@@ -130,21 +133,33 @@ def test_the_factory_makes_the_mapper_class_it_is_given_with_the_canonical_trans
 
 
 def test_the_sqlite_transaction_hands_out_the_librarys_cursor(tmp_path: Path) -> None:
-    # WriteTransaction (write_turns.py) enters a subclass of the library's SQLiteTransaction
-    # itself (its own BEGIN on the `connection` the library keeps) and closes the sqlite3
-    # cursor its SQLiteCursor holds.
+    # WriteTransaction (write_turns.py) begins the transaction itself on a cursor of the
+    # connection, ends it with the library's SQLiteTransaction's exit, and closes the
+    # sqlite3 cursor the SQLiteCursor holds.
     from eventsourcing.sqlite import SQLiteCursor, SQLiteTransaction
 
     pool = SQLiteConnectionPool(db_name=str(tmp_path / "x.db"))
     conn = pool.get_connection(is_writer=True)
     try:
-        transaction = SQLiteTransaction(conn, commit=True)
-        assert transaction.connection is conn, version("eventsourcing")
-        cursor = transaction.__enter__()
-        assert isinstance(cursor, SQLiteCursor), version("eventsourcing")
-        cursor.execute("CREATE TABLE t (x)")
-        cursor.sqlite_cursor.close()
-        transaction.__exit__(None, None, None)
+        for row, raised in ((1, None), (1, IntegrityError)):  # the second: a duplicate
+            cursor = conn.cursor()
+            assert isinstance(cursor, SQLiteCursor), version("eventsourcing")
+            cursor.sqlite_cursor.execute("BEGIN IMMEDIATE")
+            cursor.execute("CREATE TABLE IF NOT EXISTS t (x PRIMARY KEY)")
+            error = None
+            try:
+                cursor.execute("INSERT INTO t VALUES (?)", (row,))
+            except sqlite3.IntegrityError as e:
+                error = e
+            cursor.sqlite_cursor.close()
+            if raised is None:
+                SQLiteTransaction(conn, commit=True).__exit__(None, None, None)  # COMMIT
+            else:
+                assert error is not None
+                with pytest.raises(raised):  # ROLLBACK, and the library's error
+                    SQLiteTransaction(conn, commit=True).__exit__(type(error), error, None)
+        with sqlite3.connect(tmp_path / "x.db") as other:
+            assert other.execute("SELECT x FROM t").fetchall() == [(1,)]
     finally:
         pool.put_connection(conn)
         pool.close()
