@@ -29,7 +29,7 @@ from .live_hub import LiveHub
 from .live_tails import LiveTails
 from .logs import RequestIds
 from .metrics import Metrics, MetricsMiddleware
-from .middleware import BodyLimit, RawSessionPath
+from .middleware import AuthenticatedBodies, BodyLimit, RawSessionPath
 from .ratelimit import Limiter
 from .route_inputs import document_inputs
 from .routes import (
@@ -189,7 +189,9 @@ def create_app(
     if settings.docs:
         app.include_router(docs.router)
     # Added last = runs first: the request id is set for everything after it, metrics
-    # see every answer, the 413 check runs before routing.
+    # see every answer, the 413 check runs before routing, and a limited route's body is
+    # read only once its request is authenticated.
+    app.add_middleware(AuthenticatedBodies, routes=[r for router in limited for r in router.routes])
     app.add_middleware(RawSessionPath)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)

@@ -38,6 +38,21 @@ class BodyTooLarge(StarletteHTTPException):
         super().__init__(413, message)
 
 
+class ReadingBodyFailed(StarletteHTTPException):
+    """An error raised while FastAPI reads or decodes a request's body, answered as the
+    error it carries (`error`): the request's authentication, which runs before its body
+    is read (middleware.AuthenticatedBodies), or a write's messages over their limit,
+    found while they are decoded (large_bodies.py).
+
+    An HTTPException, as BodyTooLarge, because FastAPI turns any other error raised while
+    it reads the body into a 400.
+    """
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(500, str(error))
+        self.error = error
+
+
 class PreconditionFailed(Exception):
     """`If-Match: *` on a session that does not exist (HTTP 412)."""
 
@@ -130,6 +145,8 @@ def store_unavailable(exc: BaseException) -> domain.StoreUnavailable | None:
 
 
 async def handle_error(request: Request, exc: Exception) -> JSONResponse:
+    if isinstance(exc, ReadingBodyFailed):
+        exc = exc.error
     unavailable = store_unavailable(exc)
     if unavailable is not None:
         log.warning("store unavailable on %s %s: %s", request.method, request.url.path, exc)
@@ -200,6 +217,7 @@ def register(app: FastAPI) -> None:
     """Install the handlers: once, for every route."""
     app.add_exception_handler(RequestValidationError, handle_validation)
     app.add_exception_handler(StarletteHTTPException, handle_http)
+    app.add_exception_handler(ReadingBodyFailed, handle_error)
     for cls in (*STATUS, *CONNECTION_ERRORS):
         app.add_exception_handler(cls, handle_error)
     app.add_exception_handler(Exception, handle_error)

@@ -6,6 +6,11 @@ was served. A route of `LargeBodyRoute` hands FastAPI a request whose body, when
 than `loop_write_max_bytes`, is decoded in a worker thread, in parts (`decode_in_parts`:
 json's decoder holds the GIL for a whole call); a smaller one, as before, on the loop,
 where a thread hand-off would cost more than the decoding.
+
+Either way a write's `messages` are counted before they are validated: more than
+`max_messages_per_write` answer 413 at once (a large body's decoding stops at the first
+one over), not after millions of items were decoded, copied and validated one by one.
+The request was authenticated before its body was read (middleware.AuthenticatedBodies).
 """
 
 from __future__ import annotations
@@ -18,25 +23,54 @@ from typing import Any
 
 from fastapi import Request, Response
 
+from session_ledger.domain.errors import PayloadTooLarge
+
 from .access_logging import AccessLoggedRoute
+from .http_errors import ReadingBodyFailed
 
 _DECODER = json.JSONDecoder()
 _SPACE = re.compile(r"[ \t\n\r]*")
+MESSAGES = "messages"  # a write's list of messages, a member of its body's top object
 
 
-def decode_in_parts(body: bytes) -> Any:
+class TooManyMessages(Exception):
+    """More than `limit` items in the `messages` array of the body's top object."""
+
+    def __init__(self, limit: int, count: int | None = None) -> None:
+        super().__init__(limit, count)
+        self.limit, self.count = limit, count
+
+    def answer(self) -> ReadingBodyFailed:
+        """The 413 the domain answers (`payload_too_large`), to raise from `json()`."""
+        many = f"more than {self.limit}" if self.count is None else str(self.count)
+        message = f"{many} messages in one write; the limit is {self.limit}"
+        return ReadingBodyFailed(PayloadTooLarge(message))
+
+
+def decode_in_parts(body: bytes, max_messages: int | None = None) -> Any:
     """`json.loads(body)`, each member of the top object, and each item of an array there
     (a write's messages), decoded by a call of its own: json's decoder holds the GIL for
     the whole of one call (28 MiB of messages: 50-90 ms in one piece, while no other
     thread of the server ran), and between calls other threads take their turns. Any
-    other shape, or invalid JSON, is left to `json.loads` (its value, or its error)."""
+    other shape, or invalid JSON, is left to `json.loads` (its value, or its error).
+    TooManyMessages as soon as its `messages` have one item over `max_messages`."""
     try:
-        return _object_in_parts(body.decode("utf-8"))
+        return _object_in_parts(body.decode("utf-8"), max_messages)
     except (ValueError, IndexError):  # (UnicodeDecodeError too: json.loads detects others)
-        return json.loads(body)
+        value = json.loads(body)
+        count_messages(value, max_messages)
+        return value
 
 
-def _object_in_parts(text: str) -> dict[str, Any]:
+def count_messages(value: Any, max_messages: int | None) -> None:
+    """TooManyMessages if `value`, a decoded body, has more `messages` than `max_messages`."""
+    if max_messages is not None and isinstance(value, dict):
+        messages = value.get(MESSAGES)
+        if isinstance(messages, list) and len(messages) > max_messages:
+            raise TooManyMessages(max_messages, len(messages))
+
+
+def _object_in_parts(text: str, max_messages: int | None = None) -> dict[str, Any]:
     decode, space = _DECODER.raw_decode, _SPACE.match
     at = space(text).end()
     if text[at] != "{":
@@ -57,12 +91,15 @@ def _object_in_parts(text: str) -> dict[str, Any]:
         at = space(text, at + 1).end()
         if text[at] == "[":
             items: list[Any] = []
+            most = max_messages if key == MESSAGES else None
             at = space(text, at + 1).end()
             while text[at] != "]":
                 if items:
                     if text[at] != ",":
                         raise ValueError("no comma")
                     at = space(text, at + 1).end()
+                    if len(items) == most:  # one more: decoded no further
+                        raise TooManyMessages(most)
                 item, at = decode(text, at)
                 items.append(item)
                 at = space(text, at).end()
@@ -76,13 +113,21 @@ def _object_in_parts(text: str) -> dict[str, Any]:
 
 
 class LargeBodyRequest(Request):
-    """A request whose large JSON body is decoded in a worker thread."""
+    """A request whose large JSON body is decoded in a worker thread, and whose
+    `messages` are counted before FastAPI validates them."""
 
     async def json(self) -> Any:
         body = await self.body()
-        if len(body) <= self.app.state.settings.loop_write_max_bytes:
-            return await super().json()
-        return await asyncio.to_thread(decode_in_parts, body)
+        settings = self.app.state.settings
+        most = settings.max_messages_per_write
+        try:
+            if len(body) <= settings.loop_write_max_bytes:
+                value = await super().json()
+                count_messages(value, most)
+                return value
+            return await asyncio.to_thread(decode_in_parts, body, most)
+        except TooManyMessages as too_many:
+            raise too_many.answer() from None
 
 
 class LargeBodyRoute(AccessLoggedRoute):
