@@ -12,6 +12,7 @@ route's action name, with the inputs the caller gave (by the route's names) and
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -24,12 +25,12 @@ from ..access_logging import records_in
 from ..auth import EXPORT, PERMISSIONS, READ, Forbidden, Principal
 from ..deps import ALWAYS_LOGGED_ROLES, WindowInputs
 from ..route_inputs import RouteInputs
-from ..routes.events import AuditInputs
+from ..routes.events import AuditInputs, audit_page
 from ..routes.message_routes import HistoryInputs
 from ..routes.replay import replayed
 from ..routes.search import FoundEventOut, SearchInputs
 from ..routes.sessions import SessionListInputs
-from ..schemas import AuditEvent, SessionHeadAnswer
+from ..schemas import SessionHeadAnswer
 from ..session_responses import page_cursor
 
 VIA = "mcp"  # the access log's `via` parameter of a read made through this server
@@ -103,12 +104,9 @@ class LedgerReads:
         """A page of the session's audit trail (GET /v1/sessions/{key}/events)."""
         inputs = self._allowed(who, READ, AuditInputs, given)
         assert isinstance(inputs, AuditInputs)
-        entries = self.ledger.audit(
-            key, tenant=who.tenant, after_version=inputs.after, limit=inputs.limit
-        )
-        events = [_json(AuditEvent(**vars(e))) for e in entries]
-        following = events[-1]["version"] if len(events) == inputs.limit else None
-        answer = {"key": key, "events": events, "next_after": following}
+        # A page as the route's: ending before the answer bytes (routes.events.audit_page)
+        found, following = audit_page(self.ledger, key, who.tenant, inputs.after, inputs.limit)
+        answer = {"key": key, "events": [json.loads(e) for e in found], "next_after": following}
         return self._logged(who, "audit", key, inputs, answer)
 
     def search(self, who: Principal, **given: Any) -> dict[str, Any]:
