@@ -31,7 +31,7 @@ from .deps import mark_access
 from .route_inputs import RouteInputs, route_inputs
 
 EVENT_LINE = b'{"record":"event"'  # an event line of a JSONL export (quotes are escaped inside)
-RECORDS_HEADER = "X-Ledger-Records"  # a streamed answer that counts its records itself
+RECORDS_HEADER = "X-Ledger-Records"  # an answer that counts its records itself
 reader = require(READ)
 LISTS = ("messages", "events", "entries", "sessions", "keys")  # an answer's records, by name
 
@@ -58,16 +58,16 @@ class AccessLoggedRoute(APIRoute):
             if access is None or not 200 <= response.status_code < 300:
                 return response
             record = _recorder(request, *access, await _parameters(request, models))
+            said = response.headers.get(RECORDS_HEADER)
+            known = None if said is None else int(said)
             if isinstance(response, StreamingResponse):
-                media = response.media_type or ""
-                said = response.headers.get(RECORDS_HEADER)
-                known = None if said is None else int(said)
-                csv = media.startswith("text/csv")
+                csv = (response.media_type or "").startswith("text/csv")
                 response.body_iterator = _counted(
                     response.body_iterator, record, csv, EVENT_LINE, known
                 )
                 return response
-            count = records_in(json.loads(bytes(response.body)))
+            # (An answer that does not count itself is parsed, on the loop: a small one.)
+            count = known if known is not None else records_in(json.loads(bytes(response.body)))
             await run_in_threadpool(record, count, True)
             return response
 

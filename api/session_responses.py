@@ -14,6 +14,7 @@ from pydantic import BaseModel
 from session_ledger.domain.errors import SessionNotFound
 from session_ledger.domain.ports import MessagesRead, WriteResult
 
+from .access_logging import RECORDS_HEADER
 from .schemas import WriteAnswer
 
 JSON = "application/json"
@@ -63,6 +64,13 @@ def message_page(
     return response
 
 
+def counted(response: Response, records: int) -> Response:
+    """`response`, saying how many records it holds (the access log's count: a large
+    answer is not parsed again on the event loop to count them)."""
+    response.headers[RECORDS_HEADER] = str(records)
+    return response
+
+
 def encoded(answer: BaseModel, version: int | None = None) -> Response:
     """`answer` as its JSON, encoded where it is called, with `version` as its ETag (when
     given). A sync route's answer made here is encoded in the route's worker thread: a
@@ -89,8 +97,9 @@ def _messages_response(read: MessagesRead, end: bytes = b"}") -> Response:
     texts = read.json()
     if sum(map(len, texts)) < STREAMED_CHARS:
         body = ",".join(texts).encode()
-        return Response(b"".join((b'{"messages":[', body, b"]", end)), media_type=JSON)
-    return StreamingResponse(_chunks(texts, end), media_type=JSON)
+        whole = Response(b"".join((b'{"messages":[', body, b"]", end)), media_type=JSON)
+        return counted(whole, len(texts))
+    return counted(StreamingResponse(_chunks(texts, end), media_type=JSON), len(texts))
 
 
 async def _chunks(texts: list[str], end: bytes) -> AsyncIterator[bytes]:

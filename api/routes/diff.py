@@ -29,7 +29,7 @@ from ..deps import BIG, SessionCall, on_session
 from ..http_errors import ERROR_RESPONSES
 from ..route_inputs import RouteInputs
 from ..schemas import HistoryChange, HistoryDiff
-from ..session_responses import encoded
+from ..session_responses import counted, encoded
 
 router = APIRouter(
     prefix="/v1/sessions", tags=["replay"], responses=ERROR_RESPONSES,
@@ -151,10 +151,11 @@ def diff_versions(
         )
     removed = old.texts([(i1, i2) for _, i1, i2, _, _ in runs])
     added = new.texts([(j1, j2) for _, _, _, j1, j2 in runs])
-    return encoded(HistoryDiff(
+    answer = encoded(HistoryDiff(
         from_version=from_version, to_version=to_version, from_count=len(old.keys),
         to_count=len(new.keys), changes=_changes(runs, removed, added),
     ))  # fmt: skip
+    return counted(answer, sum(map(len, removed)) + sum(map(len, added)))
 
 
 class _History:

@@ -22,7 +22,7 @@ from ..deps import BIG, SessionCall, on_session
 from ..http_errors import ERROR_RESPONSES
 from ..route_inputs import RouteInputs
 from ..schemas import AuditEvent, AuditTrailAnswer
-from ..session_responses import JSON, etag
+from ..session_responses import JSON, counted, etag
 
 router = APIRouter(
     prefix="/v1/sessions", tags=["sessions"], responses=ERROR_RESPONSES,
@@ -53,7 +53,7 @@ def get_audit_trail(
     # The version after the events are read: no event of the page is newer than the ETag.
     response = Response(audit_answer(events, following), media_type=JSON)
     etag(response, ledger.head(key, tenant=who.tenant).version)
-    return response
+    return counted(response, len(events))
 
 
 def audit_page(

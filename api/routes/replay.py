@@ -15,7 +15,7 @@ from ..auth import READ
 from ..deps import SessionCall, WindowInputs, on_session
 from ..http_errors import ERROR_RESPONSES
 from ..schemas import ContextWindow, Message, Replay, SessionSummary
-from ..session_responses import encoded
+from ..session_responses import counted, encoded
 
 router = APIRouter(
     prefix="/v1/sessions", tags=["replay"], responses=ERROR_RESPONSES,
@@ -45,7 +45,8 @@ def replay_session(
     key, who, ledger = call
     version = ledger.head(key, tenant=who.tenant).version
     # Encoded here, in the worker thread (session_responses.encoded), not on the loop.
-    return encoded(replayed(ledger, key, who.tenant, inputs), version)
+    answer = replayed(ledger, key, who.tenant, inputs)
+    return counted(encoded(answer, version), len(answer.window.messages))
 
 
 def replayed(ledger: Ledger, key: str, tenant: str, inputs: WindowInputs) -> Replay:

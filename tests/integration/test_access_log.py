@@ -100,3 +100,48 @@ def test_each_read_of_the_log_is_entered_and_paging_it_ends(
         assert list(verify_access_log(views, tenant)) == []
     finally:
         ledger.close()
+
+
+def test_every_content_read_counts_its_records_without_being_parsed_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The access log's count of what a read returned comes from the answer itself
+    (`X-Ledger-Records`): a read of over 1 MiB of messages, sent in chunks, was entered
+    with 0 records, and a large answer was parsed again on the event loop to count them."""
+    from session_ledger.api import access_logging
+    from tests.conftest import make_settings
+
+    keys = MemoryKeyStore()
+    tenant = "t-counted"
+    agent, auditor = (keys.create(tenant, role)[1] for role in ("agent", "auditor"))
+    settings = make_settings("sqlite", tmp_path)
+    make_ledger(settings).close()
+    big = "x" * 600_000  # two of them: over the 1 MiB from which messages are streamed
+    with TestClient(create_app(settings, key_store=keys)) as client:
+        as_agent = {"Authorization": f"Bearer {agent}"}
+        messages = [{"role": "user", "content": f"{big} {i}"} for i in range(2)]
+        assert client.post("/v1/sessions/s/messages", json={"messages": messages},
+                           headers=as_agent).status_code == 200  # fmt: skip
+        small = {"messages": [{"role": "assistant", "content": "ok"}]}
+        assert client.post("/v1/sessions/s/messages", json=small, headers=as_agent).is_success
+
+        def not_parsed(body: Any) -> int:
+            raise AssertionError("an answer was parsed again to count its records")
+
+        monkeypatch.setattr(access_logging, "records_in", not_parsed)
+        client.headers["Authorization"] = f"Bearer {auditor}"
+        reads = {
+            "transcript": ("/v1/sessions/s/messages", {}, 3),
+            "window": ("/v1/sessions/s/context", {"token_limit": 10**7}, 3),
+            "audit": ("/v1/sessions/s/events", {}, 3),
+            "replay": ("/v1/sessions/s/replay", {"token_limit": 10**7, "as_of_version": 2}, 2),
+            "diff": ("/v1/sessions/s/diff", {"from_version": 2, "to_version": 3}, 1),
+        }
+        for path, params, records in reads.values():
+            answer = client.get(path, params=params)
+            assert answer.status_code == 200, answer.text
+            assert answer.headers["X-Ledger-Records"] == str(records)
+        monkeypatch.undo()
+        entries = client.get("/v1/access-log", params={"limit": 1000}).json()["entries"]
+    counts = {e["action"]: e["records"] for e in entries if e["session_key"] == "s"}
+    assert counts == {action: records for action, (_, _, records) in reads.items()}
