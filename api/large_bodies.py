@@ -30,20 +30,23 @@ from .http_errors import ReadingBodyFailed
 
 _DECODER = json.JSONDecoder()
 _SPACE = re.compile(r"[ \t\n\r]*")
-MESSAGES = "messages"  # a write's list of messages, a member of its body's top object
+# A write's list of items, a member of its body's top object: a put's or set's messages,
+# a stream batch's deltas (each at most `max_messages_per_write`, as the domain checks).
+COUNTED = ("messages", "deltas")
 
 
 class TooManyMessages(Exception):
-    """More than `limit` items in the `messages` array of the body's top object."""
+    """More than `limit` items in the `name` array (one of COUNTED) of the body's top
+    object."""
 
-    def __init__(self, limit: int, count: int | None = None) -> None:
-        super().__init__(limit, count)
-        self.limit, self.count = limit, count
+    def __init__(self, name: str, limit: int, count: int | None = None) -> None:
+        super().__init__(name, limit, count)
+        self.name, self.limit, self.count = name, limit, count
 
     def answer(self) -> ReadingBodyFailed:
         """The 413 the domain answers (`payload_too_large`), to raise from `json()`."""
         many = f"more than {self.limit}" if self.count is None else str(self.count)
-        message = f"{many} messages in one write; the limit is {self.limit}"
+        message = f"{many} {self.name} in one write; the limit is {self.limit}"
         return ReadingBodyFailed(PayloadTooLarge(message))
 
 
@@ -53,7 +56,8 @@ def decode_in_parts(body: bytes, max_messages: int | None = None) -> Any:
     the whole of one call (28 MiB of messages: 50-90 ms in one piece, while no other
     thread of the server ran), and between calls other threads take their turns. Any
     other shape, or invalid JSON, is left to `json.loads` (its value, or its error).
-    TooManyMessages as soon as its `messages` have one item over `max_messages`."""
+    TooManyMessages as soon as its `messages` (or `deltas`) have one item over
+    `max_messages`."""
     try:
         return _object_in_parts(body.decode("utf-8"), max_messages)
     except (ValueError, IndexError):  # (UnicodeDecodeError too: json.loads detects others)
@@ -63,11 +67,13 @@ def decode_in_parts(body: bytes, max_messages: int | None = None) -> Any:
 
 
 def count_messages(value: Any, max_messages: int | None) -> None:
-    """TooManyMessages if `value`, a decoded body, has more `messages` than `max_messages`."""
+    """TooManyMessages if `value`, a decoded body, has more `messages` (or `deltas`) than
+    `max_messages`."""
     if max_messages is not None and isinstance(value, dict):
-        messages = value.get(MESSAGES)
-        if isinstance(messages, list) and len(messages) > max_messages:
-            raise TooManyMessages(max_messages, len(messages))
+        for name in COUNTED:
+            items = value.get(name)
+            if isinstance(items, list) and len(items) > max_messages:
+                raise TooManyMessages(name, max_messages, len(items))
 
 
 def _object_in_parts(text: str, max_messages: int | None = None) -> dict[str, Any]:
@@ -91,7 +97,7 @@ def _object_in_parts(text: str, max_messages: int | None = None) -> dict[str, An
         at = space(text, at + 1).end()
         if text[at] == "[":
             items: list[Any] = []
-            most = max_messages if key == MESSAGES else None
+            most = max_messages if key in COUNTED else None
             at = space(text, at + 1).end()
             while text[at] != "]":
                 if items:
@@ -99,7 +105,7 @@ def _object_in_parts(text: str, max_messages: int | None = None) -> dict[str, An
                         raise ValueError("no comma")
                     at = space(text, at + 1).end()
                     if len(items) == most:  # one more: decoded no further
-                        raise TooManyMessages(most)
+                        raise TooManyMessages(key, most)
                 item, at = decode(text, at)
                 items.append(item)
                 at = space(text, at).end()

@@ -172,8 +172,9 @@ class LimitSettings(BaseModel):
         Limits.max_message_bytes, ge=1, description="Largest message (canonical JSON, bytes)."
     )
     max_messages_per_write: int = Field(
-        Limits.max_messages_per_write, ge=1, description="Most messages in one put_messages / set."
-    )
+        Limits.max_messages_per_write, ge=1,
+        description="Most messages in one put_messages / set, or deltas in one stream batch.",
+    )  # fmt: skip
     max_write_bytes: int = Field(
         Limits.max_write_bytes, ge=1, description="Largest write (all its messages, bytes)."
     )

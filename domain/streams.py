@@ -49,10 +49,14 @@ def check_stream_id(stream_id: str) -> str:
 
 
 def check_deltas(deltas: Sequence[str], limits: Limits, *, allow_empty: bool) -> list[str]:
-    """The deltas of one batch: strings (no U+0000, which PostgreSQL text cannot hold),
-    together at most one message's size."""
+    """The deltas of one batch: at most `max_messages_per_write` strings (no U+0000,
+    which PostgreSQL text cannot hold), together at most one message's size."""
     if isinstance(deltas, str) or not isinstance(deltas, Sequence):
         raise InvalidInput("deltas must be a list of strings")
+    if len(deltas) > limits.max_messages_per_write:
+        raise PayloadTooLarge(
+            f"{len(deltas)} deltas in one batch; the limit is {limits.max_messages_per_write}"
+        )
     if not deltas and not allow_empty:
         raise InvalidInput("at least one delta is required")
     size = 0

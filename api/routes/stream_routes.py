@@ -14,7 +14,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from session_ledger.domain.errors import InvalidInput, StreamNotFound
 from session_ledger.domain.streams import MAX_STREAM_ID_CHARS, check_stream_id
 
-from ..access_logging import AccessLoggedRoute
 from ..admission import new_session_counted
 from ..auth import READ
 from ..deps import (
@@ -25,13 +24,14 @@ from ..deps import (
     on_session,
 )
 from ..http_errors import ERROR_RESPONSES
+from ..large_bodies import LargeBodyRoute
 from ..schemas import WriteAnswer
 from ..session_responses import written
 from .message_routes import _precondition
 
 router = APIRouter(
     prefix="/v1/sessions", tags=["streams"], responses=ERROR_RESPONSES,
-    route_class=AccessLoggedRoute,
+    route_class=LargeBodyRoute,  # (a batch's deltas counted as decoded, as messages are)
 )  # fmt: skip
 
 

@@ -27,6 +27,7 @@ from session_ledger.api.app import create_app
 from session_ledger.api.bootstrap import open_ledger
 from session_ledger.api.keystore import MemoryKeyStore
 from session_ledger.api.settings import Settings
+from session_ledger.domain.errors import PayloadTooLarge
 
 MAX_MESSAGES = 50
 LOOP_MAX = 2048  # a body over it is decoded in a worker thread, in parts
@@ -227,6 +228,40 @@ def test_a_write_of_as_many_messages_as_the_limit_is_stored(api: Api, filler: in
                              headers=api.auth)  # fmt: skip
     assert answer.status_code == 200, answer.text
     assert answer.json()["message_count"] == MAX_MESSAGES
+
+
+@pytest.mark.parametrize("size", ["small", "large"])
+@pytest.mark.parametrize("route", ["chunks", "complete", "abort"])
+def test_too_many_deltas_in_a_stream_batch_answer_one_413_before_validation(
+    api: Api, monkeypatch: pytest.MonkeyPatch, size: str, route: str
+) -> None:
+    """A stream batch's deltas are bounded as a write's messages are (each batch at most
+    `max_messages_per_write`), and counted as they are decoded."""
+    opened = api.client.post("/v1/sessions/chat/streams", json={"stream_id": "s"},
+                             headers=api.auth)  # fmt: skip
+    assert opened.status_code == 201, opened.text
+    decoder = _CountedDecoder()
+    monkeypatch.setattr(large_bodies, "_DECODER", decoder)
+    count = MAX_MESSAGES + 1 if size == "small" else 100_000
+    cause = b'"cause": "client_gone", ' if route == "abort" else b""
+    body = b"{" + cause + b'"deltas": [' + b", ".join([b'""'] * count) + b"]}"
+    assert (len(body) <= LOOP_MAX) == (size == "small")
+    answer = api.client.post(f"/v1/sessions/chat/streams/s/{route}", content=body,
+                             headers=api.auth)  # fmt: skip
+    assert answer.status_code == 413, answer.text[:500]
+    error = answer.json()["error"]
+    assert (error["code"], error["details"]) == ("payload_too_large", {})
+    assert error["message"].endswith(f"deltas in one write; the limit is {MAX_MESSAGES}")
+    assert decoder.calls <= MAX_MESSAGES + 3  # (a large body's items, its keys, a cause)
+    state = api.client.get("/v1/sessions/chat/streams/s", headers=api.auth).json()
+    assert (state["state"], state["text"]) == ("open", "")
+    # As many as the limit are taken; in process, one more is refused as over HTTP.
+    deltas = [""] * (MAX_MESSAGES - 1) + ["done"]
+    chunks = api.client.post("/v1/sessions/chat/streams/s/chunks", json={"deltas": deltas},
+                             headers=api.auth)  # fmt: skip
+    assert chunks.status_code == 200, chunks.text
+    with pytest.raises(PayloadTooLarge, match="deltas in one batch"):
+        api.app.state.ledger.append_stream("chat", "s", [""] * (MAX_MESSAGES + 1))
 
 
 def test_decode_in_parts_stops_at_the_first_message_over_the_limit() -> None:
