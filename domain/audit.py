@@ -41,14 +41,28 @@ def _appended(views: SessionViews, session_id: uuid.UUID, event: Any) -> dict[st
     return {"added": event.messages}
 
 
+# The most bytes (canonical JSON) of the messages a replace's entry lists as removed. Its
+# added messages are one write's, bounded by the write limits; what it removed may be a
+# whole history (a set([]) of 156 MiB of messages made one entry, and one answer, of 156
+# MiB). Past it the entry lists the first that fit and says how many it removed
+# (`removed_count`): the rest are read at the version before (get_all(as_of_version=)).
+LISTED_REMOVED_BYTES = 1024 * 1024
+
+
 @AUDIT.on(Session.HistoryReplaced)
 def _replaced(views: SessionViews, session_id: uuid.UUID, event: Any) -> dict[str, Any]:
-    ended = views.ended_at(session_id, event.originator_version)
-    return {
-        "kept": event.kept,
-        "removed": [m.to_dict() for status, m in ended if status == ACTIVE],
-        "added": event.messages[event.kept :],
-    }
+    ended = [m for status, m in views.ended_at(session_id, event.originator_version)
+             if status == ACTIVE]  # fmt: skip
+    listed, size = [], 0
+    for message in ended:
+        size += len(message.to_json().encode())
+        if size > LISTED_REMOVED_BYTES and listed:
+            break
+        listed.append(message.to_dict())
+    changes = {"kept": event.kept, "removed": listed, "added": event.messages[event.kept :]}
+    if len(listed) < len(ended):
+        changes["removed_count"] = len(ended)
+    return changes
 
 
 @AUDIT.on(Session.HistoryCleared)

@@ -97,6 +97,27 @@ def test_the_audit_trail_says_who_changed_what(ledger: Ledger) -> None:
     assert [e.version for e in ledger.audit("s", after_version=5, limit=1)] == [6]
 
 
+def test_a_replace_lists_what_it_removed_up_to_a_bound_and_says_how_many(
+    ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A set may remove a whole history: its entry (and an audit page, whose first entry
+    is answered whatever its size) lists the removed messages up to LISTED_REMOVED_BYTES,
+    then says how many it removed; the rest are read at the version before."""
+    from session_ledger.domain import audit
+
+    monkeypatch.setattr(audit, "LISTED_REMOVED_BYTES", 1000)
+    history = [{"role": "user", "content": f"{i} " + "x" * 300} for i in range(10)]
+    ledger.set("s", history)
+    ledger.set("s", [history[0]])
+    ledger.set("s", [])
+    one, everything = (e.changes for e in ledger.audit("s")[-2:])
+    assert (one["kept"], len(one["removed"]), one["removed_count"]) == (1, 2, 9)
+    assert [m["blocks"][0]["text"][:2] for m in one["removed"]] == ["1 ", "2 "]
+    assert (everything["removed"][0]["blocks"][0]["text"][:2], everything["added"]) == ("0 ", [])
+    assert "removed_count" not in everything  # all listed: one message
+    assert len(texts(ledger.get_all("s", as_of_version=2))) == 10  # the rest, as they were
+
+
 def test_set_keeps_the_ids_of_an_unchanged_prefix(ledger: Ledger) -> None:
     history = [{"role": "user", "content": str(i)} for i in range(5)]
     ledger.set("s", history)
