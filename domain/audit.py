@@ -53,13 +53,18 @@ LISTED_REMOVED_BYTES = 1024 * 1024
 def _replaced(views: SessionViews, session_id: uuid.UUID, event: Any) -> dict[str, Any]:
     ended = [m for status, m in views.ended_at(session_id, event.originator_version)
              if status == ACTIVE]  # fmt: skip
-    listed, size = [], 0
+    listed: list[dict[str, Any]] = []
+    size = 0
     for message in ended:
         size += len(message.to_json().encode())
         if size > LISTED_REMOVED_BYTES and listed:
             break
         listed.append(message.to_dict())
-    changes = {"kept": event.kept, "removed": listed, "added": event.messages[event.kept :]}
+    changes: dict[str, Any] = {
+        "kept": event.kept,
+        "removed": listed,
+        "added": event.messages[event.kept :],
+    }
     if len(listed) < len(ended):
         changes["removed_count"] = len(ended)
     return changes
