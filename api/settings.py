@@ -200,6 +200,11 @@ class LimitSettings(BaseModel):
     max_body_bytes: int = Field(
         40 * 1024 * 1024, ge=1, description="Largest HTTP request body (bytes)."
     )
+    max_package_builds: int = Field(
+        2, ge=1,
+        description="Tenant packages (`GET /v1/package`, tar and RSMF together) one server "
+        "process builds at once; one more is refused with 429 too_many_package_builds.",
+    )  # fmt: skip
     rate_limit_key_per_second: float = Field(
         1000, ge=0, allow_inf_nan=False,
         description="Requests a second one API key may make, sustained (0 or none: no limit).",

@@ -23,6 +23,7 @@ missing, each session export whole (and its checkpoint), the manifest's heads an
 from __future__ import annotations
 
 import collections
+import contextlib
 import csv
 import hashlib
 import io
@@ -31,7 +32,7 @@ import tarfile
 import tempfile
 import uuid
 import zlib
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
@@ -55,6 +56,7 @@ KEYS_PAGE = 1000
 # what a forger cannot recompute is the checkpoint's signature each session proves to).
 DIGEST = "manifest.sha256"
 TICK = timedelta(microseconds=1)
+TEMP_PREFIX = "ledger-package-"  # the temporary folder a streamed package is written in
 
 
 def selected_keys(
@@ -103,7 +105,7 @@ def package_files(
     ledger: Ledger, tenant: str, folder: Path, *, exported_by: str,
     prefix: str = "", start: datetime | None = None, end: datetime | None = None,
     actor: str | None = None, checkpoint_dir: Path | None = None, access_log: bool = False,
-) -> Iterator[str]:  # fmt: skip
+) -> Generator[str, None, None]:  # fmt: skip
     """Write the package into `folder` (made, and empty) a file at a time, naming each
     file as soon as it is whole: the sessions' exports in turn, then `events.csv`,
     `manifest.json` and its digest. A consumer may take each file away once named (the
@@ -168,13 +170,17 @@ def write_package(ledger: Ledger, tenant: str, folder: Path, **query: Any) -> di
 def stream_package(ledger: Ledger, tenant: str, **query: Any) -> Iterator[bytes]:
     """The package as a tar stream, written in a temporary folder a file at a time and
     each session's file removed once sent: its disk holds one session export and the
-    CSV, its memory one chunk."""
-    with tempfile.TemporaryDirectory(prefix="ledger-package-") as tmp:
+    CSV, its memory one chunk. A consumer that stops early must `close()` it (the HTTP
+    answer does, however it ends): that closes its files and removes the folder at once,
+    where an abandoned generator would keep them until the garbage collector found it."""
+    with tempfile.TemporaryDirectory(prefix=TEMP_PREFIX) as tmp:
         folder = Path(tmp) / "package"
-        for name in package_files(ledger, tenant, folder, **query):
-            yield from tar_stream.member(name, folder / name)
-            if name.startswith("sessions/"):
-                (folder / name).unlink()
+        files = package_files(ledger, tenant, folder, **query)
+        with contextlib.closing(files):  # (its open CSV closed before the folder goes)
+            for name in files:
+                yield from tar_stream.member(name, folder / name)
+                if name.startswith("sessions/"):
+                    (folder / name).unlink()
         yield tar_stream.END
 
 

@@ -62,10 +62,12 @@ def write_rsmf(
     with tempfile.TemporaryDirectory(prefix="ledger-rsmf-") as tmp:
         folder = Path(tmp)
         parts = _Parts(folder)
-        for key in selected_keys(views, ledger, tenant, prefix, start, end, actor):
-            plan = plan_export(ledger, key, tenant=tenant)
-            parts.conversation(key, str(plan.session_id), export_jsonl(ledger, plan))
-        parts.close()
+        try:  # (its files closed whatever fails, before the folder is removed)
+            for key in selected_keys(views, ledger, tenant, prefix, start, end, actor):
+                plan = plan_export(ledger, key, tenant=tenant)
+                parts.conversation(key, str(plan.session_id), export_jsonl(ledger, plan))
+        finally:
+            parts.close()
         with (
             zipfile.ZipFile(folder / "rsmf.zip", "w", zipfile.ZIP_DEFLATED) as archive,
             archive.open(_entry(), "w", force_zip64=True) as manifest,

@@ -4,15 +4,26 @@ admins only; an agent's key gets 403).
 The session and version are checked before the answer starts, so an unknown session is
 a plain 404; the body is then read from the store a page at a time in worker threads
 (Starlette iterates a plain iterator off the event loop), never whole in memory.
+
+A streamed answer is a `ClosingStream`: its iterator is closed when the answer ends,
+however it ends (sent whole, the client gone, the server stopping), so what the iterator
+holds (a page of events here, a temporary folder and open files for a package) is let go
+at once. Starlette's `StreamingResponse` does not: on a disconnect it stops iterating a
+plain iterator but never closes it, which leaves it to the garbage collector, if ever.
 """
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import AsyncIterable, Callable, Iterator
 from typing import Annotated, Any, Literal
 
+import anyio
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
 from pydantic import Field
+from starlette.types import Receive, Scope, Send
 
 from session_ledger.projections.export import export_csv, export_jsonl, plan_export, plan_proof
 from session_ledger.projections.tar_stream import chunks  # one hand-off per chunk, not per line
@@ -38,6 +49,56 @@ EXPORT_RESPONSES: dict[int | str, dict[str, Any]] = {
         },
     }
 }
+
+
+class ClosingStream(StreamingResponse):
+    """A StreamingResponse of a plain iterator (a generator) that is closed when the
+    answer ends, however it ends: sent whole, the client gone (Starlette cancels the
+    sending, or `send` fails: either way the iterator is left suspended), or the server
+    stopping. Closing a generator runs its `finally` and `with` blocks (a temporary
+    folder removed, files closed); then each of `on_end` is called (a build's slot given
+    back). The body iterator the answer was given (and any wrapper put around it since,
+    as the access log's count) is closed first, so its own `finally` runs at once too."""
+
+    def __init__(
+        self, content: Iterator[Any], *, on_end: Callable[[], None] | None = None,
+        **kwargs: Any,
+    ) -> None:  # fmt: skip
+        super().__init__(content, **kwargs)
+        self._content = content
+        self._threaded: AsyncIterable[Any] = self.body_iterator  # Starlette's wrapper
+        self._on_end = on_end
+        self._ending = threading.Lock()
+        self._ended = False
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            try:
+                with anyio.CancelScope(shield=True):  # (a stopping server cancels us)
+                    for body in dict.fromkeys((self.body_iterator, self._threaded)):
+                        aclose = getattr(body, "aclose", None)
+                        if aclose is not None:
+                            with contextlib.suppress(RuntimeError):  # (one still running)
+                                await aclose()
+                    await anyio.to_thread.run_sync(self.end)  # (removing files: off the loop)
+            finally:
+                self.end()  # nothing if ended above; else here, if a cancel cut it short
+
+    def end(self) -> None:
+        """Close the iterator and call `on_end`, once (any thread; again: nothing)."""
+        with self._ending:
+            if self._ended:
+                return
+            self._ended = True
+            try:
+                close = getattr(self._content, "close", None)
+                if close is not None:
+                    close()
+            finally:
+                if self._on_end is not None:
+                    self._on_end()
 
 
 class ExportInputs(RouteInputs):
@@ -72,7 +133,7 @@ def export_session(
     else:
         lines = export_csv(ledger, plan)
     filename = f"session-{plan.session_id}-v{plan.to_version}.{format}"
-    return StreamingResponse(
+    return ClosingStream(
         chunks(lines),
         media_type=MEDIA_TYPES[format],
         headers={"Content-Disposition": f'attachment; filename="{filename}"'},
