@@ -6,8 +6,10 @@ commits, in order.
 chunks of open streams included. Each SSE message is one audit-trail event: `id:` its
 version, `event:` its type, `data:` the `AuditEvent` JSON. A comment line goes out when
 the tail was idle for `tail_heartbeat_seconds`. A tail holds at most `tail_batch` events
-at once and reads the next batch only once the client took the last one, so a slow
-client holds back its own tail, not the server's memory.
+at once, ending before `max_answer_bytes` of them (its first whatever its size, as a page
+of the audit trail: `_session_batch`), and reads the next batch only once the client took
+the last one, so a slow client holds back its own tail, not the server's memory. A batch
+is read and encoded in a worker thread: the event loop only sends its bytes.
 
 `GET /v1/events/live?prefix=` (auditor and admin keys) sends every event of the caller's
 tenant (of sessions whose key starts with `prefix`) in the store's feed order
@@ -15,7 +17,9 @@ tenant (of sessions whose key starts with `prefix`) in the store's feed order
 now). `id:` is an opaque cursor of the event's feed position (`feed_cursors.py`): it
 tells nothing of other tenants' writes. `data:` the `AuditEvent` JSON with its session
 `key`. Every heartbeat carries the cursor of where the tail has read to, so a resumed
-tail does not look again at the other tenants' events it passed.
+tail does not look again at the other tenants' events it passed. Its batches end before
+`max_answer_bytes` of events too (`_tenant_batch`: the feed knows no sizes before the
+read, so a batch is cut where its JSON passes them, and the next reads look at fewer).
 
 Either tail counts against its key's and tenant's tails (`live_tails.py`: 429 beyond
 them), ends after `tail_max_seconds` (the client reconnects with Last-Event-ID) or when
@@ -28,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
@@ -36,9 +41,9 @@ from pydantic import Field
 from starlette.types import Receive, Scope, Send
 
 from session_ledger.domain.errors import InvalidInput, StoreNotReady
+from session_ledger.domain.inputs import check_key, check_tenant
 from session_ledger.domain.ledger import Ledger
 from session_ledger.domain.session import session_id
-from session_ledger.domain.tenant_feed import FeedPage
 
 from ..auth import Principal
 from ..deps import BIG, TEXT_PATTERN, ExporterDep, LedgerDep, ReadCall, mark_access
@@ -153,8 +158,8 @@ async def tail_tenant(
             start = await asyncio.to_thread(ledger.feed_position)
         try:  # the first read before the answer starts: a position past the store's is a 4xx
             first = await asyncio.to_thread(
-                ledger.tenant_events, tenant=who.tenant, prefix=inputs.prefix, after=start,
-                limit=settings.tail_batch,
+                _tenant_batch, ledger, cursors, who.tenant, inputs.prefix, start,
+                settings.tail_batch, settings.tail_batch,
             )  # fmt: skip
         except InvalidInput as e:
             raise (LastEventIdInvalid(f"Last-Event-ID: {e}") if header else e) from None
@@ -163,7 +168,7 @@ async def tail_tenant(
     except BaseException:
         tails.closed(tail)
         raise
-    events = _tenant_events(ledger, hub, settings, cursors, tail, inputs.prefix, start, first)
+    events = _tenant_events(ledger, hub, settings, cursors, tail, inputs.prefix, first)
     return TailResponse(tails, tail, events)
 
 
@@ -203,9 +208,49 @@ def _ending(tail: OpenTail) -> bytes | None:
     return f": tail ended: {why}; reconnect with Last-Event-ID\n\n".encode()
 
 
+@dataclass(frozen=True)
+class TenantBatch:
+    """One read of the tenant feed, ready to send: its SSE messages, where to read on from,
+    and how many events of the feed the next read looks at."""
+
+    frames: list[bytes]  # each event's SSE message, as sent (let go of as it is sent)
+    position: str  # past every event the read looked at, or the last one sent if cut
+    more: bool  # read on at once
+    held_back: bool  # committed events wait for an older transaction: read again soon
+    limit: int  # the next read's `limit`
+
+
+def _tenant_batch(
+    ledger: Ledger, cursors: FeedCursors, tenant: str, prefix: str, after: str, limit: int,
+    cap: int,
+) -> TenantBatch:  # fmt: skip
+    """The tenant's events after feed position `after` (at most `limit` looked at), as SSE
+    messages made here, in the worker thread (not on the event loop), ending before
+    `max_answer_bytes` of them (the first whatever its size). The feed does not know an
+    event's size before it reads it: a read whose JSON passes them is cut after the last
+    that fits (its position the one to read on from: the rest is read again, never
+    skipped), and the next read looks at one event (the one that did not fit); a read that
+    held less than half the bytes lets the next look at twice as many, up to `cap`."""
+    bound = ledger.limits.max_answer_bytes
+    page = ledger.tenant_events(tenant=tenant, prefix=prefix, after=after, limit=limit)
+    frames: list[bytes] = []
+    held = 0
+    for found in page.entries:
+        data = FeedEvent(key=found.key, **vars(found.entry)).model_dump_json()
+        cursor = cursors.seal(tenant, found.position)
+        frame = f"id: {cursor}\nevent: {found.entry.event_type}\ndata: {data}\n\n".encode()
+        if frames and held + len(frame) > bound:
+            position = page.entries[len(frames) - 1].position
+            return TenantBatch(frames, position, True, page.held_back, 1)
+        frames.append(frame)
+        held += len(frame)
+    following = min(cap, limit * 2) if held <= bound // 2 else limit
+    return TenantBatch(frames, page.position, page.more, page.held_back, following)
+
+
 async def _tenant_events(
     ledger: Ledger, hub: LiveHub, settings: Settings, cursors: FeedCursors, tail: OpenTail,
-    prefix: str, position: str, page: FeedPage,
+    prefix: str, batch: TenantBatch,
 ) -> AsyncIterator[bytes]:  # fmt: skip
     tenant, woken = tail.who.tenant, tail.woken
     hub.subscribe_tenant(tenant, woken)
@@ -215,17 +260,15 @@ async def _tenant_events(
         yield b": live\n\n"
         sent_at = time.monotonic()
         while True:
-            for found in page.entries:
-                data = FeedEvent(key=found.key, **vars(found.entry)).model_dump_json()
-                cursor = cursors.seal(tenant, found.position)
-                yield f"id: {cursor}\nevent: {found.entry.event_type}\ndata: {data}\n\n".encode()
-            if page.entries:
+            if batch.frames:
+                while batch.frames:  # each let go once sent: an idle tail holds no events
+                    yield batch.frames.pop(0)
                 sent_at = time.monotonic()
-            position = page.position
-            if not page.more and _ending(tail) is None:
+            position = batch.position
+            if not batch.more and _ending(tail) is None:
                 due = min(heartbeat - (time.monotonic() - sent_at), tail.left())
                 # Held back: the older transaction may end with no commit (no wake-up).
-                wait = min(due, poll) if page.held_back else due
+                wait = min(due, poll) if batch.held_back else due
                 if wait > 0:
                     await _woken(woken, wait)
             ending = _ending(tail)
@@ -237,9 +280,9 @@ async def _tenant_events(
                 yield ending
                 return
             woken.clear()  # before the read: a commit after it sets it again
-            page = await asyncio.to_thread(
-                ledger.tenant_events, tenant=tenant, prefix=prefix, after=position,
-                limit=settings.tail_batch,
+            batch = await asyncio.to_thread(
+                _tenant_batch, ledger, cursors, tenant, prefix, position, batch.limit,
+                settings.tail_batch,
             )  # fmt: skip
     finally:
         hub.unsubscribe_tenant(tenant, woken)
@@ -255,6 +298,41 @@ def _resume_at(last_event_id: str | None, after: int | None) -> int:
             f"got {last_event_id[:40]!r}"
         )
     return int(given)
+
+
+def _session_batch(
+    ledger: Ledger, key: str, tenant: str, after: int, limit: int
+) -> tuple[list[bytes], int, bool]:
+    """Session `key`'s events after version `after`, as SSE messages made here, in the
+    worker thread (not on the event loop): at most `limit` of them, ending before
+    `max_answer_bytes` of them (the first whatever its size), as `audit_page`
+    (`routes/events.py`) bounds a page of the audit trail. The events' stored sizes say
+    how many are read (a few writes of tens of megabytes each are read one at a time);
+    their messages, where the batch ends. Also the version of its last event (`after`
+    if none), and whether to read on at once (it ended before an event that followed)."""
+    bound = ledger.limits.max_answer_bytes
+    sizes = ledger.views.evidence.event_sizes(
+        session_id(check_tenant(tenant), check_key(key)), after, BIG, limit
+    )
+    count, held = 0, 0
+    for size in sizes:
+        if count and held + size > bound:
+            break
+        count, held = count + 1, held + size
+    # (no sizes: no event after `after`, or the session is not found, as the read says)
+    entries = ledger.audit(key, tenant=tenant, after_version=after, limit=count or limit)
+    frames: list[bytes] = []
+    held = 0
+    for entry in entries:
+        data = AuditEvent(**vars(entry)).model_dump_json()
+        frame = f"id: {entry.version}\nevent: {entry.event_type}\ndata: {data}\n\n".encode()
+        if frames and held + len(frame) > bound:
+            break
+        frames.append(frame)
+        held += len(frame)
+        after = entry.version
+    more = len(frames) < len(entries) or count < len(sizes) or len(frames) == limit
+    return frames, after, more
 
 
 async def _session_events(
@@ -273,16 +351,14 @@ async def _session_events(
             if ending is not None:
                 yield ending
                 return
-            entries = await asyncio.to_thread(
-                ledger.audit, key, tenant=tenant, after_version=after, limit=settings.tail_batch
+            frames, after, more = await asyncio.to_thread(
+                _session_batch, ledger, key, tenant, after, settings.tail_batch
             )
-            for entry in entries:
-                data = AuditEvent(**vars(entry)).model_dump_json()
-                yield f"id: {entry.version}\nevent: {entry.event_type}\ndata: {data}\n\n".encode()
-                after = entry.version
-            if entries:
+            if frames:
+                while frames:  # each let go once sent: an idle tail holds no events
+                    yield frames.pop(0)
                 sent_at = time.monotonic()
-                if len(entries) == settings.tail_batch:
+                if more:
                     continue
             idle = min(heartbeat - (time.monotonic() - sent_at), tail.left())
             woke = idle > 0 and await _woken(woken, idle)
