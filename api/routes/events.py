@@ -7,6 +7,7 @@ whole, so a few large writes would otherwise make an answer of hundreds of megab
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Response
@@ -14,6 +15,7 @@ from pydantic import Field, TypeAdapter
 
 from session_ledger.domain.inputs import check_key, check_tenant
 from session_ledger.domain.ledger import Ledger
+from session_ledger.domain.ports import AuditEntry
 from session_ledger.domain.session import session_id
 
 from ..access_logging import AccessLoggedRoute
@@ -60,13 +62,27 @@ def audit_page(
     ledger: Ledger, key: str, tenant: str, after: int, limit: int
 ) -> tuple[list[bytes], int | None]:
     """A page of session `key`'s audit trail, after version `after` (the route's answer,
-    and the MCP server's `audit_trail` tool's): each event as its JSON, at most `limit`
-    of them and ending before `max_answer_bytes` of them (the first whatever its size),
-    and the version to read on after (`next_after`; None: no event followed the page).
+    and the MCP server's `audit_trail` tool's): each event as its JSON (`audit_batch`),
+    and the version to read on after (`next_after`; None: no event followed the page)."""
+    entries, events, more = audit_batch(
+        ledger, key, tenant, after, limit,
+        lambda entry: EVENT.dump_json(AuditEvent(**vars(entry)), by_alias=True),
+    )  # fmt: skip
+    return events, entries[-1].version if more and entries else None
+
+
+def audit_batch(
+    ledger: Ledger, key: str, tenant: str, after: int, limit: int,
+    encode: Callable[[AuditEntry], bytes],
+) -> tuple[list[AuditEntry], list[bytes], bool]:  # fmt: skip
+    """Session `key`'s audit entries after version `after`, each with what `encode` makes
+    of it: at most `limit` of them, ending before `max_answer_bytes` of what they make
+    (the first whatever its size); and whether an entry follows them (the batch ended
+    before it). A page of the audit trail (`audit_page`), a live tail's batch (live.py).
 
     The events' stored sizes say how many are read (a few writes of tens of megabytes
-    each are read one at a time); their JSON, which also holds what a replace removed
-    (from the views), where the page ends."""
+    each are read one at a time); what they make, which also holds what a replace
+    removed (from the views), where the batch ends."""
     most = ledger.limits.max_answer_bytes
     sizes = ledger.views.evidence.event_sizes(
         session_id(check_tenant(tenant), check_key(key)), after, BIG, limit
@@ -78,16 +94,16 @@ def audit_page(
         count, held = count + 1, held + size
     # (no sizes: no event after `after`, or the session is not found, as the read says)
     entries = ledger.audit(key, tenant=tenant, after_version=after, limit=count or limit)
-    events: list[bytes] = []
+    made: list[bytes] = []
     held = 0
     for entry in entries:
-        text = EVENT.dump_json(AuditEvent(**vars(entry)), by_alias=True)
-        if events and held + len(text) > most:
+        text = encode(entry)
+        if made and held + len(text) > most:
             break
-        events.append(text)
+        made.append(text)
         held += len(text)
-    ended = len(events) < len(entries) or count < len(sizes) or len(events) == limit
-    return events, entries[len(events) - 1].version if ended and events else None
+    more = len(made) < len(entries) or count < len(sizes) or len(made) == limit
+    return entries[: len(made)], made, more
 
 
 def audit_answer(events: list[bytes], following: int | None) -> bytes:

@@ -41,8 +41,8 @@ from pydantic import Field
 from starlette.types import Receive, Scope, Send
 
 from session_ledger.domain.errors import InvalidInput, StoreNotReady
-from session_ledger.domain.inputs import check_key, check_tenant
 from session_ledger.domain.ledger import Ledger
+from session_ledger.domain.ports import AuditEntry
 from session_ledger.domain.session import session_id
 
 from ..auth import Principal
@@ -54,6 +54,7 @@ from ..live_tails import END_GRACE_SECONDS, LiveTails, OpenTail
 from ..route_inputs import RouteInputs
 from ..schemas import AuditEvent, FeedEvent
 from ..settings import Settings
+from .events import audit_batch
 
 router = APIRouter(prefix="/v1", tags=["sessions"], responses=ERROR_RESPONSES)
 SSE = "text/event-stream"
@@ -304,35 +305,16 @@ def _session_batch(
     ledger: Ledger, key: str, tenant: str, after: int, limit: int
 ) -> tuple[list[bytes], int, bool]:
     """Session `key`'s events after version `after`, as SSE messages made here, in the
-    worker thread (not on the event loop): at most `limit` of them, ending before
-    `max_answer_bytes` of them (the first whatever its size), as `audit_page`
-    (`routes/events.py`) bounds a page of the audit trail. The events' stored sizes say
-    how many are read (a few writes of tens of megabytes each are read one at a time);
-    their messages, where the batch ends. Also the version of its last event (`after`
-    if none), and whether to read on at once (it ended before an event that followed)."""
-    bound = ledger.limits.max_answer_bytes
-    sizes = ledger.views.evidence.event_sizes(
-        session_id(check_tenant(tenant), check_key(key)), after, BIG, limit
-    )
-    count, held = 0, 0
-    for size in sizes:
-        if count and held + size > bound:
-            break
-        count, held = count + 1, held + size
-    # (no sizes: no event after `after`, or the session is not found, as the read says)
-    entries = ledger.audit(key, tenant=tenant, after_version=after, limit=count or limit)
-    frames: list[bytes] = []
-    held = 0
-    for entry in entries:
+    worker thread (not on the event loop), bounded as a page of the audit trail is
+    (`events.audit_batch`); the version of the last (`after` if none), and whether to
+    read on at once (it ended before an event that followed)."""
+
+    def frame(entry: AuditEntry) -> bytes:
         data = AuditEvent(**vars(entry)).model_dump_json()
-        frame = f"id: {entry.version}\nevent: {entry.event_type}\ndata: {data}\n\n".encode()
-        if frames and held + len(frame) > bound:
-            break
-        frames.append(frame)
-        held += len(frame)
-        after = entry.version
-    more = len(frames) < len(entries) or count < len(sizes) or len(frames) == limit
-    return frames, after, more
+        return f"id: {entry.version}\nevent: {entry.event_type}\ndata: {data}\n\n".encode()
+
+    entries, frames, more = audit_batch(ledger, key, tenant, after, limit, frame)
+    return frames, entries[-1].version if entries else after, more
 
 
 async def _session_events(
