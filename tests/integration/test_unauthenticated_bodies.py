@@ -28,6 +28,7 @@ from session_ledger.api.bootstrap import open_ledger
 from session_ledger.api.keystore import MemoryKeyStore
 from session_ledger.api.settings import Settings
 from session_ledger.domain.errors import PayloadTooLarge
+from tests.integration.test_request_path import Counted
 
 MAX_MESSAGES = 50
 LOOP_MAX = 2048  # a body over it is decoded in a worker thread, in parts
@@ -77,18 +78,6 @@ def assert_unauthenticated(answer: Any) -> None:
     assert answer.status_code == 401, answer.text
     assert answer.json()["error"]["code"] == "unauthenticated"
     assert answer.headers["WWW-Authenticate"] == 'Bearer realm="session-ledger"'
-
-
-class Counted:
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def wrap(self, function: Any) -> Any:
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            self.calls += 1
-            return function(*args, **kwargs)
-
-        return counted
 
 
 def test_every_route_with_a_body_authenticates_before_decoding_it(api: Api) -> None:
