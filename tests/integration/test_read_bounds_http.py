@@ -16,18 +16,15 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import TypeAdapter
 
-from session_ledger.api.app import create_app
 from session_ledger.api.auth import Principal
-from session_ledger.api.bootstrap import open_ledger
 from session_ledger.api.deps import SessionCall, WindowInputs
-from session_ledger.api.keystore import MemoryKeyStore
 from session_ledger.api.mcp_server.read_tools import LedgerReads
 from session_ledger.api.routes import diff as diff_route
 from session_ledger.api.routes.events import AuditInputs, get_audit_trail
 from session_ledger.api.routes.replay import replay_session, replayed
 from session_ledger.api.schemas import AuditEvent, AuditTrailAnswer, HistoryDiff, Replay
-from session_ledger.api.settings import Settings
 from session_ledger.domain.ledger import Ledger
+from tests.memory_api import memory_api
 
 TENANT = "acme"
 PATH = "/v1/sessions/chat"
@@ -55,16 +52,8 @@ class Server:
 
 
 def serve(**limits: Any) -> Iterator[Server]:
-    settings = Settings(database_url="memory://", tokenizer="whitespace", **limits)
-    ledger = open_ledger(settings)
-    store = MemoryKeyStore()
-    key_id, secret = store.create(TENANT, "admin")
-    app = create_app(settings, ledger=ledger, key_store=store)
-    try:
-        with TestClient(app, headers={"Authorization": f"Bearer {secret}"}) as client:
-            yield Server(client, ledger, key_id)
-    finally:
-        ledger.close()
+    with memory_api(tenant=TENANT, **limits) as api:
+        yield Server(api.client, api.ledger, api.key_id)
 
 
 @pytest.fixture

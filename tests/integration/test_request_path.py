@@ -15,9 +15,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from session_ledger.api.app import create_app
-from session_ledger.api.bootstrap import open_ledger
 from session_ledger.api.keystore import MemoryKeyStore
-from session_ledger.api.settings import Settings
+from tests.memory_api import memory_api
 
 MESSAGE = {"messages": [{"role": "user", "content": "hello"}]}
 
@@ -36,16 +35,9 @@ class Counted:
 
 @pytest.fixture
 def api() -> Iterator[tuple[TestClient, MemoryKeyStore]]:
-    settings = Settings(database_url="memory://", tokenizer="whitespace", access_log=True)
-    ledger = open_ledger(settings)
-    store = MemoryKeyStore()
-    _, secret = store.create("acme", "admin")  # an admin's reads are access-logged too
-    app = create_app(settings, ledger=ledger, key_store=store)
-    try:
-        with TestClient(app, headers={"Authorization": f"Bearer {secret}"}) as client:
-            yield client, store
-    finally:
-        ledger.close()
+    # (an admin's reads are access-logged too)
+    with memory_api(tenant="acme", access_log=True) as served:
+        yield served.client, served.keys
 
 
 @pytest.mark.parametrize(

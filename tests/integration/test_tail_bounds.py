@@ -14,14 +14,11 @@ from urllib.parse import quote
 import pytest
 from fastapi.testclient import TestClient
 
-from session_ledger.api.app import create_app
-from session_ledger.api.bootstrap import open_ledger
-from session_ledger.api.keystore import MemoryKeyStore
 from session_ledger.api.live_hub import LiveHub
 from session_ledger.api.routes import live
 from session_ledger.api.schemas import AuditEvent, FeedEvent
-from session_ledger.api.settings import Settings
 from session_ledger.domain.ledger import Ledger
+from tests.memory_api import memory_api
 
 TENANT, OTHER = "acme", "other"
 ANSWER = 4096  # max_answer_bytes of these tests
@@ -70,20 +67,12 @@ def messages(body: bytes) -> list[tuple[str, str, bytes]]:
 
 @pytest.fixture
 def server() -> Iterator[Server]:
-    settings = Settings(
-        database_url="memory://", tokenizer="whitespace", default_tenant=TENANT,
-        max_answer_bytes=ANSWER, tail_max_seconds=1.0, tail_heartbeat_seconds=30,
-    )  # fmt: skip
-    ledger = open_ledger(settings)
-    store = MemoryKeyStore()
-    _, secret = store.create(TENANT, "admin")
-    _, other = store.create(OTHER, "admin")
-    app = create_app(settings, ledger=ledger, key_store=store)
-    try:
-        with TestClient(app, headers={"Authorization": f"Bearer {secret}"}) as client:
-            yield Server(client, ledger, other)
-    finally:
-        ledger.close()
+    with memory_api(
+        tenant=TENANT, default_tenant=TENANT, max_answer_bytes=ANSWER, tail_max_seconds=1.0,
+        tail_heartbeat_seconds=30,
+    ) as api:  # fmt: skip
+        _, other = api.keys.create(OTHER, "admin")
+        yield Server(api.client, api.ledger, other)
 
 
 @pytest.fixture

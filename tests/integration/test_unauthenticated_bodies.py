@@ -29,6 +29,7 @@ from session_ledger.api.keystore import MemoryKeyStore
 from session_ledger.api.settings import Settings
 from session_ledger.domain.errors import PayloadTooLarge
 from tests.integration.test_request_path import Counted
+from tests.memory_api import memory_api
 
 MAX_MESSAGES = 50
 LOOP_MAX = 2048  # a body over it is decoded in a worker thread, in parts
@@ -48,19 +49,12 @@ class Api:
 
 @pytest.fixture
 def api() -> Iterator[Api]:
-    settings = Settings(
-        database_url="memory://", tokenizer="whitespace", max_messages_per_write=MAX_MESSAGES,
-        loop_write_max_bytes=LOOP_MAX, auth_failures_per_second=0.0001, auth_failures_burst=1000,
-    )  # fmt: skip
-    ledger = open_ledger(settings)
-    keys = MemoryKeyStore()
-    _, admin = keys.create(settings.default_tenant, "admin")
-    app = create_app(settings, ledger=ledger, key_store=keys)
-    try:
-        with TestClient(app, headers={"Content-Type": "application/json"}) as client:
-            yield Api(app, client, keys, admin)
-    finally:
-        ledger.close()
+    with memory_api(
+        headers={"Content-Type": "application/json"}, max_messages_per_write=MAX_MESSAGES,
+        loop_write_max_bytes=LOOP_MAX, auth_failures_per_second=0.0001,
+        auth_failures_burst=1000,
+    ) as served:  # fmt: skip
+        yield Api(served.app, served.client, served.keys, served.secret)
 
 
 def body_operations(app: FastAPI) -> list[tuple[str, str]]:
