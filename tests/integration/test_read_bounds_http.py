@@ -274,18 +274,22 @@ def test_a_diff_of_a_history_over_the_bound_is_413_before_it_is_read(
     assert answer.status_code == 200 and answer.json()["changes"] == []
 
 
+def changed(server: Server, texts: list[str], count: int, *, seed: int) -> tuple[int, int]:
+    """The versions of a history of `texts` put, then set again with `count` of them (at
+    random places) changed."""
+    old = server.put(*texts)
+    for at in random.Random(seed).sample(range(len(texts)), count):
+        texts[at] = f"changed {at}"
+    return old, server.set(*texts)
+
+
 def test_a_diff_reads_each_history_in_its_pages_whatever_its_runs(
     paged: Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Two histories of 1,000 messages, 300 of them changed, differ in hundreds of runs;
     the histories are read once, 10 pages each (before: one more read for each side of
     each run)."""
-    random.seed(1)
-    texts = [f"m{i}" for i in range(1000)]
-    old = paged.put(*texts)
-    for at in random.sample(range(1000), 300):
-        texts[at] = f"changed {at}"
-    new = paged.set(*texts)
+    old, new = changed(paged, [f"m{i}" for i in range(1000)], 300, seed=1)
     pages = counted(monkeypatch, paged.ledger, "page")
     answer = diff(paged, old, new)
     assert answer.status_code == 200, answer.text
@@ -300,12 +304,8 @@ def test_a_diff_of_histories_too_large_to_hold_reads_its_runs_in_one_pass(
     """Histories over the answer bytes are not held: the runs' text is read again, the
     pages that hold them (before: a read for each side of each run)."""
     for server in serve(max_page_messages=100, max_answer_bytes=40_000):
-        random.seed(2)
         texts = [f"message {i:04d} " + "x" * 20 for i in range(1000)]
-        old = server.put(*texts)
-        for at in random.sample(range(1000), 100):
-            texts[at] = f"changed {at}"
-        new = server.set(*texts)
+        old, new = changed(server, texts, 100, seed=2)
         pages = counted(monkeypatch, server.ledger, "page")
         answer = diff(server, old, new)
         assert answer.status_code == 200, answer.text
