@@ -282,7 +282,13 @@ class WriteLoop:
     ) -> WriteResult:  # fmt: skip
         """The answer to a write whose key names `prior`, stored already: the first answer
         (the message a removal removed included), or IdempotencyKeyReused if `prior` was
-        another request."""
+        another request. A session erased since answers every write but its erasure's
+        retry with its erasure, as any write to it: a replay for the same request and a
+        refusal for another would confirm guesses of the erased content."""
+        if op != "erase":
+            erased = self._erasures.error(sid, key)
+            if erased is not None:
+                raise erased
         if plain is None or not self._views.same_request(prior.request_digest, plain):
             raise IdempotencyKeyReused(
                 f"idempotency key {idempotency_key!r} was used for a different write to "

@@ -254,6 +254,26 @@ def test_a_request_digest_confirms_no_guess_of_the_content(sealed: Ledger) -> No
     assert plain.encode() not in store_bytes(sealed)
 
 
+def test_a_keyed_retry_of_a_write_to_an_erased_session_is_refused_whatever_it_holds(
+    sealed: Ledger,
+) -> None:
+    """After the erasure a write's retry under its key is refused as any write is (410):
+    answering it replayed for the same content and refused for other content would
+    confirm guesses of the erased message to anyone with a writer's key. The erasure's
+    own retry still replays."""
+    secret = {"role": "user", "content": "my PIN is 0619"}
+    sealed.put("pin", secret, idempotency_key="write-1")
+    sealed.delete_last_message("pin", idempotency_key="pop-1")
+    erase = {"reason": "the user asked", "basis": "GDPR art. 17", "idempotency_key": "erase-1"}
+    sealed.erase("pin", **erase)
+    for guess in ("my PIN is 0619", "my PIN is 0620"):
+        with pytest.raises(SessionErasedError):
+            sealed.put("pin", {"role": "user", "content": guess}, idempotency_key="write-1")
+    with pytest.raises(SessionErasedError):
+        sealed.delete_last_message("pin", idempotency_key="pop-1")
+    assert sealed.erase("pin", **erase).replayed
+
+
 def test_a_held_session_cannot_be_erased_until_released(sealed: Ledger) -> None:
     sealed.put("held", {"role": "user", "content": "evidence"})
     sealed.place_hold("held", reference="CASE-7", reason="litigation")
