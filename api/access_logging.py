@@ -30,7 +30,9 @@ from .auth import READ, Principal, require
 from .deps import mark_access
 from .route_inputs import RouteInputs, route_inputs
 
-EVENT_LINE = b'{"record":"event"'  # an event line of a JSONL export (quotes are escaped inside)
+# An event line of a JSONL export begins so, after the line before (the header's at least):
+# a newline inside a line's JSON is escaped, where the text itself may stand in a value.
+EVENT_LINE = b'\n{"record":"event"'
 RECORDS_HEADER = "X-Ledger-Records"  # an answer that counts its records itself
 reader = require(READ)
 LISTS = ("messages", "events", "entries", "sessions", "keys")  # an answer's records, by name
@@ -62,9 +64,7 @@ class AccessLoggedRoute(APIRoute):
             known = None if said is None else int(said)
             if isinstance(response, StreamingResponse):
                 csv = (response.media_type or "").startswith("text/csv")
-                response.body_iterator = _counted(
-                    response.body_iterator, record, csv, EVENT_LINE, known
-                )
+                response.body_iterator = _counted(response.body_iterator, record, csv, known)
                 return response
             # (An answer that does not count itself is parsed, on the loop: a small one.)
             count = known if known is not None else records_in(json.loads(bytes(response.body)))
@@ -113,12 +113,14 @@ def _recorder(
 
 async def _counted(
     chunks: AsyncIterator[Any], record: Callable[[int, bool], None], csv: bool,
-    marker: bytes, known: int | None = None,
+    known: int | None = None,
 ) -> AsyncIterator[Any]:  # fmt: skip
-    """The stream as it was, counting its records (each `marker`, or CSV rows outside
-    quoted fields) unless the route `known` them already (a body that is not lines, as
-    RSMF's base64); the entry is appended when it ends, however it ends."""
+    """The stream as it was, counting its records (its `EVENT_LINE`s wherever the chunks
+    cut them, or CSV rows outside quoted fields) unless the route `known` them already (a
+    body that is not lines, as RSMF's base64); the entry is appended when it ends, however
+    it ends."""
     count, quoted, complete = 0, False, False
+    carry = b""  # the end of what came before, too short to hold an EVENT_LINE
     try:
         async for chunk in chunks:
             data = chunk if isinstance(chunk, bytes) else str(chunk).encode()
@@ -127,7 +129,9 @@ async def _counted(
                 count += sum(p.count(b"\n") for p in parts[int(quoted) :: 2])
                 quoted ^= (len(parts) - 1) % 2 == 1
             else:
-                count += data.count(marker)
+                seen = carry + data
+                count += seen.count(EVENT_LINE)
+                carry = seen[1 - len(EVENT_LINE) :]
             yield chunk
         complete = True
     finally:

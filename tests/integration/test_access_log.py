@@ -145,3 +145,49 @@ def test_every_content_read_counts_its_records_without_being_parsed_again(
         entries = client.get("/v1/access-log", params={"limit": 1000}).json()["entries"]
     counts = {e["action"]: e["records"] for e in entries if e["session_key"] == "s"}
     assert counts == {action: records for action, (_, _, records) in reads.items()}
+
+
+def test_an_export_counts_its_event_lines_not_the_words_inside_them(tmp_path: Path) -> None:
+    """A streamed export is counted as it is sent: its event lines, however the chunks
+    cut them. A message holding the text an event line begins with (`{"record":"event"`)
+    counted as more events."""
+    from tests.conftest import make_settings
+
+    keys = MemoryKeyStore()
+    agent, auditor = (keys.create("t-lines", role)[1] for role in ("agent", "auditor"))
+    settings = make_settings("sqlite", tmp_path)
+    make_ledger(settings).close()
+    lookalike = {"record": "event", "x": {"record": "event"}}
+    message = {"role": "user", "content": "hi", "additional_kwargs": lookalike}
+    with TestClient(create_app(settings, key_store=keys)) as client:
+        for _ in range(2):
+            written = client.post("/v1/sessions/mk/messages", json={"messages": [message]},
+                                  headers={"Authorization": f"Bearer {agent}"})  # fmt: skip
+            assert written.status_code == 200, written.text
+        client.headers["Authorization"] = f"Bearer {auditor}"
+        assert client.get("/v1/sessions/mk/export").status_code == 200
+        assert client.get("/v1/package", params={"prefix": "mk"}).status_code == 200
+        entries = client.get("/v1/access-log", params={"limit": 1000}).json()["entries"]
+    # (the session's 3 events: its start and the two appends)
+    assert [(e["action"], e["records"]) for e in entries] == [("export", 3), ("export", 3)]
+
+
+def test_event_lines_are_counted_across_any_cut_of_the_chunks() -> None:
+    import asyncio
+
+    from session_ledger.api.access_logging import _counted
+
+    body = b'{"record":"header"}\n' + b'{"record":"event","payload":{"record":"event"}}\n' * 3
+
+    async def chunks(size: int) -> Any:
+        for at in range(0, len(body), size):
+            yield body[at : at + size]
+
+    async def count(size: int) -> list[int]:
+        recorded: list[int] = []
+        async for _ in _counted(chunks(size), lambda n, done: recorded.append(n), csv=False):
+            pass
+        return recorded
+
+    for size in range(1, len(body) + 1):
+        assert asyncio.run(count(size)) == [3], size
