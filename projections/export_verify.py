@@ -294,7 +294,8 @@ def verify_export(
 def _take_sealed(stored: dict[str, Any], given: object) -> None:
     """Where the stored state holds a sealed field (encryption at rest), the file's line
     holds its content opened (or marked erased), which no key-less check can compare:
-    take the line's value when it has the sealed field's shape (as many messages)."""
+    take the line's value when it has the sealed field's shape (as many messages; or one
+    message, or none: a stream aborted without its text seals its `null`)."""
     if not isinstance(given, dict):
         return
     for name in SEALED_FIELDS:
@@ -302,5 +303,5 @@ def _take_sealed(stored: dict[str, Any], given: object) -> None:
         if not (isinstance(sealed, dict) and "sealed" in sealed):
             continue
         listed = isinstance(value, list) and len(value) == sealed.get("n")
-        if listed or ("n" not in sealed and isinstance(value, dict)):
+        if listed or ("n" not in sealed and (value is None or isinstance(value, dict))):
             stored[name] = value

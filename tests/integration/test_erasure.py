@@ -31,6 +31,7 @@ from session_ledger.domain.ledger import Ledger
 from session_ledger.domain.session import session_id
 from session_ledger.projections.export import export_session
 from session_ledger.projections.export_verify import verify_export
+from session_ledger.projections.package import verify_package, write_package
 from session_ledger.projections.rebuild import check
 from tests.conftest import make_ledger, make_settings
 from tests.integration.test_cost_does_not_grow import message, view_rows_during
@@ -272,6 +273,24 @@ def test_a_keyed_retry_of_a_write_to_an_erased_session_is_refused_whatever_it_ho
     with pytest.raises(SessionErasedError):
         sealed.delete_last_message("pin", idempotency_key="pop-1")
     assert sealed.erase("pin", **erase).replayed
+
+
+def test_an_export_of_a_sealed_session_with_aborted_streams_verifies(
+    sealed: Ledger, tmp_path: Path
+) -> None:
+    """A stream aborted without keeping its text stores no message: sealed, that `null`
+    is a sealed field too, which the export shows opened (`null`) and the check takes."""
+    sealed.put("streams", {"role": "user", "content": "hello"})
+    for stream, keep in (("dropped", False), ("kept", True)):
+        sealed.open_stream("streams", stream_id=stream)
+        sealed.append_stream("streams", stream, ["partial ", "answer"])
+        sealed.abort_stream("streams", stream, "client_gone", keep_partial=keep)
+    jsonl = b"".join(export_session(sealed, "streams", tenant=sealed.default_tenant))
+    report = verify_export(jsonl.splitlines(keepends=True))
+    assert report.ok, report
+    folder = tmp_path / "package"
+    write_package(sealed, sealed.default_tenant, folder, exported_by="test", prefix="streams")
+    assert verify_package(folder) == []
 
 
 def test_a_held_session_cannot_be_erased_until_released(sealed: Ledger) -> None:
