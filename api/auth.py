@@ -110,8 +110,16 @@ def require(permission: str) -> Callable[[Request], Awaitable[Principal]]:
 
     async def check(request: Request) -> Principal:
         principal = await authenticate(request)
-        if permission not in PERMISSIONS.get(principal.role, frozenset()):
-            raise Forbidden(f"role {principal.role!r} may not {permission}")
+        route = request.scope.get("route")
+        check_role(principal, permission, f"{request.method} {getattr(route, 'path', '')}")
         return principal
 
     return check
+
+
+def check_role(who: Principal, permission: str, what: str) -> None:
+    """Forbidden unless `who`'s role has `permission`; the refusal names what was asked
+    (`what`: a route, a tool) and the roles that may."""
+    if permission not in PERMISSIONS.get(who.role, frozenset()):
+        roles = " or ".join(role for role, granted in PERMISSIONS.items() if permission in granted)
+        raise Forbidden(f"role {who.role!r} may not {what}: it takes a key of role {roles}")

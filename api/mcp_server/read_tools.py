@@ -22,7 +22,7 @@ from session_ledger.domain.ledger import Ledger
 from session_ledger.domain.ports import MessagesRead
 
 from ..access_logging import records_in
-from ..auth import EXPORT, PERMISSIONS, READ, Forbidden, Principal
+from ..auth import EXPORT, READ, Principal, check_role
 from ..deps import ALWAYS_LOGGED_ROLES, WindowInputs
 from ..route_inputs import RouteInputs
 from ..routes.events import AuditInputs, audit_page
@@ -58,7 +58,7 @@ class LedgerReads:
 
     def window(self, who: Principal, key: str, **given: Any) -> dict[str, Any]:
         """The context window (GET /v1/sessions/{key}/context)."""
-        inputs = self._allowed(who, READ, WindowInputs, given)
+        inputs = self._allowed(who, READ, WindowInputs, given, "read the context window")
         assert isinstance(inputs, WindowInputs)
         read = self.ledger.window(
             key, tenant=who.tenant, token_limit=inputs.token_limit,
@@ -70,7 +70,7 @@ class LedgerReads:
 
     def history(self, who: Principal, key: str, **given: Any) -> dict[str, Any]:
         """A page of the history (GET /v1/sessions/{key}/messages)."""
-        inputs = self._allowed(who, READ, HistoryInputs, given)
+        inputs = self._allowed(who, READ, HistoryInputs, given, "read the history")
         assert isinstance(inputs, HistoryInputs)
         as_of_version, after = inputs.position()
         read = self.ledger.page(
@@ -84,7 +84,7 @@ class LedgerReads:
 
     def head(self, who: Principal, key: str) -> dict[str, Any]:
         """The session's head (GET /v1/sessions/{key})."""
-        inputs = self._allowed(who, READ, RouteInputs, {})
+        inputs = self._allowed(who, READ, RouteInputs, {}, "read a session head")
         head = self.ledger.head(key, tenant=who.tenant)
         answer = SessionHeadAnswer(
             key=head.key, version=head.version, message_count=head.message_count,
@@ -95,14 +95,14 @@ class LedgerReads:
 
     def replay(self, who: Principal, key: str, **given: Any) -> dict[str, Any]:
         """The session at a version or moment (GET /v1/sessions/{key}/replay)."""
-        inputs = self._allowed(who, READ, WindowInputs, given)
+        inputs = self._allowed(who, READ, WindowInputs, given, "replay a session")
         assert isinstance(inputs, WindowInputs)
         answer = _json(replayed(self.ledger, key, who.tenant, inputs))
         return self._logged(who, "replay", key, inputs, answer)
 
     def audit(self, who: Principal, key: str, **given: Any) -> dict[str, Any]:
         """A page of the session's audit trail (GET /v1/sessions/{key}/events)."""
-        inputs = self._allowed(who, READ, AuditInputs, given)
+        inputs = self._allowed(who, READ, AuditInputs, given, "read the audit trail")
         assert isinstance(inputs, AuditInputs)
         # A page as the route's: ending before the answer bytes (routes.events.audit_page)
         found, following = audit_page(self.ledger, key, who.tenant, inputs.after, inputs.limit)
@@ -111,7 +111,7 @@ class LedgerReads:
 
     def search(self, who: Principal, **given: Any) -> dict[str, Any]:
         """Events across the tenant by actor or type (GET /v1/events: auditors, admins)."""
-        inputs = self._allowed(who, EXPORT, SearchInputs, given)
+        inputs = self._allowed(who, EXPORT, SearchInputs, given, "search the events")
         assert isinstance(inputs, SearchInputs)
         found, following = self.ledger.views.evidence.search_events(
             who.tenant, actor=inputs.actor, event_type=inputs.type, start=inputs.start,
@@ -123,7 +123,7 @@ class LedgerReads:
 
     def sessions(self, who: Principal, **given: Any) -> dict[str, Any]:
         """A page of the tenant's session keys (GET /v1/sessions)."""
-        inputs = self._allowed(who, READ, SessionListInputs, given)
+        inputs = self._allowed(who, READ, SessionListInputs, given, "list the sessions")
         assert isinstance(inputs, SessionListInputs)
         found = self.ledger.keys(
             tenant=who.tenant, prefix=inputs.prefix, after=inputs.cursor,
@@ -134,10 +134,10 @@ class LedgerReads:
         return self._logged(who, "sessions", None, inputs, answer)
 
     def _allowed(
-        self, who: Principal, permission: str, model: type[RouteInputs], given: dict[str, Any]
-    ) -> RouteInputs:
-        if permission not in PERMISSIONS.get(who.role, frozenset()):
-            raise Forbidden(f"role {who.role!r} may not {permission}")
+        self, who: Principal, permission: str, model: type[RouteInputs], given: dict[str, Any],
+        what: str,
+    ) -> RouteInputs:  # fmt: skip
+        check_role(who, permission, what)
         return inputs_of(model, given)
 
     def _logged(

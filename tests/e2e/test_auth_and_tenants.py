@@ -104,7 +104,13 @@ def test_each_role_may_do_exactly_what_it_is_for(
                 assert answer.status_code in (200, 201, 404), (role, method, path, answer.text)
             else:
                 assert answer.status_code == 403, (role, method, path, answer.text)
-                assert answer.json()["error"]["code"] == "forbidden"
+                error = answer.json()["error"]
+                assert error["code"] == "forbidden"
+                # It names the route refused and the roles that may (not a permission's
+                # name, as "may not export sessions" for a search).
+                assert error["message"].startswith(f"role '{role}' may not {method} /v1"), error
+                may = error["message"].split(": it takes a key of role ")[1].split(" or ")
+                assert may and role not in may and set(may) <= {"agent", "auditor", "admin"}
 
 
 @pytest.mark.parametrize("intruder", ["b_agent", "b_admin"])

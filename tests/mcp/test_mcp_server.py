@@ -335,7 +335,10 @@ def test_roles_and_tenants_are_kept(mcp_server: Mcp, session_key: str) -> None:
     with pytest.raises(BaseException) as caught:
         run(searched_by_agent)
     error = mcp_error(caught.value)
-    assert (error.code, error.message) == (FORBIDDEN, "role 'agent' may not export sessions")
+    assert (error.code, error.message) == (
+        FORBIDDEN,
+        "role 'agent' may not search the events: it takes a key of role auditor or admin",
+    )
 
     async def other_tenant() -> tuple[str, dict[str, Any]]:
         async with mcp_server.session("b_admin") as session:
