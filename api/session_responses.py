@@ -128,4 +128,4 @@ def written(result: WriteResult, answer: type[WriteAnswer] = WriteAnswer, status
     etag(response, result.version)
     if result.replayed:
         response.headers["Idempotent-Replayed"] = "true"
-    return response
+    return counted(response, len(result.removed)) if result.removed else response

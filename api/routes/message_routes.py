@@ -23,7 +23,7 @@ from session_ledger.domain.ledger import Ledger
 from session_ledger.domain.ports import WriteResult
 
 from ..admission import new_session_counted
-from ..auth import READ
+from ..auth import READ, WRITE
 from ..deps import (
     BIG,
     LedgerDep,
@@ -163,9 +163,14 @@ async def clear_history(request: Request, call: WriteCall, options: WriteOptions
     return await _write(request, call, options, lambda ledger, key, kw: ledger.reset(key, **kw))
 
 
+# A removal answers the message it removed (a retry under its Idempotency-Key, again,
+# with no new event): to a key whose reads are logged, a read of it (`removed`).
+RemovalCall = Annotated[SessionCall, Depends(on_session(WRITE, "removed"))]
+
+
 @router.delete("/{key}/messages/last", response_model=WriteAnswer)
 async def delete_last_message(
-    request: Request, call: WriteCall, options: WriteOptionsDep,
+    request: Request, call: RemovalCall, options: WriteOptionsDep,
 ) -> Response:  # fmt: skip
     """Remove the newest message; `removed` holds it."""
     return await _write(request, call, options, lambda ledger, key, kw:
@@ -174,7 +179,7 @@ async def delete_last_message(
 
 @router.delete("/{key}/messages/{index}", response_model=WriteAnswer)
 async def delete_message(
-    request: Request, call: WriteCall, index: Annotated[int, Path(ge=-BIG, le=BIG)],
+    request: Request, call: RemovalCall, index: Annotated[int, Path(ge=-BIG, le=BIG)],
     options: WriteOptionsDep,
 ) -> Response:  # fmt: skip
     """Remove the message at `index` (negative counts from the end); `removed` holds it."""

@@ -191,3 +191,28 @@ def test_event_lines_are_counted_across_any_cut_of_the_chunks() -> None:
 
     for size in range(1, len(body) + 1):
         assert asyncio.run(count(size)) == [3], size
+
+
+def test_a_removal_that_answers_the_message_removed_is_logged_as_a_read() -> None:
+    """A removal's answer holds the message removed; a retry under its Idempotency-Key
+    answers it again, with no new event. Each such answer to an admin is entered."""
+    from tests.memory_api import memory_api
+
+    with memory_api(tenant="t-removed") as api:
+        body = {"messages": [{"role": "user", "content": f"m{i}"} for i in range(3)]}
+        assert api.client.post("/v1/sessions/s/messages", json=body).status_code == 200
+        retried = {"Idempotency-Key": "pop-1"}
+        for _ in range(2):  # (the second: a retry, answered from the stored write)
+            answer = api.client.delete("/v1/sessions/s/messages/last", headers=retried)
+            assert answer.status_code == 200 and answer.json()["removed"][0]["blocks"]
+        assert api.client.delete("/v1/sessions/s/messages/0").status_code == 200
+        _, agent = api.keys.create("t-removed", "agent")
+        agents = api.client.delete("/v1/sessions/s/messages/0", headers=api.bearer(agent))
+        assert agents.status_code == 200  # (an agent's reads are not entered by default)
+        entries = api.client.get("/v1/access-log", params={"limit": 100}).json()["entries"]
+    retried_as = {"idempotency_key": "pop-1"}
+    assert [(e["action"], e["session_key"], e["records"], e["parameters"]) for e in entries] == [
+        ("removed", "s", 1, retried_as),
+        ("removed", "s", 1, retried_as),
+        ("removed", "s", 1, {"index": "0"}),
+    ]
