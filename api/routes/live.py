@@ -24,7 +24,9 @@ read, so a batch is cut where its JSON passes them, and the next reads look at f
 Either tail counts against its key's and tenant's tails (`live_tails.py`: 429 beyond
 them), ends after `tail_max_seconds` (the client reconnects with Last-Event-ID) or when
 its key is revoked, each time with a last comment line saying why. An auditor's or
-admin's tail is in the access log once, as it opens (a tail may never end).
+admin's tail is in the access log once, as it opens, with the parameters its caller gave
+and 0 records: what it will send is not known then, and an entry made only as it ended
+would be lost with the process. The tenant tail's entry names no session, as a search's.
 """
 
 from __future__ import annotations
@@ -125,7 +127,8 @@ async def tail_session(
     tail = tails.opened(who)  # 429 before any read
     try:
         await asyncio.to_thread(ledger.head, key, tenant=who.tenant)  # 404 before the stream
-        await _log_opened(request, who, key, {"after": start})
+        resumed = {} if inputs.last_event_id is None and inputs.after is None else {"after": start}
+        await _log_opened(request, who, key, resumed)
     except BaseException:
         tails.closed(tail)
         raise
@@ -165,7 +168,8 @@ async def tail_tenant(
         except InvalidInput as e:
             raise (LastEventIdInvalid(f"Last-Event-ID: {e}") if header else e) from None
         resumed = {} if given is None else {"after": given}
-        await _log_opened(request, who, None, {"prefix": inputs.prefix, **resumed})
+        prefix = {"prefix": inputs.prefix} if "prefix" in inputs.model_fields_set else {}
+        await _log_opened(request, who, None, prefix | resumed)
     except BaseException:
         tails.closed(tail)
         raise

@@ -330,3 +330,10 @@ def test_an_auditors_tail_is_in_the_access_log_as_it_opens(
         ]  # once, while it is still open; its own parameters, validated
     finally:
         tail.close()
+    plain = Tail(deployment.base_url, live(session_key), deployment.keys["a_auditor"])
+    try:  # none given, none entered (it was entered as `{"after": 0}`)
+        assert len(plain.events(3)) == 3
+        logged = entries_of(deployment, session_key)
+        assert [(e["action"], e["parameters"]) for e in logged][-1] == ("live tail", {})
+    finally:
+        plain.close()
