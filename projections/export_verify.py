@@ -51,6 +51,9 @@ class VerifyReport:
     broken_line: int | None = None  # 1-based
     problem: str | None = None
     checkpoint: str | None = None  # what the inclusion proof showed, if the file has one
+    # Events whose content is sealed at rest: the chain and a signature prove the sealed
+    # bytes, and the file's readable content is checked by its shape only (`_take_sealed`).
+    sealed: int = 0
 
     def summary(self) -> str:
         """One line for people."""
@@ -59,7 +62,10 @@ class VerifyReport:
                 f"intact: session {self.key!r} of tenant {self.tenant!r}, {self.events} events "
                 f"(versions 1 to {self.to_version}), chain head {self.chain_head}"
                 + (f"; {self.checkpoint}" if self.checkpoint else "; no checkpoint")
-            )
+                + (f"; the content of {self.sealed} events is sealed at rest: proven sealed "
+                   "bytes, its readable text not proven by this file (checked by shape)"
+                   if self.sealed else "")
+            )  # fmt: skip
         return f"broken at line {self.broken_line}: {self.problem}"
 
 
@@ -85,6 +91,7 @@ class _Verifier:
         self.session_id = uuid.UUID(int=0)
         self.head = GENESIS
         self.events = 0
+        self.sealed = 0  # events whose readable content `_take_sealed` took
         self.trailer = False
         self.number = 0
         self.access = 0  # access lines read (they follow the events)
@@ -171,7 +178,7 @@ class _Verifier:
         except (ValueError, TypeError, KeyError) as e:
             raise _Broken(n, f"the stored state does not decode: {e}") from None
         expected = json.loads(line(readable(topic, fields)))
-        _take_sealed(expected["payload"], record.get("payload"))
+        self.sealed += _take_sealed(expected["payload"], record.get("payload"))
         for name in READABLE:
             if record.get(name) != expected[name]:
                 raise _Broken(n, f"{name} does not match the stored state")
@@ -262,6 +269,7 @@ class _Verifier:
             key=header.get("key"), to_version=header.get("to_version"),
             broken_line=problem.line if problem else None,
             problem=problem.problem if problem else None, checkpoint=self.proven,
+            sealed=self.sealed,
         )  # fmt: skip
 
 
@@ -291,17 +299,20 @@ def verify_export(
     return verifier.report()
 
 
-def _take_sealed(stored: dict[str, Any], given: object) -> None:
+def _take_sealed(stored: dict[str, Any], given: object) -> bool:
     """Where the stored state holds a sealed field (encryption at rest), the file's line
     holds its content opened (or marked erased), which no key-less check can compare:
     take the line's value when it has the sealed field's shape (as many messages; or one
-    message, or none: a stream aborted without its text seals its `null`)."""
-    if not isinstance(given, dict):
-        return
+    message, or none: a stream aborted without its text seals its `null`). Whether the
+    stored state holds a sealed field."""
+    found = False
     for name in SEALED_FIELDS:
-        sealed, value = stored.get(name), given.get(name)
+        sealed = stored.get(name)
         if not (isinstance(sealed, dict) and "sealed" in sealed):
             continue
+        found = True
+        value = given.get(name) if isinstance(given, dict) else None
         listed = isinstance(value, list) and len(value) == sealed.get("n")
         if listed or ("n" not in sealed and (value is None or isinstance(value, dict))):
             stored[name] = value
+    return found

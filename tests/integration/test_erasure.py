@@ -288,6 +288,8 @@ def test_an_export_of_a_sealed_session_with_aborted_streams_verifies(
     jsonl = b"".join(export_session(sealed, "streams", tenant=sealed.default_tenant))
     report = verify_export(jsonl.splitlines(keepends=True))
     assert report.ok, report
+    # (the append, each stream's chunks and each abort: their readable text unproven)
+    assert report.sealed == 5 and "the content of 5 events is sealed" in report.summary()
     folder = tmp_path / "package"
     write_package(sealed, sealed.default_tenant, folder, exported_by="test", prefix="streams")
     assert verify_package(folder) == []
