@@ -21,7 +21,7 @@ from urllib.parse import unquote_to_bytes
 
 from fastapi import Depends, Path, Request
 from fastapi.concurrency import run_in_threadpool
-from pydantic import AfterValidator, Field
+from pydantic import Field, ValidatorFunctionWrapHandler, WrapValidator
 
 from session_ledger.domain.errors import InvalidInput, InvalidSessionKey
 from session_ledger.domain.ledger import Ledger
@@ -50,9 +50,20 @@ def moment_in_range(value: datetime | None) -> datetime | None:
         raise ValueError("the time in UTC must lie within years 1 to 9999") from None
 
 
+_NUMBER = re.compile(r"\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*")
+
+
+def iso_moment(value: Any, parse: ValidatorFunctionWrapHandler) -> datetime | None:
+    """A time given in ISO 8601 (a date alone: its midnight), within `moment_in_range`; a
+    number is refused, which pydantic would read as seconds or milliseconds since 1970."""
+    if isinstance(value, int | float) or (isinstance(value, str) and _NUMBER.fullmatch(value)):
+        raise ValueError("a time is ISO 8601 (2026-11-24T10:00:00Z), not a number")
+    return moment_in_range(parse(value))
+
+
 # Every time a route takes goes through this check (`AsOfTime`, or `InRange` beside a Field of
-# its own), so none reaches a store out of range.
-InRange = AfterValidator(moment_in_range)
+# its own), so none reaches a store out of range or read from a number.
+InRange = WrapValidator(iso_moment)
 # Fields of the routes' `RouteInputs` models (route_inputs.py), each with the default None.
 AsOfTime = Annotated[
     datetime | None,

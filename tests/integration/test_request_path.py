@@ -170,3 +170,20 @@ def test_a_large_write_alone_runs_in_a_worker_thread_its_body_decoded_in_one(
         assert (writes.calls, decodes.calls) == (1, 1)
         history = client.get("/v1/sessions/chat/messages").json()["messages"]
         assert history[-1]["blocks"][0]["text"] == "word " * 600
+
+
+@pytest.mark.parametrize("given", ["1796564678", "1796564678000", " 17 ", "-5", "1.5e9"])
+def test_a_time_given_as_a_number_is_refused_not_read_as_seconds(given: str) -> None:
+    """A time is ISO 8601: a number (which pydantic reads as seconds or milliseconds
+    since 1970, whichever its size suggests) is a 422 that says so, on every time a route
+    takes."""
+    with memory_api(tenant="acme") as api:
+        body = {"messages": [{"role": "user", "content": "hi"}]}
+        assert api.client.post("/v1/sessions/s/messages", json=body).status_code == 200
+        for path, name in (("/v1/sessions/s/messages", "as_of"), ("/v1/events", "from"),
+                           ("/v1/package", "to")):  # fmt: skip
+            answer = api.client.get(path, params={name: given, "type": "MessagesAppended"})
+            assert answer.status_code == 422, (path, answer.text)
+            assert "ISO 8601" in answer.json()["error"]["message"], answer.text
+        day = api.client.get("/v1/sessions/s/messages", params={"as_of": "2999-01-01"})
+        assert day.status_code == 200  # (a date alone: its midnight, UTC)
