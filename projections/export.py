@@ -43,9 +43,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from eventsourcing.persistence import (
-    StoredEvent,
-)
+from eventsourcing.persistence import Mapper, StoredEvent
 
 from session_ledger.domain.errors import InvalidInput, LedgerError
 from session_ledger.domain.integrity import GENESIS, chain_step
@@ -55,6 +53,7 @@ from session_ledger.domain.reads import past_version
 from session_ledger.domain.session import session_id as derive_session_id
 
 from .export_format import CHAIN, FORMAT, FORMAT_VERSION, json_text, line, readable, utc
+from .sealing import SealingMapper
 
 FORMATS = ("jsonl", "csv")
 EVENTS_PAGE = 500  # stored events per read
@@ -191,11 +190,12 @@ def export_jsonl(
         version = stored.originator_version
         head = chain_step(head, plan.session_id, version, stored.topic, state)
         count += 1
-        fields = vars(ledger.mapper.to_domain_event(stored))
+        event, openings = opened(ledger.mapper, stored)
         yield hashed(line({
-            "record": "event", "version": version, **readable(stored.topic, fields),
+            "record": "event", "version": version, **readable(stored.topic, vars(event)),
             "topic": stored.topic, "state": base64.b64encode(state).decode("ascii"),
             "state_sha256": hashlib.sha256(state).hexdigest(), "chain": head.hex(),
+            **({"openings": openings} if openings else {}),
         }))  # fmt: skip
     access = 0
     for entry_line in access_lines(ledger, plan, page):
@@ -204,6 +204,14 @@ def export_jsonl(
     counted = {} if plan.access_up_to is None else {"access_entries": access}
     yield line({"record": "trailer", "events": count, "chain_head": head.hex(), **counted,
                 "sha256": digest.hexdigest()})  # fmt: skip
+
+
+def opened(mapper: Mapper[uuid.UUID], stored: StoredEvent) -> tuple[Any, dict[str, str]]:
+    """The stored event decoded, its sealed fields opened, and their salts (encryption at
+    rest: what proves the opened content against the commitments the chain covers)."""
+    if isinstance(mapper, SealingMapper):
+        return mapper.opened_event(stored)
+    return mapper.to_domain_event(stored), {}
 
 
 def access_lines(ledger: Ledger, plan: ExportPlan, page: int = EVENTS_PAGE) -> Iterator[bytes]:

@@ -28,7 +28,7 @@ from session_ledger.domain.session import session_id as derive_session_id
 
 from .access_chain import check_access_line
 from .export_format import CHAIN, FORMAT, FORMAT_VERSION, line, readable
-from .sealing import SEALED_FIELDS
+from .sealing import SEALED_FIELDS, commitment, erased_value
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -51,8 +51,8 @@ class VerifyReport:
     broken_line: int | None = None  # 1-based
     problem: str | None = None
     checkpoint: str | None = None  # what the inclusion proof showed, if the file has one
-    # Events whose content is sealed at rest: the chain and a signature prove the sealed
-    # bytes, and the file's readable content is checked by its shape only (`_take_sealed`).
+    # Events whose content is sealed at rest and not proven by the file: erased (the
+    # content gone), or sealed before commitments (checked by its shape; `_take_sealed`).
     sealed: int = 0
 
     def summary(self) -> str:
@@ -62,8 +62,8 @@ class VerifyReport:
                 f"intact: session {self.key!r} of tenant {self.tenant!r}, {self.events} events "
                 f"(versions 1 to {self.to_version}), chain head {self.chain_head}"
                 + (f"; {self.checkpoint}" if self.checkpoint else "; no checkpoint")
-                + (f"; the content of {self.sealed} events is sealed at rest: proven sealed "
-                   "bytes, its readable text not proven by this file (checked by shape)"
+                + (f"; the sealed content of {self.sealed} events is not proven by this "
+                   "file (erased, or sealed before commitments: checked by its shape)"
                    if self.sealed else "")
             )  # fmt: skip
         return f"broken at line {self.broken_line}: {self.problem}"
@@ -178,7 +178,12 @@ class _Verifier:
         except (ValueError, TypeError, KeyError) as e:
             raise _Broken(n, f"the stored state does not decode: {e}") from None
         expected = json.loads(line(readable(topic, fields)))
-        self.sealed += _take_sealed(expected["payload"], record.get("payload"))
+        try:
+            self.sealed += _take_sealed(
+                expected["payload"], record.get("payload"), record.get("openings")
+            )
+        except ValueError as e:
+            raise _Broken(n, str(e)) from None
         for name in READABLE:
             if record.get(name) != expected[name]:
                 raise _Broken(n, f"{name} does not match the stored state")
@@ -299,20 +304,37 @@ def verify_export(
     return verifier.report()
 
 
-def _take_sealed(stored: dict[str, Any], given: object) -> bool:
+def _take_sealed(stored: dict[str, Any], given: object, openings: object) -> bool:
     """Where the stored state holds a sealed field (encryption at rest), the file's line
-    holds its content opened (or marked erased), which no key-less check can compare:
-    take the line's value when it has the sealed field's shape (as many messages; or one
-    message, or none: a stream aborted without its text seals its `null`). Whether the
-    stored state holds a sealed field."""
-    found = False
+    holds its content opened, which no key-less check can compare with the ciphertext.
+    With its salt among the line's `openings`, the content is proven against the field's
+    commitment (`c`, which the chain covers): taken if it matches, else ValueError. With
+    none, it must read as erased (its key gone); a field sealed before commitments (no
+    `c`) is taken when it has the field's shape (as many messages; or one message, or
+    none: a stream aborted without its text seals its `null`). Whether any field's
+    content is left unproven."""
+    unproven = False
     for name in SEALED_FIELDS:
         sealed = stored.get(name)
         if not (isinstance(sealed, dict) and "sealed" in sealed):
             continue
-        found = True
         value = given.get(name) if isinstance(given, dict) else None
-        listed = isinstance(value, list) and len(value) == sealed.get("n")
-        if listed or ("n" not in sealed and (value is None or isinstance(value, dict))):
+        salt = openings.get(name) if isinstance(openings, dict) else None
+        if "c" in sealed and salt is not None:
+            try:
+                proven = commitment(bytes.fromhex(salt), value) == sealed["c"]
+            except (TypeError, ValueError):  # (a salt that is no hex; a value JSON cannot hold)
+                proven = False
+            if not proven:
+                raise ValueError(f"the payload's {name} does not match its sealed commitment")
             stored[name] = value
-    return found
+            continue
+        unproven = True
+        if "c" in sealed:
+            shaped = value == erased_value(name, sealed)
+        else:
+            listed = isinstance(value, list) and len(value) == sealed.get("n")
+            shaped = listed or ("n" not in sealed and (value is None or isinstance(value, dict)))
+        if shaped:
+            stored[name] = value
+    return unproven

@@ -10,8 +10,13 @@ counts and the hash chain stay clear, so a window still reads O(window) rows (op
 after the read) and `verify` needs no key. Erasure deletes the data key in the
 transaction that records it: what was sealed can no longer be opened.
 
-Stored forms: an event field `{"sealed": base64(nonce | ciphertext), "n": messages}`, a
-view body `~` + the same base64. Both are bound to their session (associated data).
+Stored forms: an event field `{"sealed": base64(nonce | ciphertext), "n": messages, "c":
+commitment}`, a view body `~` + the same base64. Both are bound to their session
+(associated data). An event field seals a random salt before the field's JSON, and `c`
+is SHA-256(salt | JSON), in the clear: the chain, and so a signed checkpoint, covers it,
+and an export that opens the field gives the salt (`openings`), so `verify-export` proves
+the readable content with no key. Erased, the salt is gone with the key: `c` confirms no
+guess. (Fields sealed before commitments have no `c`: checked by their shape only.)
 
 A keyed write's request digest (what tells a retry from another write under the same
 idempotency key) is stored as `m:<master key id>:` + an HMAC of the request's SHA-256
@@ -44,6 +49,7 @@ SEALED_BODY = "~"  # a clear body starts with `"` or `{`
 SEALED_FIELDS = ("messages", "message", "deltas")  # the event fields that hold content
 NONCE_BYTES = 12
 KEY_BYTES = 32
+SALT_BYTES = 16  # of an event field's commitment
 KEYED_DIGEST = "m:"  # a request digest stored as an HMAC under a master key's digest key
 _DIGEST_KEY_LABEL = b"session-ledger request digest"
 # What an erased message reads as in the audit trail and the export (its content gone).
@@ -232,21 +238,44 @@ def open_bodies(
     ]
 
 
+def field_json(value: object) -> bytes:
+    """The bytes an event field's value is sealed as, and committed to."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def commitment(salt: bytes, value: object) -> str:
+    """The clear commitment to a sealed field's value: SHA-256(salt | its JSON), hex."""
+    return hashlib.sha256(salt + field_json(value)).hexdigest()
+
+
 def seal_fields(state: dict[str, Any], key: AESGCM, session_id: uuid.UUID) -> bool:
-    """Seal the content fields of an event's `state` in place (those not sealed yet);
-    whether any was."""
+    """Seal the content fields of an event's `state` in place (those not sealed yet), each
+    with its salt and commitment; whether any was."""
     changed = False
     for f in SEALED_FIELDS:
         value = state.get(f)
         if f not in state or (isinstance(value, dict) and "sealed" in value):
             continue
-        data = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-        envelope: dict[str, Any] = {"sealed": seal(key, session_id, data.encode("utf-8"))}
+        salt = os.urandom(SALT_BYTES)
+        data = field_json(value)
+        envelope: dict[str, Any] = {
+            "sealed": seal(key, session_id, salt + data),
+            "c": hashlib.sha256(salt + data).hexdigest(),
+        }
         if isinstance(value, list):
             envelope["n"] = len(value)
         state[f] = envelope
         changed = True
     return changed
+
+
+def erased_value(field: str, envelope: Mapping[str, Any]) -> Any:
+    """What a sealed field reads as once its key is gone: its shape, no content."""
+    if field == "deltas":
+        return [""] * envelope.get("n", 0)
+    if "n" in envelope:
+        return [dict(ERASED_MESSAGE) for _ in range(envelope["n"])]
+    return dict(ERASED_MESSAGE)
 
 
 class SealingMapper(Mapper[uuid.UUID]):
@@ -274,23 +303,31 @@ class SealingMapper(Mapper[uuid.UUID]):
         )
 
     def to_domain_event(self, stored_event: StoredEvent) -> Any:
+        return self.opened_event(stored_event)[0]
+
+    def opened_event(self, stored_event: StoredEvent) -> tuple[Any, dict[str, str]]:
+        """The domain event with its sealed fields opened, and the salt (hex) of each field
+        opened that has a commitment: what an export gives to prove the content."""
         event = super().to_domain_event(stored_event)
-        state = vars(event)
+        state, openings = vars(event), {}
         for f in SEALED_FIELDS:
             value = state.get(f)
             if isinstance(value, dict) and "sealed" in value:
-                state[f] = self._opened(event.originator_id, value, f)
-        return event
+                state[f], salt = self._opened(event.originator_id, value, f)
+                if salt is not None:
+                    openings[f] = salt.hex()
+        return event, openings
 
-    def _opened(self, session_id: uuid.UUID, envelope: dict[str, Any], field: str) -> Any:
+    def _opened(
+        self, session_id: uuid.UUID, envelope: dict[str, Any], field: str
+    ) -> tuple[Any, bytes | None]:
         key = self.data_keys.opening_key(session_id)
         if key is None:  # erased: the content is gone, its shape is not
-            if field == "deltas":
-                return [""] * envelope.get("n", 0)
-            if "n" in envelope:
-                return [dict(ERASED_MESSAGE) for _ in range(envelope["n"])]
-            return dict(ERASED_MESSAGE)
-        return json.loads(unseal(key, session_id, envelope["sealed"]))
+            return erased_value(field, envelope), None
+        data = unseal(key, session_id, envelope["sealed"])
+        if "c" not in envelope:  # (sealed before commitments: the JSON alone)
+            return json.loads(data), None
+        return json.loads(data[SALT_BYTES:]), data[:SALT_BYTES]
 
 
 class SealingFactory:

@@ -5,15 +5,17 @@ the chain still verifies; other sessions read as before; holds block erasure."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import sqlite3
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -30,6 +32,7 @@ from session_ledger.domain.inputs import parse_messages, request_digest
 from session_ledger.domain.ledger import Ledger
 from session_ledger.domain.session import session_id
 from session_ledger.projections.export import export_session
+from session_ledger.projections.export_format import line as json_line
 from session_ledger.projections.export_verify import verify_export
 from session_ledger.projections.package import verify_package, write_package
 from session_ledger.projections.rebuild import check
@@ -288,11 +291,51 @@ def test_an_export_of_a_sealed_session_with_aborted_streams_verifies(
     jsonl = b"".join(export_session(sealed, "streams", tenant=sealed.default_tenant))
     report = verify_export(jsonl.splitlines(keepends=True))
     assert report.ok, report
-    # (the append, each stream's chunks and each abort: their readable text unproven)
-    assert report.sealed == 5 and "the content of 5 events is sealed" in report.summary()
+    assert report.sealed == 0  # (every sealed field proven by its opening)
     folder = tmp_path / "package"
     write_package(sealed, sealed.default_tenant, folder, exported_by="test", prefix="streams")
     assert verify_package(folder) == []
+
+
+def test_a_sealed_export_proves_its_content_and_a_forged_one_is_broken(sealed: Ledger) -> None:
+    """A sealed field's commitment, SHA-256(salt | JSON), is stored in the clear and so
+    covered by the chain; the export opens the field and gives its salt. A forger who
+    changes a message (its role, its text) and recomputes the keyless digest is caught
+    at that line, with or without the salt; once erased, the content reads as erased and
+    is reported unproven, not broken."""
+    sealed.put("forged", {"role": "user", "content": "pay 10 EUR to Alice"})
+    sealed.put("forged", {"role": "assistant", "content": "done"})
+    lines = b"".join(export_session(sealed, "forged", tenant=sealed.default_tenant)).split(b"\n")
+    report = verify_export(line + b"\n" for line in lines if line)
+    assert report.ok and report.sealed == 0, report
+
+    def forged(change: Callable[[dict[str, Any]], None]) -> Any:
+        records = [json.loads(line) for line in lines if line]
+        at = next(i for i, r in enumerate(records) if r.get("version") == 2)
+        change(records[at])
+        body = b"".join(json_line(r) for r in records[:-1])
+        records[-1]["sha256"] = hashlib.sha256(body).hexdigest()  # (the keyless digest)
+        return verify_export([*body.splitlines(keepends=True), json_line(records[-1])])
+
+    def text(record: dict[str, Any]) -> None:
+        record["payload"]["messages"][0]["blocks"][0]["text"] = "pay 10,000 EUR to Mallory"
+
+    def role(record: dict[str, Any]) -> None:
+        record["payload"]["messages"][0]["role"] = "system"
+
+    def unopened(record: dict[str, Any]) -> None:
+        text(record)
+        del record["openings"]
+
+    for change in (text, role, unopened):
+        report = forged(change)
+        assert not report.ok and report.broken_line is not None, (change.__name__, report)
+    assert "commitment" in forged(text).problem
+    sealed.erase("forged", reason="the user asked", basis="GDPR art. 17")
+    erased = b"".join(export_session(sealed, "forged", tenant=sealed.default_tenant))
+    report = verify_export(erased.splitlines(keepends=True))
+    assert report.ok and report.sealed == 2, report
+    assert "the sealed content of 2 events is not proven" in report.summary()
 
 
 def test_a_held_session_cannot_be_erased_until_released(sealed: Ledger) -> None:
