@@ -124,8 +124,11 @@ def verify_chain(
     checked, h = 0, GENESIS
     good = h  # h of the last version that checked out
 
-    def report(bad: int | None = None, problem: str | None = None) -> ChainReport:
-        return ChainReport(tenant, key, checked, good.hex() if checked else None, bad, problem)
+    def report(
+        bad: int | None = None, problem: str | None = None, derivable: bool = False
+    ) -> ChainReport:
+        head = good.hex() if checked else None
+        return ChainReport(tenant, key, checked, head, bad, problem, derivable)
 
     while True:
         page = records(checked, VERIFY_PAGE)
@@ -135,11 +138,11 @@ def verify_chain(
                 return report(checked + 1, f"the event of version {checked + 1} is missing")
             h = chain_step(h, session_id, version, topic, state)
             if version not in stored:
-                return report(version, f"version {version} has no stored hash entry")
+                return report(version, f"version {version} has no stored hash entry", True)
             kept = stored[version]
             if kept is None:
                 return report(version, f"version {version} has no stored hash (derive the "
-                                       "views again from the events)")  # fmt: skip
+                                       "views again from the events)", True)  # fmt: skip
             if kept != h:
                 return report(version, f"version {version}: the stored hash is {kept.hex()}, "
                                        f"the events give {h.hex()}")  # fmt: skip

@@ -84,6 +84,9 @@ class ChainReport:
     head: str | None  # hex h_v of the last of them, as recomputed
     first_bad_version: int | None  # None: intact
     problem: str | None
+    # The events checked out as far as hashes were kept: the views lack the rest, which a
+    # rebuild derives (a store written before hashes were kept, or its views lost).
+    derivable: bool = False
 
     @property
     def intact(self) -> bool:

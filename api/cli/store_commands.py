@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 
+from session_ledger.domain.ledger import Ledger
 from session_ledger.domain.ports import ChainReport
 
 from ..terminal import echo, json_text, secho
@@ -40,6 +41,12 @@ def audit(
         echo(f"    {json_text(e.changes)[:500]}")
 
 
+def _broken_chains(ledger: Ledger) -> list[ChainReport]:
+    """The sessions whose events disagree with a hash kept as it was written (not those
+    whose views merely lack hashes: a rebuild derives them)."""
+    return [r for r in ledger.verify_all() if not r.intact and not r.derivable]
+
+
 @app.command()
 def rebuild(
     check: Annotated[
@@ -50,9 +57,19 @@ def rebuild(
             "what the events give; change nothing. Exits 1 when any row differs.",
         ),
     ] = False,
+    replace_broken_chains: Annotated[
+        bool,
+        typer.Option(
+            help="Rebuild even where the events no longer give the hashes kept as they "
+            "were written (`verify` names them): those hashes, the evidence of the change, "
+            "are replaced by the events' own.",
+        ),
+    ] = False,
     database_url: DatabaseUrl = None,
 ) -> None:
-    """Re-derive every view (transcript, sessions, timeline) from the event log."""
+    """Re-derive every view (transcript, sessions, timeline) from the event log. Refused
+    where the events no longer give the hashes kept as they were written, unless
+    --replace-broken-chains: a rebuild would replace that evidence with their own."""
     from session_ledger.projections import rebuild as rebuilding
 
     from ..bootstrap import sql_views
@@ -65,6 +82,16 @@ def rebuild(
     with failing_cleanly(), opened_ledger(settings) as ledger:
         views = sql_views(ledger)
         if not check:
+            broken = [] if replace_broken_chains else _broken_chains(ledger)
+            if broken:
+                for report in broken[:20]:
+                    echo(f"BROKEN  {report.tenant}/{report.key}  at version "
+                         f"{report.first_bad_version}: {report.problem}")  # fmt: skip
+                secho(f"error: the events of {len(broken)} sessions no longer give the hashes "
+                      "kept as they were written; a rebuild would replace them with the "
+                      "events' own. Find out why (restore the events from a backup), or "
+                      "pass --replace-broken-chains", err=True, fg=typer.colors.RED)  # fmt: skip
+                raise typer.Exit(1)
             count = rebuilding.rebuild(views, ledger.mapper, ledger.tokenizer, progress=progress)
             echo(f"\nrebuilt the views from {count:,} events", err=True)
             return

@@ -172,3 +172,32 @@ def test_after_a_rebuild_an_append_extends_the_rebuilt_chain(sqlite_ledger: Any)
     ledger.put("s", {"role": "user", "content": "after"})
     report = ledger.verify("s")
     assert report.intact and report.versions == 4
+
+
+def test_the_rebuild_command_keeps_the_evidence_of_an_altered_event(sqlite_ledger: Any) -> None:
+    """`session-ledger rebuild` derives the stored hashes from the events: over an edited
+    event it replaced the hash kept as it was written, and `verify` then found nothing.
+    It refuses now, naming the session, unless told to replace them; views that merely
+    lack hashes (a store written before they were kept) are still rebuilt."""
+    from typer.testing import CliRunner
+
+    from session_ledger.api.cli import cli
+
+    ledger, path = sqlite_ledger
+    write_some(ledger)
+    ledger.put("clean", {"role": "user", "content": "untouched"})
+    url = ["--database-url", f"sqlite:///{path}"]
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE ledger_timeline SET chain = NULL WHERE session_id = ?",
+                     (session_id(ledger.default_tenant, "clean").hex,))  # fmt: skip
+    assert CliRunner().invoke(cli, ["rebuild", *url]).exit_code == 0  # (derived, not broken)
+    assert ledger.verify("clean").intact
+    tamper(path, EDIT_EVENT, session_id(ledger.default_tenant, "s").hex, 3)
+    refused = CliRunner().invoke(cli, ["rebuild", *url])
+    assert refused.exit_code == 1, refused.output
+    assert "BROKEN  default/s  at version 3" in refused.output
+    assert "--replace-broken-chains" in refused.output
+    assert ledger.verify("s").first_bad_version == 3  # the evidence is kept
+    forced = CliRunner().invoke(cli, ["rebuild", "--replace-broken-chains", *url])
+    assert forced.exit_code == 0, forced.output
+    assert ledger.verify("s").intact  # (as asked: the events' own hashes)
