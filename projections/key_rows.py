@@ -13,7 +13,7 @@ from session_ledger.domain.ports import WriteBatch
 
 from .changes import ExtendStream, InsertMessages, ViewChanges, view_changes
 from .dialect import Dialect
-from .sealing import SEALED_BODY, DataKeys, open_bodies, seal_body
+from .sealing import SEALED_BODY, DataKeys, KeylessSeals, no_master_key, open_bodies, seal_body
 
 # Tables whose rows hold a session's content (its message bodies): erasure deletes them.
 CONTENT_TABLES = ("ledger_messages", "ledger_ended_messages", "ledger_streams")
@@ -32,6 +32,11 @@ class DataKeyTable:
                         "session_id = ?", (d.sid(session_id),))  # fmt: skip
         return (rows[0]["master_key_id"], bytes(rows[0]["wrapped"])) if rows else None
 
+    def holds_keys(self) -> bool:
+        """Whether any session of the store has a data key (its content sealed)."""
+        with self.dialect.reading() as read:
+            return bool(read("SELECT 1 AS found FROM ledger_data_keys LIMIT 1", ()))
+
     def add_data_key_row(
         self, session_id: uuid.UUID, kid: str, wrapped: bytes, created: datetime
     ) -> None:
@@ -44,10 +49,13 @@ class DataKeyTable:
 
 class SessionContent:
     """Seals view bodies and opens them, with the sessions' data keys (None: no master key
-    configured, content stays clear)."""
+    configured, content stays clear). Without one, a sealed body read (on a store that
+    holds sealed sessions: `keyless`) is refused naming the setting: read as clear, it
+    was an answer that is not JSON."""
 
-    def __init__(self, data_keys: DataKeys | None) -> None:
+    def __init__(self, data_keys: DataKeys | None, keyless: KeylessSeals | None = None) -> None:
         self.data_keys = data_keys
+        self._keyless = keyless if data_keys is None else None
 
     def sealed(self, session_id: uuid.UUID) -> bool:
         return self.data_keys is not None and self.data_keys.key(session_id) is not None
@@ -85,12 +93,19 @@ class SessionContent:
         self, session_id: uuid.UUID, rows: Sequence[Sequence[Any]], at: int = 1
     ) -> Sequence[Any]:
         """`rows` with their body (column `at`) opened where sealed, after the read."""
-        return rows if self.data_keys is None else open_bodies(self.data_keys, session_id, rows, at)
+        if self.data_keys is not None:
+            return open_bodies(self.data_keys, session_id, rows, at)
+        if (self._keyless is not None and self._keyless.held()
+                and any(r[at][:1] == SEALED_BODY for r in rows)):  # fmt: skip
+            raise no_master_key(session_id)
+        return rows
 
     def open_stream_text(self, session_id: uuid.UUID, text: str) -> str:
         """A stream row's text, its sealed lines opened."""
         if not text.startswith(SEALED_BODY):
             return text
+        if self.data_keys is None:
+            raise no_master_key(session_id)
         lines = [(line,) for line in text.split("\n") if line]
         return "".join(row[0] for row in open_bodies(self.data_keys, session_id, lines, at=0))
 

@@ -44,7 +44,7 @@ from .postgres_async import BridgingDatastore, LoopPool
 from .postgres_partitions import partition_counts
 from .postgres_schema import migrate
 from .replicas import ReplicaSet, open_replicas
-from .sealing import SealingFactory, SealingMapper
+from .sealing import SealingFactory
 from .sql import Reader
 from .views import SQLViews, view_parts
 
@@ -353,13 +353,12 @@ class PostgresLedgerFactory(SealingFactory, PostgresFactory):
 
     def mapper(self, transcoder: Any = None, mapper_class: Any = None) -> Mapper[Any]:
         transcoder = transcoder or self.transcoder()
-        keys = self.data_keys(DataKeyTable(self.dialect), transcoder)
-        if keys is None:
-            return super().mapper(transcoder, mapper_class)
-        return SealingMapper(transcoder, keys)
+        plain = super().mapper(transcoder, mapper_class)
+        return self.sealing_mapper(DataKeyTable(self.dialect), transcoder, plain)
 
     def application_recorder(self) -> ApplicationRecorder:
-        content = SessionContent(self.data_keys(DataKeyTable(self.dialect), self.transcoder()))
+        table = DataKeyTable(self.dialect)
+        content = SessionContent(self.data_keys(table, self.transcoder()), self.keyless(table))
         parts = view_parts(self.dialect, content, PostgresFeed(self.dialect))
 
         def standby_views(datastore: PostgresDatastore) -> SQLViews:

@@ -33,7 +33,7 @@ import hmac
 import json
 import os
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -140,6 +140,8 @@ class DataKeyStore(Protocol):
     def add_data_key_row(
         self, session_id: uuid.UUID, kid: str, wrapped: bytes, created: datetime
     ) -> None: ...
+
+    def holds_keys(self) -> bool: ...
 
 
 class DataKeys:
@@ -330,6 +332,50 @@ class SealingMapper(Mapper[uuid.UUID]):
         return json.loads(data[SALT_BYTES:]), data[:SALT_BYTES]
 
 
+class KeylessSeals:
+    """Whether the store of a process given no master key holds sealed sessions: asked of
+    the data key table once, at the first read that could meet sealed content (the table
+    is made by then)."""
+
+    def __init__(self, holds_keys: Callable[[], bool]) -> None:
+        self._holds_keys = holds_keys
+        self._held: bool | None = None
+
+    def held(self) -> bool:
+        if self._held is None:
+            self._held = self._holds_keys()
+        return self._held
+
+
+def no_master_key(session_id: uuid.UUID) -> StoreNotReady:
+    """The refusal of sealed content in a process given no master key."""
+    return StoreNotReady(
+        f"session {session_id} is sealed at rest and no master key is configured here: set "
+        "LEDGER_MASTER_KEY or LEDGER_MASTER_KEY_FILE (`verify` needs none)"
+    )
+
+
+class KeylessMapper(Mapper[uuid.UUID]):
+    """The mapper of a process given no master key: events stored and read as `inner`
+    does, and a sealed field met on the way out refused naming the setting (read as
+    clear, it was a traceback deep in the domain: `unhashable type: 'slice'`)."""
+
+    def __init__(self, inner: Mapper[uuid.UUID], keyless: KeylessSeals) -> None:
+        super().__init__(inner.transcoder)
+        self.inner, self.keyless = inner, keyless
+        self.to_stored_event = inner.to_stored_event  # type: ignore[method-assign]  # (as is)
+
+    def to_domain_event(self, stored_event: StoredEvent) -> Any:
+        event = self.inner.to_domain_event(stored_event)
+        if self.keyless.held():
+            state = vars(event)
+            for f in SEALED_FIELDS:
+                value = state.get(f)
+                if isinstance(value, dict) and "sealed" in value:
+                    raise no_master_key(event.originator_id)
+        return event
+
+
 class SealingFactory:
     """What the ledger's persistence modules add to the library's factories: with
     `MASTER_KEYS` in the environment, one `DataKeys` that the sealing mapper and the
@@ -337,6 +383,7 @@ class SealingFactory:
 
     env: Any
     _data_keys: DataKeys | None
+    _keyless: KeylessSeals
 
     def data_keys(self, table: DataKeyStore, transcoder: Any) -> DataKeys | None:
         """The data keys (None: no master key configured), made once, with the store's key
@@ -346,3 +393,18 @@ class SealingFactory:
             text = self.env.get("MASTER_KEYS")
             self._data_keys = DataKeys(MasterKeys.parse(text), table, transcoder) if text else None
         return self._data_keys
+
+    def keyless(self, table: DataKeyStore) -> KeylessSeals:
+        """With no master key: whether the store holds sealed sessions, one answer shared
+        by the mapper and the views' content."""
+        if not hasattr(self, "_keyless"):
+            self._keyless = KeylessSeals(table.holds_keys)
+        return self._keyless
+
+    def sealing_mapper(self, table: DataKeyStore, transcoder: Any, plain: Mapper[Any]) -> Any:
+        """The store's mapper: sealing with a master key, else `plain` refusing what is
+        sealed."""
+        keys = self.data_keys(table, transcoder)
+        if keys is not None:
+            return SealingMapper(transcoder, keys)
+        return KeylessMapper(plain, self.keyless(table))

@@ -35,7 +35,7 @@ from .eventsourcing_compat import SQLITE_LOCK_WAIT_SECONDS, DurableSQLitePool
 from .feed import SQLiteFeed
 from .group_commit import GroupCommit
 from .key_rows import DataKeyTable, SessionContent
-from .sealing import SealingFactory, SealingMapper
+from .sealing import SealingFactory
 from .sql import LIVE_COLUMNS, TIME_FORMAT, Reader, utc_text
 from .sqlite_schema import LATEST, migrate, schema_version
 from .views import SQLViews, view_parts
@@ -297,13 +297,12 @@ class SQLiteLedgerFactory(SealingFactory, SQLiteFactory):
 
     def mapper(self, transcoder: Any = None, mapper_class: Any = None) -> Mapper[Any]:
         transcoder = transcoder or self.transcoder()
-        keys = self.data_keys(DataKeyTable(self.dialect), transcoder)
-        if keys is None:
-            return super().mapper(transcoder, mapper_class)
-        return SealingMapper(transcoder, keys)
+        plain = super().mapper(transcoder, mapper_class)
+        return self.sealing_mapper(DataKeyTable(self.dialect), transcoder, plain)
 
     def application_recorder(self) -> ApplicationRecorder:
-        content = SessionContent(self.data_keys(DataKeyTable(self.dialect), self.transcoder()))
+        table = DataKeyTable(self.dialect)
+        content = SessionContent(self.data_keys(table, self.transcoder()), self.keyless(table))
         recorder = SQLiteLedgerRecorder(self.dialect, sqlite_views(self.dialect, content))
         if self.env_create_table():
             recorder.create_table()

@@ -27,6 +27,7 @@ from session_ledger.domain.errors import (
     IdempotencyKeyReused,
     LegalHold,
     SessionErasedError,
+    StoreNotReady,
 )
 from session_ledger.domain.inputs import parse_messages, request_digest
 from session_ledger.domain.ledger import Ledger
@@ -379,3 +380,40 @@ def test_without_a_master_key_erasure_is_refused_and_nothing_changes(tmp_path: P
         assert ledger.get("clear")[0].content == "kept"
     finally:
         ledger.close()
+
+
+def test_a_process_without_the_master_key_refuses_sealed_content_saying_so(
+    sealed: Ledger,
+) -> None:
+    """Opened without LEDGER_MASTER_KEY, a store of sealed sessions read their stored
+    envelopes as clear content: tracebacks (`unhashable type: 'slice'`) and answers that
+    are not JSON. Their content is refused now with the setting named; a session stored
+    clear still reads, and `verify` needs no key."""
+    sealed.put("secret", {"role": "user", "content": "sealed words"})
+    settings: Settings = sealed.test_settings  # type: ignore[attr-defined]
+    keyless = make_ledger(settings.model_copy(update={"master_key": None}))
+    try:
+        for read in (
+            lambda: keyless.get_all("secret"),
+            lambda: keyless.get("secret"),
+            lambda: keyless.audit("secret"),
+            lambda: keyless.put("secret", {"role": "user", "content": "more"}),
+        ):
+            with pytest.raises(StoreNotReady, match="LEDGER_MASTER_KEY"):
+                read()
+        assert keyless.verify("secret").intact
+        keyless.put("plain", {"role": "user", "content": "clear words"})
+        assert [m.content for m in keyless.get_all("plain")] == ["clear words"]
+    finally:
+        keyless.close()
+    from typer.testing import CliRunner
+
+    from session_ledger.api.cli import cli
+
+    url = ["--database-url", settings.database_url]
+    tenant = ["--tenant", settings.default_tenant]
+    for command in (["show", "secret", *tenant], ["audit", "secret", *tenant],
+                    ["rebuild", "--check"]):  # fmt: skip
+        done = CliRunner().invoke(cli, [*command, *url], env={"LEDGER_MASTER_KEY": ""})
+        assert done.exit_code == 1 and "set LEDGER_MASTER_KEY" in done.output, done.output
+        assert "Traceback" not in done.output
