@@ -342,7 +342,8 @@ class WindowInputs(PastInputs):
     token_limit: int | None = Field(
         None, ge=1, le=BIG, description="Default: the server's LEDGER_TOKEN_LIMIT."
     )
-    initial_token_count: int = Field(0, ge=0, le=BIG)
+    # (below 0 too, as LlamaIndex takes it: room for more of the history)
+    initial_token_count: int = Field(0, ge=-BIG, le=BIG)
 
 
 LedgerDep = Annotated[Ledger, Depends(get_ledger)]

@@ -192,7 +192,5 @@ def window_length(
 def check_window_arguments(token_limit: int, initial_token_count: int) -> None:
     if token_limit < 1:
         raise InvalidInput(f"token_limit must be at least 1; got {token_limit}")
-    if initial_token_count < 0:
-        raise InvalidInput(f"initial_token_count must not be negative; got {initial_token_count}")
     if initial_token_count > token_limit:
         raise TokenLimitExceeded("Initial token count exceeds token limit")

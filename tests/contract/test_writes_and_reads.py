@@ -244,7 +244,7 @@ def test_invalid_arguments_are_refused(ledger: Ledger) -> None:
     bad_calls = [
         lambda: ledger.get("s", token_limit=0),
         lambda: ledger.get("s", token_limit="10"),  # type: ignore[arg-type]
-        lambda: ledger.get("s", initial_token_count=-1),
+        lambda: ledger.get("s", initial_token_count="1"),  # type: ignore[arg-type]
         lambda: ledger.get_all("s", status="deleted"),
         lambda: ledger.get_all("s", offset=-1),
         lambda: ledger.keys(limit=0),

@@ -235,7 +235,7 @@ def test_if_match_with_if_none_match_star_cannot_hold(http: httpx.Client, sessio
         "/messages/abc", "/messages/1.5", f"/messages/{10**30}",
         "/messages?status=deleted", "/messages?offset=-1", "/messages?limit=x",
         f"/messages?offset={10**30}", "/context?token_limit=-1", "/context?token_limit=abc",
-        "/context?initial_token_count=-5",
+        "/context?initial_token_count=-5.5",
     ],
 )  # fmt: skip
 def test_bad_numbers_and_enums_are_422(http: httpx.Client, session_key: str, path: str) -> None:
