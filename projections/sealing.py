@@ -401,7 +401,9 @@ class SealingFactory:
             self._keyless = KeylessSeals(table.holds_keys)
         return self._keyless
 
-    def sealing_mapper(self, table: DataKeyStore, transcoder: Any, plain: Mapper[Any]) -> Any:
+    def sealing_mapper(
+        self, table: DataKeyStore, transcoder: Any, plain: Mapper[uuid.UUID]
+    ) -> Mapper[uuid.UUID]:
         """The store's mapper: sealing with a master key, else `plain` refusing what is
         sealed."""
         keys = self.data_keys(table, transcoder)
