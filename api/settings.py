@@ -29,7 +29,7 @@ class ServerSettings(BaseModel):
     """What `serve` binds and runs, and what a server process serves (`serve`, create_app)."""
 
     host: str = Field("127.0.0.1", description="Address `serve` binds.")
-    port: int = Field(8080, description="Port `serve` binds.")
+    port: int = Field(8080, ge=1, le=65535, description="Port `serve` binds.")
     workers: int = Field(1, ge=1, description="uvicorn worker processes for `serve`.")
     access_log: bool = Field(
         True,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from typing import Any
 
 import typer
@@ -39,6 +40,32 @@ def echo(message: str = "", *, err: bool = False) -> None:
 
 def secho(message: str, *, err: bool = False, fg: str | None = None) -> None:
     typer.secho(visible(message), err=err, fg=fg)
+
+
+def counted(count: int, noun: str) -> str:
+    """`count` and `noun`, singular for one: `1 session`, `2 sessions`, `1,000 events`."""
+    return f"{count:,} {noun}" if count == 1 else f"{count:,} {noun}s"
+
+
+def progress(message: str) -> None:
+    """A progress line on stderr: on a terminal, rewritten in place by the next one; in a
+    file or a pipe (no carriage return moves back there), a line of its own, or every
+    line would run into the next."""
+    if _stderr_is_terminal():
+        typer.echo(f"\r{visible(message)}", nl=False, err=True)
+    else:
+        echo(message, err=True)
+
+
+def progress_done() -> None:
+    """Ends the line `progress` rewrote in place on a terminal (elsewhere each progress
+    line ended itself)."""
+    if _stderr_is_terminal():
+        typer.echo("", err=True)
+
+
+def _stderr_is_terminal() -> bool:
+    return sys.stderr is not None and sys.stderr.isatty()
 
 
 def _escape(found: re.Match[str]) -> str:

@@ -13,7 +13,10 @@ database anyway), so they need no API key.
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
+from typer.core import TyperGroup
 
 from . import (
     compliance_commands,
@@ -24,8 +27,23 @@ from . import (
     serve_commands,
     store_commands,
 )
+from .common import stdout_closed
 
-cli = typer.Typer(name="session-ledger", no_args_is_help=True, add_completion=False,
+
+class Commands(TyperGroup):
+    """The group of every command: whichever command runs, and wherever it prints (inside
+    `failing_cleanly` or after it), a reader of stdout that left (`export KEY | head`)
+    ends it quietly rather than with a message or a traceback."""
+
+    def invoke(self, ctx: typer.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            stdout_closed()
+
+
+cli = typer.Typer(name="session-ledger", cls=Commands, no_args_is_help=True,
+                  add_completion=False,
                   help="Event-sourced conversation memory for LLM agents.")  # fmt: skip
 # Added without a name, a module's commands join the group's own, in this order (the
 # help's); the named groups follow them.

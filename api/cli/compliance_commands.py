@@ -15,8 +15,15 @@ import typer
 from session_ledger.domain.compliance import parse_retention
 from session_ledger.domain.errors import InvalidInput
 
-from ..terminal import echo
-from .common import DatabaseUrl, Tenant, failing_cleanly, load_settings, opened_ledger
+from ..terminal import counted, echo
+from .common import (
+    DatabaseUrl,
+    Tenant,
+    failing_cleanly,
+    load_settings,
+    opened_ledger,
+    tenant_or_default,
+)
 
 app = typer.Typer()
 retention_cli = typer.Typer(no_args_is_help=True, help="Apply the retention policy.")
@@ -43,7 +50,7 @@ def erase(
     settings = load_settings(database_url)
     with failing_cleanly(), opened_ledger(settings) as ledger:
         result = ledger.erase(key, reason=reason, basis=basis, actor=_operator(),
-                              tenant=tenant or settings.default_tenant)  # fmt: skip
+                              tenant=tenant_or_default(tenant, settings))  # fmt: skip
     echo(f"erased {key!r}: SessionErased is version {result.version}")
 
 
@@ -64,8 +71,8 @@ def encrypt_existing(database_url: DatabaseUrl = None) -> None:
                                file=sys.stderr, show_pos=True) as bar:  # fmt: skip
             for _, _, now in bar:
                 sealed += now
-        echo(f"sealed {sealed} sessions stored clear; the other {total - sealed} were "
-             "sealed already or erased", err=True)  # fmt: skip
+        echo(f"sealed {counted(sealed, 'session')} stored clear; the other "
+             f"{total - sealed} were sealed already or erased", err=True)  # fmt: skip
         echo(views.drop_old_bytes(), err=True)
 
 
@@ -79,7 +86,7 @@ def hold_place(
     settings = load_settings(database_url)
     with failing_cleanly(), opened_ledger(settings) as ledger:
         result = ledger.place_hold(key, reference=reference, reason=reason, actor=_operator(),
-                                   tenant=tenant or settings.default_tenant)  # fmt: skip
+                                   tenant=tenant_or_default(tenant, settings))  # fmt: skip
     echo(f"{key!r} is under legal hold {reference!r} from version {result.version}")
 
 
@@ -93,7 +100,7 @@ def hold_release(
     with failing_cleanly(), opened_ledger(settings) as ledger:
         result = ledger.release_hold(key, reference=reference, reason=reason,
                                      actor=_operator(),
-                                     tenant=tenant or settings.default_tenant)  # fmt: skip
+                                     tenant=tenant_or_default(tenant, settings))  # fmt: skip
     echo(f"{key!r}: legal hold {reference!r} released at version {result.version}")
 
 
@@ -123,5 +130,5 @@ def retention_apply(
                 count += 1
                 echo(f"{action.action:<6}  {action.tenant}/{action.key}  last write "
                      f"{action.last_write:%Y-%m-%d %H:%M:%S}  {action.reason}")  # fmt: skip
-    echo(f"{count} sessions past their retention{' (dry run)' if dry_run else ''}",
+    echo(f"{counted(count, 'session')} past their retention{' (dry run)' if dry_run else ''}",
          err=True)  # fmt: skip

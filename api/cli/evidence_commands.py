@@ -9,20 +9,31 @@ from __future__ import annotations
 import getpass
 import itertools
 import json
+import os
 import sys
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from session_ledger.domain.errors import CheckpointError, InvalidInput
+from session_ledger.domain.inputs import check_int
 from session_ledger.domain.ports import ChainReport
 
 from ..settings import Settings
-from ..terminal import echo, secho
+from ..terminal import counted, echo, secho
 from ..timers import make_checkpoints
-from .common import DatabaseUrl, failing_cleanly, load_settings, opened_ledger
+from .common import (
+    DatabaseUrl,
+    Tenant,
+    failing_cleanly,
+    load_settings,
+    opened_ledger,
+    tenant_option,
+    tenant_or_default,
+    valid_text,
+)
 
 app = typer.Typer()
 
@@ -36,18 +47,32 @@ def checkpoint_keys(
     LEDGER_SIGNING_KEY_FILE, the public one for auditors."""
     from session_ledger.projections.checkpoint import generate_keys
 
-    try:
+    with failing_cleanly():
+        _check_new_key_files(private, public)
         fingerprint = generate_keys(private, public)
-    except OSError as exc:
-        secho(f"error: {exc}", err=True, fg=typer.colors.RED)
-        raise typer.Exit(2) from None
     echo(f"key id {fingerprint}\nprivate key: {private}\npublic key: {public}")
+
+
+def _check_new_key_files(private: Path, public: Path) -> None:
+    """Refuse, before either file is written, a pair that would overwrite a key: the
+    public key written over the private one just made (the same file twice, by any
+    spelling or link), or either written over a file there already (a signing key lost
+    for good). Both folders must be there, so that the private key is never left alone."""
+    if private.resolve() == public.resolve():
+        raise InvalidInput(f"--private {private} and --public {public} are the same file: "
+                           "the public key would overwrite the private one")  # fmt: skip
+    for path in (private, public):
+        if os.path.lexists(path):
+            raise InvalidInput(f"{path} exists: a key pair is written to new files only, "
+                               "never over a file (a key) already there")  # fmt: skip
+        if not path.parent.is_dir():
+            raise InvalidInput(f"{path}: there is no folder {path.parent}")
 
 
 @app.command()
 def checkpoint(
     tenant: Annotated[
-        str | None, typer.Option(help="One tenant (default: every tenant with a session).")
+        str | None, tenant_option("One tenant (default: every tenant with a session).")
     ] = None,
     database_url: DatabaseUrl = None,
 ) -> None:
@@ -104,7 +129,7 @@ def verify_checkpoints(
 def _show(report: ChainReport) -> int:
     where = f"{report.tenant}/{report.key}"
     if report.intact:
-        echo(f"ok      {where}  {report.versions} events  head {report.head}")
+        echo(f"ok      {where}  {counted(report.versions, 'event')}  head {report.head}")
         return 0
     echo(f"BROKEN  {where}  at version {report.first_bad_version}: {report.problem}")
     return 1
@@ -112,20 +137,26 @@ def _show(report: ChainReport) -> int:
 
 @app.command()
 def events(
-    actor: Annotated[str | None, typer.Option(help="The events of this actor (key:<id>).")] = None,
-    type: Annotated[str | None, typer.Option(help="The events of this type.")] = None,
+    actor: Annotated[str | None, typer.Option(help="The events of this actor (key:<id>).",
+                                              callback=valid_text)] = None,
+    type: Annotated[str | None, typer.Option(help="The events of this type.",
+                                             callback=valid_text)] = None,
     start: Annotated[datetime | None, typer.Option("--from", help="At or after (UTC).")] = None,
     end: Annotated[datetime | None, typer.Option("--to", help="Before (UTC).")] = None,
-    prefix: Annotated[str, typer.Option(help="Session keys starting so.")] = "",
-    tenant: Annotated[str | None, typer.Option(help="Tenant (LEDGER_DEFAULT_TENANT).")] = None,
-    limit: Annotated[int, typer.Option(help="At most this many events.")] = 1000,
+    prefix: Annotated[str, typer.Option(help="Session keys starting so.",
+                                        callback=valid_text)] = "",
+    tenant: Tenant = None,
+    limit: Annotated[int, typer.Option(help="At most this many events (at least 1; read "
+                                       "1000 at a time).")] = 1000,
     database_url: DatabaseUrl = None,
-) -> None:
+) -> None:  # fmt: skip
     """Search the events of every session of a tenant by actor and/or type, in a time
     range, oldest first (the twin of GET /v1/events)."""
     settings = load_settings(database_url)
-    tenant = tenant or settings.default_tenant
+    tenant = tenant_or_default(tenant, settings)
     shown, cursor = 0, None
+    with failing_cleanly():
+        check_int("limit", limit, least=1)  # (a limit of 0 or less: nothing, unsaid)
     with failing_cleanly(), opened_ledger(settings) as ledger:
         evidence = ledger.views.evidence
         while shown < limit:
@@ -152,17 +183,23 @@ def export_package(
 
     from session_ledger.projections.package import package_files, tar_folder
 
-    if output is None or output.exists():
+    if output is None or os.path.lexists(output):  # (a link too: it is not followed)
         raise InvalidInput("a package is written to --output DIR, FILE.tar or FILE.rsmf, "
                            "not there yet")  # fmt: skip
+    start, end = (m and (m if m.tzinfo else m.replace(tzinfo=UTC)) for m in (start, end))
+    if start is not None and end is not None and start >= end:
+        raise InvalidInput("--from must be before --to")  # (as GET /v1/package says it)
+    if output.suffix == ".rsmf" and access_log:
+        raise InvalidInput("--access-log applies only to a package of JSONL exports, not to "
+                           "an RSMF file")  # fmt: skip
     if output.suffix == ".rsmf":
         from session_ledger.projections.rsmf import write_rsmf
 
         with opened_ledger(settings) as ledger:
             summary = write_rsmf(ledger, tenant, output, exported_by=f"cli:{getpass.getuser()}",
                                  prefix=prefix, start=start, end=end, actor=actor)  # fmt: skip
-        echo(f"exported {summary['conversations']} conversations, {summary['events']} "
-             f"RSMF events to {output}", err=True)  # fmt: skip
+        echo(f"exported {counted(summary['conversations'], 'conversation')}, "
+             f"{counted(summary['events'], 'RSMF event')} to {output}", err=True)  # fmt: skip
         return
     with opened_ledger(settings) as ledger, tempfile.TemporaryDirectory(dir=output.parent) as tmp:
         folder = Path(tmp) / "package" if output.suffix == ".tar" else output
@@ -179,15 +216,15 @@ def export_package(
         if output.suffix == ".tar":
             tar_folder(folder, output)
     counts = manifest["counts"]
-    echo(f"exported {counts['sessions']} sessions, {counts['events']} events to {output}",
-         err=True)  # fmt: skip
+    echo(f"exported {counted(counts['sessions'], 'session')}, "
+         f"{counted(counts['events'], 'event')} to {output}", err=True)  # fmt: skip
 
 
 @app.command("access-log")
 def access_log(
-    tenant: Annotated[str | None, typer.Option(help="Tenant (LEDGER_DEFAULT_TENANT).")] = None,
+    tenant: Tenant = None,
     after: Annotated[int, typer.Option(help="Only entries after this number.")] = 0,
-    limit: Annotated[int, typer.Option(help="At most this many entries.")] = 1000,
+    limit: Annotated[int, typer.Option(help="At most this many entries (at least 1).")] = 1000,
     verify: Annotated[bool, typer.Option(help="Also recompute the log's hash chain.")] = False,
     database_url: DatabaseUrl = None,
 ) -> None:
@@ -195,13 +232,16 @@ def access_log(
     from session_ledger.projections.access_log import verify_access_log
 
     settings = load_settings(database_url)
-    tenant = tenant or settings.default_tenant
+    tenant = tenant_or_default(tenant, settings)
+    with failing_cleanly():  # (else a limit of 0 prints nothing, one below 0 everything)
+        check_int("after", after, least=0)
+        check_int("limit", limit, least=1)
     with failing_cleanly(), opened_ledger(settings) as ledger:
         evidence = ledger.views.evidence
         for e in evidence.access_entries(tenant, after, limit):
             query = json.dumps(e.parameters, ensure_ascii=False)
             echo(f"{e.seq}  {e.recorded_at}  {e.actor}  {e.role}  {e.action}  "
-                 f"{e.session_key!r}  {e.records} records  {query}")  # fmt: skip
+                 f"{e.session_key!r}  {counted(e.records, 'record')}  {query}")  # fmt: skip
         problems = list(verify_access_log(evidence, tenant)) if verify else []
     for problem in problems:
         echo(f"BROKEN  access log of {tenant!r}: {problem}")

@@ -28,7 +28,7 @@ def mcp(
                        f"{KEY_VARIABLE}); over HTTP each request sends its own.",
                        show_default=False)] = None,
     host: Annotated[str, typer.Option(help="http: the address to bind.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="http: the port to bind.")] = 8765,
+    port: Annotated[int, typer.Option(help="http: the port to bind.", min=1, max=65535)] = 8765,
     database_url: DatabaseUrl = None,
 ) -> None:  # fmt: skip
     """Serve the read tools over MCP (window, history, head, replay, audit trail and

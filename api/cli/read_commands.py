@@ -8,7 +8,14 @@ from typing import Annotated
 import typer
 
 from ..terminal import echo, json_text
-from .common import DatabaseUrl, Tenant, failing_cleanly, load_settings, opened_ledger
+from .common import (
+    DatabaseUrl,
+    Tenant,
+    failing_cleanly,
+    load_settings,
+    opened_ledger,
+    tenant_or_default,
+)
 
 app = typer.Typer()
 
@@ -29,7 +36,7 @@ def show(
 ) -> None:
     """Print a session: its version and counts, then its messages, oldest first."""
     settings = load_settings(database_url)
-    tenant = tenant or settings.default_tenant
+    tenant = tenant_or_default(tenant, settings)
     status = "archived" if archived else "active"
     with failing_cleanly(), opened_ledger(settings) as ledger:
         head = ledger.head(key, tenant=tenant)

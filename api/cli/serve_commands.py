@@ -13,7 +13,7 @@ import typer
 
 from ..keystore import KeyStore
 from ..settings import Settings
-from .common import DatabaseUrl, failing_cleanly, key_store, load_settings
+from .common import DatabaseUrl, failing_cleanly, key_store, load_settings, using_store
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -75,7 +75,7 @@ def serve(
     if in_memory and settings.workers > 1:
         typer.secho("error: memory:// lives in one process; use one worker", err=True)
         raise typer.Exit(2)
-    with failing_cleanly():
+    with failing_cleanly(), using_store(settings.database_url):
         store = open_key_store(settings.database_url, pool_size=settings.pool_size,
                                lock_timeout=settings.lock_timeout_seconds,
                                connect_wait=settings.store_wait_seconds)  # fmt: skip

@@ -97,7 +97,7 @@ def test_migrate_then_keys_and_show_commands(tmp_path: Path) -> None:
     verified = run_cli(env, "verify")
     assert verified.returncode == 0, verified.stderr
     assert "ok      acme/support/ticket 7  3 events  head " in verified.stdout
-    assert "1 sessions checked, 0 broken" in verified.stderr
+    assert "1 session checked, 0 broken" in verified.stderr
     assert run_cli(env, "verify", "support/ticket 7").returncode == 0
     assert run_cli(env, "verify", "nope").returncode == 1
     with sqlite3.connect(tmp_path / "ledger.db") as db:
