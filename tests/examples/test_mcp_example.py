@@ -14,12 +14,12 @@ __all__ = ["database_url"]  # the fixture: a new SQLite file, or a fresh Postgre
 
 ACCESS_LOG = """\
 access log (the reads above, via mcp):
-  1 auditor head 'user-42/support'  1 records  {"via": "mcp"}
+  1 auditor head 'user-42/support'  1 record  {"via": "mcp"}
   2 auditor window 'user-42/support'  2 records  {"token_limit": 20, "via": "mcp"}
   3 auditor transcript 'user-42/support'  2 records  {"limit": 2, "via": "mcp"}
   4 auditor replay 'user-42/support'  4 records  {"as_of_version": 2, "via": "mcp"}
   5 auditor audit 'user-42/support'  3 records  {"via": "mcp"}
-  6 auditor search None  1 records  {"type": "MessageRemoved", "via": "mcp"}
+  6 auditor search None  1 record  {"type": "MessageRemoved", "via": "mcp"}
 """
 
 
