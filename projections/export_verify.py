@@ -28,7 +28,7 @@ from session_ledger.domain.session import session_id as derive_session_id
 
 from .access_chain import check_access_line
 from .export_format import CHAIN, FORMAT, FORMAT_VERSION, line, readable
-from .sealing import SEALED_FIELDS, commitment, erased_value
+from .sealing import SEALED_FIELDS, commitment, erased_value, field_json
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -322,7 +322,7 @@ def _take_sealed(stored: dict[str, Any], given: object, openings: object) -> boo
         salt = openings.get(name) if isinstance(openings, dict) else None
         if "c" in sealed and salt is not None:
             try:
-                proven = commitment(bytes.fromhex(salt), value) == sealed["c"]
+                proven = commitment(bytes.fromhex(salt), field_json(value)) == sealed["c"]
             except (TypeError, ValueError):  # (a salt that is no hex; a value JSON cannot hold)
                 proven = False
             if not proven:

@@ -245,9 +245,9 @@ def field_json(value: object) -> bytes:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
-def commitment(salt: bytes, value: object) -> str:
-    """The clear commitment to a sealed field's value: SHA-256(salt | its JSON), hex."""
-    return hashlib.sha256(salt + field_json(value)).hexdigest()
+def commitment(salt: bytes, data: bytes) -> str:
+    """The clear commitment to a sealed field's JSON (`field_json`): SHA-256(salt | it)."""
+    return hashlib.sha256(salt + data).hexdigest()
 
 
 def seal_fields(state: dict[str, Any], key: AESGCM, session_id: uuid.UUID) -> bool:
@@ -262,7 +262,7 @@ def seal_fields(state: dict[str, Any], key: AESGCM, session_id: uuid.UUID) -> bo
         data = field_json(value)
         envelope: dict[str, Any] = {
             "sealed": seal(key, session_id, salt + data),
-            "c": hashlib.sha256(salt + data).hexdigest(),
+            "c": commitment(salt, data),
         }
         if isinstance(value, list):
             envelope["n"] = len(value)
