@@ -286,9 +286,11 @@ class SessionViews(Protocol):
         tokenizer: NamedTokenizer | None,
         version: int | None = None,
         max_bytes: int | None = None,
+        counted_by: NamedTokenizer | None = None,
     ) -> MessagesRead:
         """The window (`ChatMemoryBuffer.get`) now, or at `version`; AnswerTooLarge if its
-        bodies hold more than `max_bytes`, found before they are read."""
+        bodies hold more than `max_bytes`, found before they are read. `tokenizer`: count
+        by it; None: by the stored counts, which `counted_by` made."""
         ...
 
     def history(

@@ -22,7 +22,7 @@ from .inputs import (
 from .messages import ChatMessage
 from .observer import READ_HISTORY, READ_WINDOW
 from .ports import KEY_ORDER, KEY_ORDERS, STATUSES, MessagesRead, SessionHead, SessionViews, T
-from .tokens import NamedTokenizer, check_window_arguments
+from .tokens import NamedTokenizer, callers_tokenizer, check_window_arguments
 from .tuning import Tuning
 
 # What a read's `tokenizer=` takes: a named tokenizer, a function, or None for the ledger's.
@@ -85,7 +85,7 @@ class Reads:
         check_int("initial_token_count", initial_token_count)
         check_window_arguments(limit, initial_token_count)
         if tokenizer is not None and not isinstance(tokenizer, NamedTokenizer):
-            tokenizer = NamedTokenizer("caller", tokenizer)
+            tokenizer = callers_tokenizer(tokenizer)
         if tokenizer is not None and tokenizer.name == self._tuning.tokenizer.name:
             tokenizer = None  # the stored counts are this tokenizer's
         sid = self._addresses.session_id(key, tenant)
@@ -93,7 +93,8 @@ class Reads:
         def query(views: SessionViews) -> MessagesRead:
             version = self._version(views, sid, key, tenant, as_of_version, as_of)
             return views.context_window(sid, limit, initial_token_count, tokenizer, version,
-                                        self._tuning.limits.max_answer_bytes)  # fmt: skip
+                                        self._tuning.limits.max_answer_bytes,
+                                        self._tuning.tokenizer)  # fmt: skip
 
         now = _read_version if as_of_version is None and as_of is None else None
         with self._tuning.observer.store_call(READ_WINDOW):

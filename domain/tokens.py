@@ -5,19 +5,23 @@ from per-message counts so that it reads only the tail of a session.
 candidate window. We store, per message, the tokens of its text alone (it opens the
 window) and with the joining space in front (it follows another message). The cost of a
 window is then `alone(first) + sum(joined(rest)) + initial_token_count`, which equals
-LlamaIndex's count for any tokenizer that splits at the joining space (whitespace
-splitting; the cl100k_base pre-tokenizer does for text that does not end in whitespace).
+LlamaIndex's count for any tokenizer that splits at the joining space: whitespace
+splitting always, and the cl100k_base pre-tokenizer after a message that ends in a
+character other than whitespace. After one that is empty or ends in whitespace (its
+`open_end`, stored with its counts), the joining space can merge with that whitespace and
+with what follows; there the window is counted joined, but only from the last fixed
+pre-token break of that message to the first of what follows it (`JoinedWindow`).
 """
 
 from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, overload
 
-from .errors import InvalidInput, TokenLimitExceeded
+from .errors import AnswerTooLarge, InvalidInput, TokenLimitExceeded
 
 Tokenizer = Callable[[str], Sequence[Any]]
 
@@ -29,12 +33,15 @@ CANNOT_OPEN_WINDOW = frozenset({"tool", "assistant"})
 class TokenCount(NamedTuple):
     alone: int
     joined: int
+    # The text is empty or ends in whitespace: the joining space after it may merge with
+    # that whitespace, so a window it is inside of (not last) is counted joined there.
+    open_end: bool = False
 
 
-class TailEntry(NamedTuple):
-    role: str
-    alone: int
-    joined: int
+def open_end(text: str) -> bool:
+    """Whether `text` is empty or ends in whitespace (str.isspace: a superset of the
+    pre-tokenizer's \\s, so no such text is missed)."""
+    return not text or text[-1].isspace()
 
 
 # A space preceded by a non-space character starts a new pre-token in cl100k_base (no
@@ -79,6 +86,7 @@ class NamedTokenizer:
     def count(self, content: str | None) -> TokenCount:
         """Counts for one message; `content` None counts as "None", as in LlamaIndex."""
         text = str(content)
+        edge = not text or text[-1].isspace()  # open_end(text), without its call
         # The counting function itself where there is one (`self.tokens` is a call more,
         # and as the cache's key a bound method would hash this dataclass's fields).
         length = self.tokens if self.length is None else self.length
@@ -87,11 +95,11 @@ class NamedTokenizer:
             found = _CHUNK_BREAK.search(text, 0, _BREAK_SEARCH_CHARS)
             head = text[: found.start()] if found else text
             if len(head) <= _CACHED_HEAD_CHARS:  # first words repeat: count each once
-                return TokenCount(alone, alone + _space_cost(length, head))
+                return TokenCount(alone, alone + _space_cost(length, head), edge)
             if found is None:  # one long run (a long word, most CJK text): the head is all
-                return TokenCount(alone, length(" " + text))
-            return TokenCount(alone, alone + length(" " + head) - length(head))
-        return TokenCount(alone, length(" " + text))
+                return TokenCount(alone, length(" " + text), edge)
+            return TokenCount(alone, alone + length(" " + head) - length(head), edge)
+        return TokenCount(alone, length(" " + text), edge)
 
 
 class LazyCounts(Sequence[TokenCount]):
@@ -155,38 +163,178 @@ def load_tokenizer(name: str, *, process_min_chars: int = 0) -> NamedTokenizer:
     raise InvalidInput(f"unknown tokenizer {name!r}; use cl100k_base or whitespace")
 
 
+# Where the cl100k_base pre-tokenizer starts a pre-token whatever comes before or after,
+# so that a text cut there counts as the sum of its parts: a space after a character that
+# is not whitespace (no pattern reaches across it); the end of a letter run before an
+# ASCII character that is not a letter; the end of an ASCII digit run before an ASCII
+# character that is not a digit. (Only ASCII after a run: a character Python's Unicode
+# tables call no letter may be one in the tokenizer's newer tables.) In a text that may
+# hold a special token, only the first kind: a special token holds no space.
+_MARKER = "<|"  # how every special token starts
+_SPACE_BREAK = re.compile(r"(?<=\S) ")
+_RUN_BREAK = re.compile(
+    r"(?<=\S) |(?<=[^\W\d_])(?=[\x00-\x40\x5b-\x60\x7b-\x7f])|(?<=[0-9])(?=[\x00-\x2f\x3a-\x7f])"
+)
+_LAST_BREAK_CHARS = 4096  # how far from its end a text is searched for its last break
+# The most text a window's read counts joined: where many messages of only whitespace
+# (or symbols) ending in whitespace follow each other, each longer window is counted
+# whole, as ChatMemoryBuffer counts every window. Past this the read is refused.
+JOINED_COUNT_CHARS = 16 * 1024 * 1024
+
+
+def fixed_breaks(text: str, start: int = 0) -> Iterator[int]:
+    """The positions in `text` (from `start`) where a pre-token starts in any context."""
+    pattern = _SPACE_BREAK if _MARKER in text else _RUN_BREAK
+    for found in pattern.finditer(text, start):
+        at = found.start()
+        before = text[at - 1]
+        if text[at] == " " or before.isalpha() or "0" <= before <= "9":
+            yield at
+
+
+def _last_break(text: str, first: int) -> int:
+    """The last fixed break of `text` within _LAST_BREAK_CHARS of its end, else `first`
+    (one found before: a break missed costs a longer text counted again, never a wrong
+    count)."""
+    last = first
+    for last in fixed_breaks(text, max(first, len(text) - _LAST_BREAK_CHARS)):  # noqa: B007
+        pass
+    return last
+
+
+class Joins(NamedTuple):
+    """What counting a window joined needs: the tokenizer's count of a text, an entry's
+    text, and where in an entry its `open_end` is (None there: not known, a row stored
+    before it was; the text tells)."""
+
+    tokens: Callable[[str], int]
+    text: Callable[[Any], str]
+    mark: int
+
+
+class JoinedWindow:
+    """A window whose head is a text: an open-ended message came before its oldest
+    message whole, so the joining space between them may merge with that message's
+    whitespace and with what follows.
+
+    The window's text is the head, up to its first fixed break (`fixed_breaks`; the
+    space after a message that is not open-ended is one), and the rest, whose tokens
+    (`settled`, with the initial count) no older message changes. Taking an older
+    open-ended message counts again only its text from its last break to the head's end.
+    """
+
+    def __init__(self, settled: int, head: Sequence[Any], joins: Joins) -> None:
+        """`head`: the window's oldest message, whole (its stored counts), before
+        `settled` tokens."""
+        self.joins = joins
+        self.counted = 0  # characters counted joined (JOINED_COUNT_CHARS)
+        text = joins.text(head)
+        first = next(fixed_breaks(text), len(text))
+        self.settled = settled
+        if first < len(text):  # the text after its first break settles
+            self.settled += int(head[1]) - self._tokens(text[:first])
+        self.head = text[:first]
+
+    def cost(self) -> int:
+        """The window's tokens, with the initial count."""
+        return self.settled + self._tokens(self.head)
+
+    def take(self, older: Sequence[Any]) -> None:
+        """Take the open-ended message before the window into it."""
+        text = self.joins.text(older)
+        first = next(fixed_breaks(text), None)
+        if first is None:
+            self.head = text + " " + self.head
+            return
+        end = text[_last_break(text, first) :]
+        # the text between its first and last breaks, counted apart; its end, joined
+        self.settled += (int(older[1]) - self._tokens(text[:first]) - self._tokens(end)
+                         + self._tokens(end + " " + self.head))  # fmt: skip
+        self.head = text[:first]
+
+    def close(self) -> int:
+        """The settled tokens once a message that is not open-ended comes before the
+        head: the head then follows a fixed break, the joining space."""
+        return self.settled + self._tokens(" " + self.head)
+
+    def _tokens(self, text: str) -> int:
+        self.counted += len(text)
+        if self.counted > JOINED_COUNT_CHARS:
+            raise AnswerTooLarge(
+                f"the window cannot be counted within {JOINED_COUNT_CHARS} characters: its "
+                "messages are mostly whitespace, each ending in whitespace, so every "
+                "longer window is counted whole; give a smaller token_limit, or read the "
+                "history page by page"
+            )
+        return self.joins.tokens(text)
+
+
+def callers_tokenizer(encode: Tokenizer) -> NamedTokenizer:
+    """A tokenizer function a caller gives, named. cl100k_base's own encode (this
+    package's, or tiktoken's with every special token allowed: LlamaIndex's default,
+    `get_tokenizer()`) is cl100k_base, whose windows are counted joined where whitespace
+    meets; any other is "caller" (its counts add up per message)."""
+    from . import cl100k
+
+    encoding = getattr(getattr(encode, "func", None), "__self__", None)
+    if encode is cl100k.encode or (
+        isinstance(encode, functools.partial) and not encode.args
+        and encode.keywords == {"allowed_special": "all"}
+        and getattr(encode.func, "__name__", None) == "encode"
+        and type(encoding).__module__.startswith("tiktoken")
+        and getattr(encoding, "name", None) == "cl100k_base"
+    ):  # fmt: skip
+        return load_tokenizer("cl100k_base")
+    return NamedTokenizer("caller", encode)
+
+
 def window_length(
     tail: Iterable[Sequence[Any]], token_limit: int, initial_token_count: int = 0,
-    at_least: Callable[[int], None] | None = None,
+    at_least: Callable[[int], None] | None = None, joins: Joins | None = None,
 ) -> int:  # fmt: skip
     """How many of the newest messages `ChatMemoryBuffer.get` would return.
 
-    `tail` yields the session's messages newest first, each a `TailEntry` or any row that
-    starts with the same three fields (role, alone, joined); it is read only as far as
-    the window reaches (plus one message, to know whether the history goes on), never to
-    the start of a long session. `at_least` is called with each length the window is
-    known to reach (the caller may raise there: a window too large to answer).
+    `tail` yields the session's messages newest first, each a row that starts (role,
+    alone, joined); it is read only as far as the window reaches (plus one message, to
+    know whether the history goes on), never to the start of a long session. `at_least`
+    is called with each length the window is known to reach (the caller may raise there:
+    a window too large to answer). `joins`: count the window joined after an open-ended
+    message (a tokenizer that pre-tokenizes as cl100k_base does: `JoinedWindow`);
+    without it each message counts as stored, `alone(first) + sum(joined(rest))`.
     """
     check_window_arguments(token_limit, initial_token_count)
     entries = iter(tail)
     entry = next(entries, None)
+    if entry is None:
+        return 0
+    # The window's tokens are `settled` and its head's: the oldest message whole (`head`,
+    # by its stored counts), or a text (`joined`) after an open-ended message.
+    settled, head, joined = initial_token_count, entry, None
+    mark = -1 if joins is None else joins.mark
     best, k = 0, 0
-    following = initial_token_count  # tokens of the newer messages, each with its space
-    while entry is not None:
+    while True:
         k += 1
         after = next(entries, None)
-        cost = following + entry[1]
+        cost = settled + head[1] if joined is None else joined.cost()
         if after is None:  # the whole history: LlamaIndex takes it whatever its first role
             return k if cost <= token_limit else (best or 1)
         if (k == 1 or entry[0] not in CANNOT_OPEN_WINDOW) and cost <= token_limit:
             best = k
             if at_least is not None:
                 at_least(best)
-        following += entry[2]
-        if following > token_limit:
-            break  # every longer window costs more than the limit
+        if joins is not None and (
+            after[mark] or (after[mark] is None and open_end(joins.text(after)))
+        ):
+            joined = joined or JoinedWindow(settled, head, joins)
+            joined.take(after)
+            settled = joined.settled
+        else:
+            settled = settled + head[2] if joined is None else joined.close()
+            head = after
+            joined = None
+        if settled > token_limit:
+            return best or 1  # every longer window costs more than the limit
         entry = after
-    return best or (1 if k else 0)
 
 
 def check_window_arguments(token_limit: int, initial_token_count: int) -> None:

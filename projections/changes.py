@@ -30,6 +30,7 @@ class MessageRow(NamedTuple):
     tokens: int
     tokens_joined: int
     body: str  # its `stored_body`: the JSON string of a plain text, else its canonical JSON
+    open_end: bool  # its text is empty or ends in whitespace (TokenCount.open_end)
 
 
 class InsertMessages(NamedTuple):
@@ -196,7 +197,14 @@ def message_rows(
     first, counts = batch.first_message_id, batch.counts[kept:]
     return tuple(
         [  # (a list made, not a generator: a put's one row)
-            MessageRow(first + i, m["role"], tokens.alone, tokens.joined, stored_body(m, body))
+            MessageRow(
+                first + i,
+                m["role"],
+                tokens.alone,
+                tokens.joined,
+                stored_body(m, body),
+                tokens.open_end,
+            )
             for i, (m, tokens, body) in enumerate(zip(added, counts, bodies, strict=True))
         ]
     )
@@ -275,7 +283,7 @@ def stream_end(
         return 0, False
     tokens, body = batch.counts[0], canonical_json(message)
     row = MessageRow(batch.first_message_id, message["role"], tokens.alone, tokens.joined,
-                     stored_body(message, body))  # fmt: skip
+                     stored_body(message, body), tokens.open_end)  # fmt: skip
     changes.append(InsertMessages(v, ACTIVE, (row,)))
     return row.tokens, False
 

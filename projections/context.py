@@ -11,7 +11,7 @@ from typing import Any
 
 from session_ledger.domain.errors import AnswerTooLarge
 from session_ledger.domain.ports import ACTIVE
-from session_ledger.domain.tokens import NamedTokenizer, TailEntry, window_length
+from session_ledger.domain.tokens import Joins, NamedTokenizer, window_length
 
 from .bodies import StoredMessages, decode_body
 from .dialect import Dialect, ViewRows
@@ -41,12 +41,19 @@ class Context:
         tokenizer: NamedTokenizer | None,
         version: int | None = None,
         max_bytes: int | None = None,
+        counted_by: NamedTokenizer | None = None,
     ) -> StoredMessages:
+        """`tokenizer`: count by it (None: the stored counts, made by `counted_by`, whose
+        text is counted again only where messages meet at whitespace, if it pre-tokenizes
+        as cl100k_base does: `domain.tokens.JoinedWindow`)."""
         sid = self.dialect.sid(session_id)
+        joiner = tokenizer or counted_by
+        if joiner is not None and not joiner.pretokenized:
+            joiner = None
         if version is not None:  # a past version's rows never change: any read is consistent
             with self.dialect.reading_past() as read:
                 window, _ = self._window(read, sid, version, token_limit, initial_token_count,
-                                         tokenizer, session_id, max_bytes)  # fmt: skip
+                                         tokenizer, session_id, max_bytes, joiner)  # fmt: skip
             return StoredMessages(version, self.rows.opened(session_id, window))
         # The live rows, in the key order of their own table (a plan no statistics can
         # spoil). Each statement also reads the session's version; versions only grow, so
@@ -56,12 +63,12 @@ class Context:
         for _ in range(READ_ATTEMPTS):
             with self.dialect.reading() as read:
                 window, seen = self._window(read, sid, None, token_limit, initial_token_count,
-                                            tokenizer, session_id, max_bytes)  # fmt: skip
+                                            tokenizer, session_id, max_bytes, joiner)  # fmt: skip
             if len(seen) == 1 and None not in seen:
                 return StoredMessages(seen.pop(), self.rows.opened(session_id, window))
         with self.dialect.snapshot() as read:
             window, seen = self._window(read, sid, None, token_limit, initial_token_count,
-                                        tokenizer, session_id, max_bytes)  # fmt: skip
+                                        tokenizer, session_id, max_bytes, joiner)  # fmt: skip
         return StoredMessages(max(v or 0 for v in seen), self.rows.opened(session_id, window))
 
     def _window(
@@ -74,11 +81,13 @@ class Context:
         tokenizer: NamedTokenizer | None,
         session_id: uuid.UUID,
         max_bytes: int | None,
+        joiner: NamedTokenizer | None,
     ) -> tuple[list[tuple[str, str]], set[Any]]:
         """The window's messages as stored, (role, body), and the versions of the session
         its statements read (now: one, unless a write came between them)."""
         # Bodies come with the tail: one statement for a window within the first batch.
-        # Rows are tuples that start like a TailEntry: (role, alone, joined, message, id, seen).
+        # Rows are tuples (role, alone, joined, message, id, seen, open_end): open_end
+        # NULL where the row was stored before the mark was.
         # A batch leaves out the bodies over its share of TAIL_BODY_BYTES (NULL), read once
         # the window is known to hold them and to be within `max_bytes`.
         bound = ""
@@ -105,12 +114,14 @@ class Context:
                 raise _too_large(token_limit, max_bytes)
 
         rows = self._tail(read, sid, version, versions, batches, lambda: within(known[-1]))
+        texts: dict[Any, str] = {}  # by message id: the texts read for counting
+        text = functools.partial(self._text, read, sid, version, session_id, texts)
         entries: Iterator[Sequence[Any]] = rows
         if tokenizer is not None:
-            count = functools.partial(self._counted, read, sid, version, tokenizer, session_id)
-            entries = map(count, rows)
+            entries = map(functools.partial(self._counted, tokenizer, text), rows)
+        joins = None if joiner is None else Joins(joiner.tokens, text, 6)
         k = window_length(entries, token_limit, initial_token_count,
-                          None if max_bytes is None else known.append)  # fmt: skip
+                          None if max_bytes is None else known.append, joins)  # fmt: skip
         within(k)
         window = list(itertools.islice(itertools.chain.from_iterable(batches), k))
         if version is None and len(versions) == 1:
@@ -119,17 +130,28 @@ class Context:
             window = self._tail_bodies(read, sid, version, window, max_bytes, token_limit)
         return [(r[0], r[3]) for r in reversed(window)], versions
 
+    @staticmethod
     def _counted(
-        self, read: Reader, sid: Any, version: int | None, tokenizer: NamedTokenizer,
-        session_id: uuid.UUID, row: tuple[Any, ...],
-    ) -> TailEntry:  # fmt: skip
-        """The row's tokens by `tokenizer`, from its text (a body the tail left out is
-        read for it)."""
-        if row[3] is None:
-            row = (self._tail_bodies(read, sid, version or row[5], [row]) or [row])[0]
-        body = self.rows.opened(session_id, [row], 3)[0][3]
-        content = "" if body is None else decode_body(row[0], body).content
-        return TailEntry(row[0], *tokenizer.count(content))
+        tokenizer: NamedTokenizer, text: Callable[[tuple[Any, ...]], str], row: tuple[Any, ...]
+    ) -> tuple[Any, ...]:
+        """The row with its counts by `tokenizer`, from its text."""
+        alone, joined, open_end = tokenizer.count(text(row))
+        return (row[0], alone, joined, *row[3:6], open_end)
+
+    def _text(
+        self, read: Reader, sid: Any, version: int | None, session_id: uuid.UUID,
+        texts: dict[Any, str], row: tuple[Any, ...],
+    ) -> str:  # fmt: skip
+        """The text of a row's message as LlamaIndex counts it (`str(content)`; a body
+        the tail left out is read for it), kept in `texts`."""
+        found = texts.get(row[4])
+        if found is None:
+            if row[3] is None:
+                row = (self._tail_bodies(read, sid, version or row[5], [row]) or [row])[0]
+            body = self.rows.opened(session_id, [row], 3)[0][3]
+            content = "" if body is None else decode_body(row[0], body).content
+            found = texts[row[4]] = str(content)
+        return found
 
     def _tail_bodies(
         self, read: Reader, sid: Any, version: int, rows: list[tuple[Any, ...]],
@@ -160,16 +182,16 @@ class Context:
         limit: int,
     ) -> list[tuple[Any, ...]]:
         """Up to `limit` active rows newest first, that meet `where`, as tuples (role,
-        alone, joined, message, id, seen): `seen` is the session's version as read (a past
+        alone, joined, message, id, seen, open_end): `seen` is the session's version as read (a past
         version's rows never change: there it is NULL); `message` is NULL where the body
         is over the batch's share of TAIL_BODY_BYTES."""
         inline = self.rows.inline_body(TAIL_BODY_BYTES // limit)
         columns = f"role, tokens, tokens_joined, {inline}, message_id"
         select: tuple[str, tuple[Any, ...]]
         if version is None:
-            select = (f"{columns}, {HEAD_VERSION} AS seen", (sid,))
+            select = (f"{columns}, {HEAD_VERSION} AS seen, open_end", (sid,))
         else:
-            select = (f"{columns}, NULL AS seen", ())
+            select = (f"{columns}, NULL AS seen, open_end", ())
         return self.rows.matching(read, select, 4, sid, ACTIVE, version, where, params,
                                   newest_first=True, batch=limit)  # fmt: skip
 

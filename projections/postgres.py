@@ -190,6 +190,7 @@ def message_arrays(
     return (
         sid, status, version, [r.message_id for r in rows], [r.role for r in rows],
         [r.tokens for r in rows], [r.tokens_joined for r in rows], [r.body for r in rows],
+        [r.open_end for r in rows],
     )  # fmt: skip
 
 
@@ -297,7 +298,7 @@ class PostgresLedgerRecorder(PostgresApplicationRecorder):
             messages: int | None = len(rows)
             for r in rows:
                 params += (sid, ACTIVE, r.message_id, version, r.role, r.tokens,
-                           r.tokens_joined, r.body)  # fmt: skip
+                           r.tokens_joined, r.body, r.open_end)  # fmt: skip
         else:  # many rows: a handful of arrays (a statement takes at most 65,535 values)
             messages = None
             params += message_arrays(sid, version, ACTIVE, rows)

@@ -13,9 +13,9 @@ MAX_VALUES_ROWS = 200
 # of statements queued in psycopg's pipeline.
 MESSAGES_INSERT = (
     f"INSERT INTO ledger_messages ({LIVE_COLUMNS})"
-    " SELECT %s, %s, m.id, %s, m.role, m.tokens, m.joined, m.body"
-    " FROM unnest(%s::bigint[], %s::text[], %s::integer[], %s::integer[], %s::text[])"
-    " AS m(id, role, tokens, joined, body)"
+    " SELECT %s, %s, m.id, %s, m.role, m.tokens, m.joined, m.body, m.open_end FROM"
+    " unnest(%s::bigint[], %s::text[], %s::integer[], %s::integer[], %s::text[], %s::boolean[])"
+    " AS m(id, role, tokens, joined, body, open_end)"
 )
 
 
@@ -57,7 +57,7 @@ def append_sql(
     if messages is None:
         parts.append(f"m AS ({MESSAGES_INSERT})")
     elif messages:
-        row = "(%s, %s, %s, %s, %s, %s, %s, %s)"
+        row = "(%s, %s, %s, %s, %s, %s, %s, %s, %s)"
         parts.append(
             f"m AS (INSERT INTO ledger_messages ({LIVE_COLUMNS}) VALUES {_values(messages, row)})"
         )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .sql import INDEXED_TYPE, LIVE_COLUMNS
+from .sql import COLUMNS_AT_NUMBERING, INDEXED_TYPE
 
 LIVE_TABLE = (
     " session_id uuid NOT NULL, status text NOT NULL, message_id bigint NOT NULL,"
@@ -35,9 +35,10 @@ LAYOUT_AT_NUMBERING = [
     " WHERE table_schema = current_schema() AND table_name = 'ledger_messages'"
     " AND column_name = 'valid_to') THEN"
     f" CREATE TABLE ledger_messages_moved ({LIVE_TABLE};"
-    f" INSERT INTO ledger_messages_moved ({LIVE_COLUMNS}) SELECT {LIVE_COLUMNS}"
+    f" INSERT INTO ledger_messages_moved ({COLUMNS_AT_NUMBERING}) SELECT {COLUMNS_AT_NUMBERING}"
     " FROM ledger_messages WHERE valid_to IS NULL;"
-    f" INSERT INTO ledger_ended_messages ({LIVE_COLUMNS}, valid_to) SELECT {LIVE_COLUMNS},"
+    f" INSERT INTO ledger_ended_messages ({COLUMNS_AT_NUMBERING}, valid_to)"
+    f" SELECT {COLUMNS_AT_NUMBERING},"
     " valid_to FROM ledger_messages WHERE valid_to IS NOT NULL;"
     " DROP TABLE ledger_messages;"
     " ALTER TABLE ledger_messages_moved RENAME TO ledger_messages;"
@@ -143,6 +144,14 @@ TYPE_INDEX_PARTIAL = (
     "CREATE INDEX ledger_timeline_type ON ledger_timeline"
     f" (event_type, recorded_at, session_id, version) WHERE {INDEXED_TYPE}",
 )
+# Migration 11: each message row marks whether its text is empty or ends in whitespace: a
+# window is counted joined where such a message meets the next
+# (domain.tokens.JoinedWindow). Rows stored before have NULL, and their texts are looked
+# at when a window reaches them.
+OPEN_END = tuple(
+    f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS open_end boolean"
+    for table in ("ledger_messages", "ledger_ended_messages")
+)
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     tuple(LAYOUT_AT_NUMBERING),
     DATA_KEYS,
@@ -154,6 +163,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     FEED,
     SESSIONS_BY_CREATION,
     TYPE_INDEX_PARTIAL,
+    OPEN_END,
 )
 LATEST = len(MIGRATIONS)
 

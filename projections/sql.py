@@ -77,7 +77,13 @@ INDEXED_TYPE = " AND ".join(f"event_type <> '{name}'" for name in UNINDEXED_TYPE
 CHAIN_AT = "SELECT chain AS value FROM ledger_timeline WHERE session_id = ? AND version = ?"
 HEAD_AT = "SELECT chain, token_total FROM ledger_timeline WHERE session_id = ? AND version = ?"
 LIVE = "session_id = ? AND status = ?"  # in ledger_messages every row is live
-LIVE_COLUMNS = "session_id, status, message_id, valid_from, role, tokens, tokens_joined, message"
+# The message rows' columns when migrations were first numbered (migration 1 moves rows
+# of that layout), and now: `open_end`, the message is empty or ends in whitespace
+# (`domain.tokens.JoinedWindow`).
+COLUMNS_AT_NUMBERING = (
+    "session_id, status, message_id, valid_from, role, tokens, tokens_joined, message"
+)
+LIVE_COLUMNS = f"{COLUMNS_AT_NUMBERING}, open_end"
 # A version's rows: those live since it or before, and those that ended after it.
 LIVE_AT = f"{LIVE} AND valid_from <= ?"
 ENDED_AT = f"{LIVE} AND valid_from <= ? AND valid_to > ?"

@@ -42,7 +42,7 @@ from .views import SQLViews, view_parts
 from .wal_checkpoints import WalCheckpoints
 from .write_turns import WriteTransaction, WriteTurns, check_may_wait, lock_file_of
 
-MESSAGE_INSERT = f"INSERT INTO ledger_messages ({LIVE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+MESSAGE_INSERT = f"INSERT INTO ledger_messages ({LIVE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 
 # The longest an erasure's WAL truncation holds new writers back (drop_erased_keys).
 ERASURE_CHECKPOINT_WAIT_MS = 250
@@ -141,8 +141,8 @@ class SQLiteDialect(Dialect):
     ) -> None:
         cursor.executemany(
             MESSAGE_INSERT,
-            [(sid, status, r.message_id, version, r.role, r.tokens, r.tokens_joined, r.body)
-             for r in rows],
+            [(sid, status, r.message_id, version, r.role, r.tokens, r.tokens_joined, r.body,
+              r.open_end) for r in rows],
         )  # fmt: skip
 
     def sid(self, session_id: Any) -> Any:

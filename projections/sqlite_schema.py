@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .sql import INDEXED_TYPE, LIVE_COLUMNS
+from .sql import COLUMNS_AT_NUMBERING, INDEXED_TYPE
 
 VIEW_TABLES = [
     "CREATE TABLE IF NOT EXISTS ledger_messages ("
@@ -62,9 +62,10 @@ _HEAD_TO_TIMELINE = (
 # the ended ones to `ledger_ended_messages`.
 _ENDED_ROWS_APART = (
     VIEW_TABLES[0].replace("IF NOT EXISTS ledger_messages", "ledger_messages_moved"),
-    f"INSERT INTO ledger_messages_moved ({LIVE_COLUMNS}) SELECT {LIVE_COLUMNS}"
-    " FROM ledger_messages WHERE valid_to IS NULL",
-    f"INSERT INTO ledger_ended_messages ({LIVE_COLUMNS}, valid_to) SELECT {LIVE_COLUMNS},"
+    f"INSERT INTO ledger_messages_moved ({COLUMNS_AT_NUMBERING})"
+    f" SELECT {COLUMNS_AT_NUMBERING} FROM ledger_messages WHERE valid_to IS NULL",
+    f"INSERT INTO ledger_ended_messages ({COLUMNS_AT_NUMBERING}, valid_to)"
+    f" SELECT {COLUMNS_AT_NUMBERING},"
     " valid_to FROM ledger_messages WHERE valid_to IS NOT NULL",
     "DROP TABLE ledger_messages",
     "ALTER TABLE ledger_messages_moved RENAME TO ledger_messages",
@@ -194,9 +195,26 @@ def _type_index_partial(c: Any) -> None:
         c.execute(statement)
 
 
+# Each message row marks whether its text is empty or ends in whitespace: a window is
+# counted joined where such a message meets the next (domain.tokens.JoinedWindow). Rows
+# stored before have NULL, and their texts are looked at when a window reaches them.
+OPEN_END = tuple(
+    f"ALTER TABLE {table} ADD COLUMN open_end INTEGER"
+    for table in ("ledger_messages", "ledger_ended_messages")
+)
+
+
+def _open_end(c: Any) -> None:
+    """Migration 10 (once: migration 1 of a store made before numbering runs it again)."""
+    for table, statement in zip(("ledger_messages", "ledger_ended_messages"), OPEN_END,
+                                strict=True):  # fmt: skip
+        if "open_end" not in _columns(c, table):
+            c.execute(statement)
+
+
 MIGRATIONS = (
     _layout_at_numbering, _data_keys, _access_log, _audit_search, _caller_keys_index, _streams,
-    _access_log_by_session, _sessions_by_creation, _type_index_partial,
+    _access_log_by_session, _sessions_by_creation, _type_index_partial, _open_end,
 )  # fmt: skip
 LATEST = len(MIGRATIONS)
 

@@ -371,7 +371,7 @@ class ViewWriter:
         self._execute(
             cursor,
             f"INSERT INTO ledger_messages ({LIVE_COLUMNS}) SELECT session_id, ?, message_id, ?, "
-            f"role, tokens, tokens_joined, message FROM ledger_messages WHERE {LIVE} "
+            f"role, tokens, tokens_joined, message, open_end FROM ledger_messages WHERE {LIVE} "
             "AND message_id <= ?",
             (ARCHIVED, c.version, sid, ACTIVE, last),
         )

@@ -2,7 +2,7 @@
 window, and whose `chat_store` is a `LedgerChatStore` on the same ledger.
 
 `get` returns what `ChatMemoryBuffer.get` returns for the same history, token limit and
-tokenizer (exactly, but where whitespace meets across two messages: docs/python-api.md),
+tokenizer (exactly, where whitespace meets across two messages too: docs/python-api.md),
 but reads only the newest messages' stored token counts (O(window))
 instead of re-tokenizing the whole history on every turn. Every method has a native
 async twin. `to_dict()` / `from_dict()` and `to_string()` / `from_string()` round-trip

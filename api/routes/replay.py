@@ -26,12 +26,10 @@ CHUNK = 1000  # messages validated in one call (`_messages`)
 
 
 def window_tokens(ledger: Ledger, contents: list[str | None], initial_token_count: int) -> int:
-    """What ChatMemoryBuffer counts for a window: the first message alone, each later one
-    with the joining space (the ledger's own arithmetic, `domain.tokens`)."""
-    counts = [ledger.tokenizer.count(content) for content in contents]
-    if not counts:
+    """What ChatMemoryBuffer counts for a window: its texts joined by spaces."""
+    if not contents:
         return initial_token_count
-    return initial_token_count + counts[0].alone + sum(c.joined for c in counts[1:])
+    return initial_token_count + ledger.tokenizer.tokens(" ".join(map(str, contents)))
 
 
 @router.get("/{key}/replay", response_model=Replay)

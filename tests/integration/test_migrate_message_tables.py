@@ -14,11 +14,13 @@ from session_ledger.api.bootstrap import migrate, open_ledger
 from session_ledger.api.settings import Settings
 from session_ledger.domain.errors import StoreNotReady
 from session_ledger.domain.ledger import Ledger
-from session_ledger.projections.rebuild import check
+from session_ledger.domain.tokens import load_tokenizer
+from session_ledger.projections.rebuild import check, rebuild
 from session_ledger.projections.sql import LIVE_COLUMNS
 from session_ledger.projections.views import SQLViews
 from tests.conftest import make_ledger
 from tests.integration.test_rebuild import write_a_bit_of_everything
+from tests.unit.test_window_matches_llamaindex import as_llamaindex, llamaindex_window
 
 OLD_COLUMNS = (
     "session_id, message_id, valid_from, valid_to, status, role, tokens, tokens_joined, message"
@@ -140,11 +142,60 @@ def test_migrate_moves_ended_rows_to_their_own_table(
     assert reads(ledger, keys) == before
     views = ledger.views
     assert isinstance(views, SQLViews)
+    # The rows stored before their mark (`open_end`) was have none until `rebuild`.
+    differences = check(views, ledger.mapper, ledger.tokenizer)
+    assert differences and all(d.startswith("ledger_") and "messages:" in d for d in differences)
+    rebuild(views, ledger.mapper, ledger.tokenizer)
     assert check(views, ledger.mapper, ledger.tokenizer) == []
+    assert reads(ledger, keys) == before
 
     ledger.delete_message("b", 0)  # writes go on, into the new tables
     ledger.put("b", {"role": "user", "content": "after the move"})
     assert [m.content for m in ledger.get_all("b")] == ["m 4", "replaced", "after the move"]
     assert [m.content for m in ledger.get_all("b", status="archived")] == ["m 0", "m 1"]
     assert check(views, ledger.mapper, ledger.tokenizer) == []
+    ledger.close()
+
+
+EDGED = ["Hi\n", "\nthere", "", "y", "\t\t", "\t\t", "ok.\n", " ", "a\n", "b"]
+
+
+@pytest.mark.parametrize("store", ["sqlite", "postgres"])
+def test_rows_stored_before_their_whitespace_mark_are_counted_from_their_text(
+    store: str, own_store_settings: Settings
+) -> None:
+    """Rows a store held before `open_end` was added (NULL) give the windows
+    ChatMemoryBuffer gives, at every version and limit; `rebuild` marks them."""
+    settings = own_store_settings
+    settings.tokenizer = "cl100k_base"
+    ledger = make_ledger(settings)
+    for text in EDGED:
+        ledger.put("w", {"role": "user", "content": text})
+    encode = load_tokenizer("cl100k_base").encode
+
+    def windows() -> list[list[dict[str, object]]]:
+        got = []
+        for version in range(2, len(EDGED) + 2):
+            history = [{"role": "user", "content": t} for t in EDGED[: version - 1]]
+            for limit in range(1, 12):
+                window = ledger.get("w", token_limit=limit, as_of_version=version)
+                assert as_llamaindex(window) == llamaindex_window(history, limit, 0, encode)
+                got.append(as_llamaindex(window))
+        return got
+
+    marked = windows()
+    statement = "UPDATE ledger_messages SET open_end = NULL"
+    if store == "sqlite":
+        with sqlite3.connect(settings.database_url.removeprefix("sqlite:///")) as conn:
+            conn.execute(statement)
+    else:
+        with psycopg.connect(settings.database_url, autocommit=True) as conn:
+            conn.execute(statement)
+    assert windows() == marked
+    views = ledger.views
+    assert isinstance(views, SQLViews)
+    assert check(views, ledger.mapper, ledger.tokenizer)  # not marked: a difference
+    rebuild(views, ledger.mapper, ledger.tokenizer)
+    assert check(views, ledger.mapper, ledger.tokenizer) == []
+    assert windows() == marked
     ledger.close()

@@ -12,15 +12,19 @@ caller's), at limits that cut the history and that hold all of it.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from session_ledger.domain.ledger import Ledger
 from session_ledger.domain.ports import WriteResult
+from session_ledger.domain.tokens import load_tokenizer
 from session_ledger.projections.sql import TAIL_BATCH
+from tests.conftest import make_ledger, make_settings
 from tests.unit.test_window_matches_llamaindex import as_llamaindex, llamaindex_window
 
 # A message's shape: its role (every one, some that cannot open a window) and length.
@@ -97,7 +101,9 @@ def limits(history: list[dict[str, str]], tokens: Callable[[str], Sequence[Any]]
     return sorted({max(1, n) for n in (1, whole // 4, whole // 2, whole - 1, whole, whole + 50)})
 
 
-def check_every_version(replayed: Replayed, moments: int = 3) -> None:
+def check_every_version(
+    replayed: Replayed, moments: int = 3, tokenizers: tuple[Any, ...] = TOKENIZERS
+) -> None:
     """The history and the window at each version (at every limit, with each tokenizer)
     are what the list held then; the windows at the moments of the last `moments`
     versions are those of the versions the moments name."""
@@ -107,7 +113,7 @@ def check_every_version(replayed: Replayed, moments: int = 3) -> None:
     for version, history in replayed.at.items():
         stored = ledger.get_all(key, as_of_version=version)
         assert [m.content for m in stored] == [m["content"] for m in history], version
-        for name, tokens, given_tokenizer in TOKENIZERS:
+        for name, tokens, given_tokenizer in tokenizers:
             for limit in limits(history, tokens):
                 got = ledger.get(key, token_limit=limit, as_of_version=version, **given_tokenizer)
                 expected = llamaindex_window(history, limit, 0, tokens)
@@ -116,7 +122,7 @@ def check_every_version(replayed: Replayed, moments: int = 3) -> None:
         moment = ledger.head(key, as_of_version=version).updated_at
         named = ledger.head(key, as_of=moment).version  # (writes in one instant: the last)
         history = replayed.at[named]
-        for name, tokens, given_tokenizer in TOKENIZERS:
+        for name, tokens, given_tokenizer in tokenizers:
             limit = limits(history, tokens)[1]
             got = ledger.get(key, token_limit=limit, as_of=moment, **given_tokenizer)
             expected = llamaindex_window(history, limit, 0, tokens)
@@ -162,3 +168,46 @@ def test_every_versions_window_equals_chat_memory_buffer(
     for write in [*writes, *ends]:  # (the ends: rows earlier versions held end, others stay)
         replayed.apply(write)
     check_every_version(replayed)
+
+
+# Texts whose edges are whitespace, and empty ones: cl100k_base counts such windows
+# otherwise than their messages' counts add up to (domain.tokens.JoinedWindow).
+EDGED = ("m{}\n", "m{} w\n\n", "\n\nm{}", " m{} ", "m{}", "\t", "", "m{}  ", "\n", "ok.\n")
+
+
+class EdgedReplayed(Replayed):
+    def messages(self, shapes: Sequence[int]) -> list[dict[str, str]]:
+        return [
+            {"role": ROLES[shape % len(ROLES)],
+             "content": EDGED[(shape + n) % len(EDGED)].format(n)}
+            for shape, n in zip(shapes, self._made, strict=False)
+        ]  # fmt: skip
+
+
+@pytest.fixture
+def cl100k_ledger(store: str, tmp_path: Path) -> Iterator[Ledger]:
+    instance = make_ledger(make_settings(store, tmp_path, tokenizer="cl100k_base"))
+    yield instance
+    instance.close()
+
+
+@settings(
+    max_examples=8,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
+                           HealthCheck.data_too_large],
+)  # fmt: skip
+@given(
+    first=st.lists(SHAPE, min_size=2 * TAIL_BATCH + 1, max_size=4 * TAIL_BATCH),
+    writes=WRITES,
+    ends=st.lists(ENDING, min_size=1, max_size=3),
+)
+def test_every_versions_window_by_cl100k_equals_chat_memory_buffer_where_whitespace_meets(
+    cl100k_ledger: Ledger, first: list[int], writes: list[Write], ends: list[Write]
+) -> None:
+    replayed = EdgedReplayed(cl100k_ledger)
+    replayed.apply(("put", first))
+    for write in [*writes, *ends]:
+        replayed.apply(write)
+    encode = load_tokenizer("cl100k_base").encode
+    check_every_version(replayed, tokenizers=(("stored counts", encode, {}),))

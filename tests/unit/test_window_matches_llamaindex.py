@@ -115,48 +115,31 @@ CL100K_MESSAGES = st.lists(
 def test_default_tokenizer_window_equals_chat_memory_buffer(
     cl100k_ledger: Ledger, history: list[dict[str, Any]], limit: int
 ) -> None:
-    """cl100k_base: equal windows when no message is empty or starts/ends with whitespace."""
-    history = [{**m, "content": m["content"].strip() or "word"} for m in history]
+    """cl100k_base: equal windows, whitespace at the messages' edges and empty messages
+    included (counted joined there: tests/unit/test_joined_window.py)."""
     cl100k_ledger.set("s", history)
     encode = load_tokenizer("cl100k_base").encode
     expected = llamaindex_window(history, limit, 0, encode)
-    got = cl100k_ledger.get("s", token_limit=limit)
-    assert as_llamaindex(got) == expected
-
-
-@settings(
-    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
-@given(history=CL100K_MESSAGES, limit=st.integers(1, 300))
-def test_default_tokenizer_window_is_a_suffix_of_the_history(
-    cl100k_ledger: Ledger, history: list[dict[str, Any]], limit: int
-) -> None:
-    """Whitespace that BPE merges across a message boundary (empty messages, edges of
-    spaces) is counted per message: the window may start a message later or earlier
-    than LlamaIndex's (docs/python-api.md), and is still the newest messages in order."""
-    cl100k_ledger.set("s", history)
-    got = as_llamaindex(cl100k_ledger.get("s", token_limit=limit))
-    whole = as_llamaindex(cl100k_ledger.get_all("s"))
-    assert got == whole[len(whole) - len(got) :]
+    assert as_llamaindex(cl100k_ledger.get("s", token_limit=limit)) == expected
+    with_callers_tokenizer = cl100k_ledger.get("s", token_limit=limit, tokenizer=encode)
+    assert as_llamaindex(with_callers_tokenizer) == expected
 
 
 @pytest.mark.parametrize(
-    ("texts", "limit", "ours", "llamaindex"),
+    ("texts", "limit", "expected"),
     [
-        (["Hi\n", "\nthere"], 3, 1, 2),  # joined: 3 tokens; counted apart: 2 + 2
-        (["y", "\t\t", "\t\t"], 3, 3, 2),  # joined: 4 tokens; counted apart: 1 + 1 + 1
+        (["Hi\n", "\nthere"], 3, 2),  # joined: 3 tokens; counted apart: 2 + 2
+        (["y", "\t\t", "\t\t"], 3, 2),  # joined: 4 tokens; counted apart: 1 + 1 + 1
     ],
 )
-def test_where_whitespace_meets_across_messages_the_windows_differ_as_documented(
-    cl100k_ledger: Ledger, texts: list[str], limit: int, ours: int, llamaindex: int
+def test_where_whitespace_meets_across_messages_the_window_is_chat_memory_buffers(
+    cl100k_ledger: Ledger, texts: list[str], limit: int, expected: int
 ) -> None:
-    """The open difference, pinned: a change that counts such windows exactly fails here
-    (and should then assert equality)."""
     history = [{"role": "user", "content": t} for t in texts]
     cl100k_ledger.set("s", history)
     encode = load_tokenizer("cl100k_base").encode
-    assert len(llamaindex_window(history, limit, 0, encode)) == llamaindex
-    assert len(cl100k_ledger.get("s", token_limit=limit)) == ours
+    assert len(llamaindex_window(history, limit, 0, encode)) == expected
+    assert len(cl100k_ledger.get("s", token_limit=limit)) == expected
 
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>",
@@ -186,7 +169,8 @@ def test_default_tokenizer_counts_a_message_alone_and_after_a_space(text: str) -
     """A message's stored counts: its tokens alone, and after the joining space."""
     tokenizer = load_tokenizer("cl100k_base")
     encode = tokenizer.encode
-    assert tokenizer.count(text) == (len(encode(text)), len(encode(" " + text)))
+    open_end = not text or text[-1].isspace()
+    assert tokenizer.count(text) == (len(encode(text)), len(encode(" " + text)), open_end)
 
 
 def test_a_text_without_a_word_break_is_encoded_twice_not_three_times() -> None:
@@ -201,3 +185,15 @@ def test_a_text_without_a_word_break_is_encoded_twice_not_three_times() -> None:
     text = "長い日本語の文章には単語の間に空白がない" * 4
     assert counting.count(text) == real.count(text)
     assert encoded == [text, " " + text]
+
+
+def test_the_replays_token_count_is_the_joined_windows(cl100k_ledger: Ledger) -> None:
+    """The token count a replay gives with its window is ChatMemoryBuffer's: the texts
+    joined by spaces, whitespace across messages too."""
+    from session_ledger.api.routes.replay import window_tokens
+
+    encode = load_tokenizer("cl100k_base").encode
+    texts: list[str | None] = ["Hi\n", "\nthere", "", None]
+    assert window_tokens(cl100k_ledger, texts, 2) == 2 + len(encode("Hi\n \nthere  None"))
+    assert window_tokens(cl100k_ledger, ["Hi\n", "\nthere"], 0) == 3  # apart: 2 + 2
+    assert window_tokens(cl100k_ledger, [], 7) == 7
