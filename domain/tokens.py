@@ -171,11 +171,10 @@ def load_tokenizer(name: str, *, process_min_chars: int = 0) -> NamedTokenizer:
 # tables call no letter may be one in the tokenizer's newer tables.) In a text that may
 # hold a special token, only the first kind: a special token holds no space.
 _MARKER = "<|"  # how every special token starts
-_SPACE_BREAK = re.compile(r"(?<=\S) ")
 _RUN_BREAK = re.compile(
     r"(?<=\S) |(?<=[^\W\d_])(?=[\x00-\x40\x5b-\x60\x7b-\x7f])|(?<=[0-9])(?=[\x00-\x2f\x3a-\x7f])"
 )
-_LAST_BREAK_CHARS = 4096  # how far from its end a text is searched for its last break
+_LAST_SPACES = 64  # how many of a text's last spaces are looked at for its last break
 # The most text a window's read counts joined: where many messages of only whitespace
 # (or symbols) ending in whitespace follow each other, each longer window is counted
 # whole, as ChatMemoryBuffer counts every window. Past this the read is refused.
@@ -184,7 +183,7 @@ JOINED_COUNT_CHARS = 16 * 1024 * 1024
 
 def fixed_breaks(text: str, start: int = 0) -> Iterator[int]:
     """The positions in `text` (from `start`) where a pre-token starts in any context."""
-    pattern = _SPACE_BREAK if _MARKER in text else _RUN_BREAK
+    pattern = _CHUNK_BREAK if _MARKER in text else _RUN_BREAK
     for found in pattern.finditer(text, start):
         at = found.start()
         before = text[at - 1]
@@ -193,13 +192,18 @@ def fixed_breaks(text: str, start: int = 0) -> Iterator[int]:
 
 
 def _last_break(text: str, first: int) -> int:
-    """The last fixed break of `text` within _LAST_BREAK_CHARS of its end, else `first`
-    (one found before: a break missed costs a longer text counted again, never a wrong
+    """A fixed break of `text` near its end: the last space after a character that is
+    not whitespace, looked for among its last _LAST_SPACES spaces; else `first`, a break
+    found before (a break missed costs a longer text counted again, never a wrong
     count)."""
-    last = first
-    for last in fixed_breaks(text, max(first, len(text) - _LAST_BREAK_CHARS)):  # noqa: B007
-        pass
-    return last
+    at = len(text)
+    for _ in range(_LAST_SPACES):
+        at = text.rfind(" ", first + 1, at)
+        if at == -1:
+            break
+        if not text[at - 1].isspace():
+            return at
+    return first
 
 
 class Joins(NamedTuple):
@@ -231,26 +235,31 @@ class JoinedWindow:
         text = joins.text(head)
         first = next(fixed_breaks(text), len(text))
         self.settled = settled
+        self.head_tokens: int | None = int(head[1])  # the head's tokens, where known
         if first < len(text):  # the text after its first break settles
-            self.settled += int(head[1]) - self._tokens(text[:first])
+            self.head_tokens = self._tokens(text[:first])
+            self.settled += int(head[1]) - self.head_tokens
         self.head = text[:first]
 
     def cost(self) -> int:
         """The window's tokens, with the initial count."""
-        return self.settled + self._tokens(self.head)
+        if self.head_tokens is None:
+            self.head_tokens = self._tokens(self.head)
+        return self.settled + self.head_tokens
 
     def take(self, older: Sequence[Any]) -> None:
         """Take the open-ended message before the window into it."""
         text = self.joins.text(older)
         first = next(fixed_breaks(text), None)
         if first is None:
-            self.head = text + " " + self.head
+            self.head, self.head_tokens = text + " " + self.head, None
             return
         end = text[_last_break(text, first) :]
+        head_tokens = self._tokens(text[:first])
         # the text between its first and last breaks, counted apart; its end, joined
-        self.settled += (int(older[1]) - self._tokens(text[:first]) - self._tokens(end)
+        self.settled += (int(older[1]) - head_tokens - self._tokens(end)
                          + self._tokens(end + " " + self.head))  # fmt: skip
-        self.head = text[:first]
+        self.head, self.head_tokens = text[:first], head_tokens
 
     def close(self) -> int:
         """The settled tokens once a message that is not open-ended comes before the

@@ -74,6 +74,15 @@ def decode_as(
     return out
 
 
+def body_text(role: str, body: str) -> str:
+    """What LlamaIndex counts of the message stored as (`role`, `body`): `str(content)`
+    (a plain text's body is its JSON string: decoded, it is the text)."""
+    if body[0] == '"':
+        text: str = _decode(body)
+        return text
+    return str(decode_body(role, body).content)
+
+
 def decode_body(role: str, body: str) -> ChatMessage:
     """The message stored as (`role`, `body`)."""
     (message,) = decode_bodies(((role, body),))

@@ -13,7 +13,7 @@ from session_ledger.domain.errors import AnswerTooLarge
 from session_ledger.domain.ports import ACTIVE
 from session_ledger.domain.tokens import Joins, NamedTokenizer, window_length
 
-from .bodies import StoredMessages, decode_body
+from .bodies import StoredMessages, body_text
 from .dialect import Dialect, ViewRows
 from .sql import (
     HEAD_VERSION,
@@ -119,7 +119,9 @@ class Context:
         entries: Iterator[Sequence[Any]] = rows
         if tokenizer is not None:
             entries = map(functools.partial(self._counted, tokenizer, text), rows)
-        joins = None if joiner is None else Joins(joiner.tokens, text, 6)
+        joins = None
+        if joiner is not None:  # (its counting function itself, where it has one)
+            joins = Joins(joiner.length or joiner.tokens, text, 6)
         k = window_length(entries, token_limit, initial_token_count,
                           None if max_bytes is None else known.append, joins)  # fmt: skip
         within(k)
@@ -149,8 +151,7 @@ class Context:
             if row[3] is None:
                 row = (self._tail_bodies(read, sid, version or row[5], [row]) or [row])[0]
             body = self.rows.opened(session_id, [row], 3)[0][3]
-            content = "" if body is None else decode_body(row[0], body).content
-            found = texts[row[4]] = str(content)
+            found = texts[row[4]] = "" if body is None else body_text(row[0], body)
         return found
 
     def _tail_bodies(

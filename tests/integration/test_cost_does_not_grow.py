@@ -421,3 +421,29 @@ def test_a_history_read_makes_three_objects_a_text_message(grown: Ledger) -> Non
     assert history[1].blocks == ({"block_type": "text", "text": message(1)["content"]},)
     assert history[1].additional_kwargs == {} and history[1].content == message(1)["content"]
     grown.close()
+
+
+def test_a_window_of_messages_ending_in_whitespace_reads_only_the_window(
+    store: str, tmp_path: Path
+) -> None:
+    """cl100k_base windows are counted joined after each message that is empty or ends
+    in a newline (domain.tokens.JoinedWindow); the read still stops where the window
+    does, at 100 and at 10,000 messages, now and at a past version."""
+    ledger = make_ledger(make_settings(store, tmp_path, tokenizer="cl100k_base"))
+
+    def edged(i: int) -> dict[str, str]:
+        return {**message(i), "content": "" if i % 7 == 0 else message(i)["content"] + "\n"}
+
+    ledger.put_messages("small", [edged(i) for i in range(100)])
+    for start in range(0, 10_000, 2_000):
+        ledger.put_messages("large", [edged(i) for i in range(start, start + 2_000)])
+    for limit in (100, 1_000, 3_000):
+        window = len(ledger.get("large", token_limit=limit))
+        small = view_rows_during(ledger, lambda limit=limit: ledger.get("small", token_limit=limit))
+        large = view_rows_during(ledger, lambda limit=limit: ledger.get("large", token_limit=limit))
+        assert small <= large <= 2 * (window + 1) + TAIL_BATCH, (limit, window, small, large)
+        then = view_rows_during(
+            ledger, lambda limit=limit: ledger.get("large", token_limit=limit, as_of_version=2)
+        )
+        assert then <= 2 * (window + 1) + TAIL_BATCH + 1, (limit, window, then)
+    ledger.close()
