@@ -102,6 +102,44 @@ def _replay_into(
     return count
 
 
+def _differences(
+    table: str, key: list[str], live: Iterable[dict[str, Any]], rebuilt: Iterable[dict[str, Any]]
+) -> Iterator[str]:
+    """The rows of `table` that differ, each stored row paired with the rebuilt row of
+    its key (a row missing on one side shows as missing, not paired with the next). Both
+    come in key order, session first: one session's rows are held at a time."""
+    sessions = _merged(
+        itertools.groupby(live, lambda row: row["session_id"]),
+        itertools.groupby(rebuilt, lambda row: row["session_id"]),
+    )
+    for have, want in sessions:
+        stored = {tuple(row[c] for c in key): tuple(row.values()) for row in have}
+        derived = {tuple(row[c] for c in key): tuple(row.values()) for row in want}
+        for k in sorted(stored.keys() | derived.keys(), key=repr):
+            if stored.get(k) != derived.get(k):
+                yield f"{table}: stored {stored.get(k)} but the events give {derived.get(k)}"
+
+
+def _merged(
+    left: Iterator[tuple[Any, Iterator[dict[str, Any]]]],
+    right: Iterator[tuple[Any, Iterator[dict[str, Any]]]],
+) -> Iterator[tuple[Iterable[dict[str, Any]], Iterable[dict[str, Any]]]]:
+    """Pairs of one session's rows from two streams grouped by session in one order;
+    a session only one stream has is paired with no rows."""
+    a, b = next(left, None), next(right, None)
+    while a is not None or b is not None:
+        if b is None or (a is not None and a[0] < b[0]):
+            assert a is not None
+            yield list(a[1]), ()
+            a = next(left, None)
+        elif a is None or b[0] < a[0]:
+            yield (), list(b[1])
+            b = next(right, None)
+        else:
+            yield list(a[1]), list(b[1])
+            a, b = next(left, None), next(right, None)
+
+
 def check(
     source: SQLViews, mapper: Any, tokenizer: NamedTokenizer, *, limit: int = 20,
     progress: Progress | None = None,
@@ -120,10 +158,9 @@ def check(
             except EventsDisagree as disagreement:
                 return [str(disagreement)]
             for table in source.view_tables:
-                live, rebuilt = source.dump(table), scratch.dump(table)
-                for have, want in itertools.zip_longest(live, rebuilt):
-                    if have != want and len(differences) < limit:
-                        differences.append(f"{table}: stored {have} but the events give {want}")
+                key = source.view_order[table].split(", ")
+                found = _differences(table, key, source.dump(table), scratch.dump(table))
+                differences += itertools.islice(found, limit - len(differences))
             return differences
         finally:
             datastore.close()

@@ -196,10 +196,10 @@ class SQLViews:
                 return
             after = rows[-1]["position"]
 
-    def dump(self, table: str) -> Iterator[tuple[Any, ...]]:
-        """A view table's rows in key order, in a form equal across backends (and a
-        message body as its canonical JSON, a stream's text as read, whichever form a
-        store keeps them in)."""
+    def dump(self, table: str) -> Iterator[dict[str, Any]]:
+        """A view table's rows in key order, by column, in a form equal across backends
+        (and a message body as its canonical JSON, a stream's text as read, whichever
+        form a store keeps them in)."""
         with self.dialect.stream(
             f"SELECT * FROM {table} ORDER BY {self.view_order[table]}"
         ) as rows:
@@ -213,4 +213,4 @@ class SQLViews:
                 if table == "ledger_streams":  # a stream's text: its sealed lines opened
                     sid = uuid.UUID(values["session_id"])
                     values["text"] = self.content.open_stream_text(sid, values["text"])
-                yield tuple(values.values())
+                yield values

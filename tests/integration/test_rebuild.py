@@ -9,6 +9,7 @@ import pytest
 
 from session_ledger.api.settings import Settings
 from session_ledger.domain.ledger import Ledger
+from session_ledger.domain.session import session_id
 from session_ledger.domain.tokens import NamedTokenizer, TokenCount
 from session_ledger.projections.rebuild import check, rebuild
 from session_ledger.projections.views import SQLViews
@@ -21,7 +22,9 @@ def views(ledger: Ledger) -> SQLViews:
 
 
 def all_rows(ledger: Ledger) -> dict[str, list[tuple[object, ...]]]:
-    return {t: list(views(ledger).dump(t)) for t in views(ledger).view_tables}
+    return {
+        t: [tuple(r.values()) for r in views(ledger).dump(t)] for t in views(ledger).view_tables
+    }
 
 
 def write_a_bit_of_everything(ledger: Ledger, key: str) -> None:
@@ -163,6 +166,25 @@ def test_a_store_of_canonical_bodies_reads_alike_and_rebuild_makes_them_plain(
 
 
 @pytest.mark.parametrize("store", ["memory", "sqlite", "postgres"])
+def test_check_names_only_the_rows_a_missing_one_concerns(
+    store: str, own_store_settings: Settings
+) -> None:
+    """A row deleted by hand is reported missing; the rows after it, of that session and
+    of the sessions after it, are not paired with the wrong rows and reported too."""
+    ledger = make_ledger(own_store_settings)
+    for key in ("a", "b", "c"):
+        ledger.put_messages(key, [{"role": "user", "content": f"{key}{i}"} for i in range(4)])
+    sid = views(ledger).dialect.sid(session_id(ledger.default_tenant, "a"))
+    with ledger.recorder.datastore.transaction(commit=True) as c:  # type: ignore[attr-defined]
+        views(ledger).dialect.execute(
+            c, "DELETE FROM ledger_messages WHERE session_id = ? AND message_id = 1", (sid,)
+        )
+    (difference,) = check(views(ledger), ledger.mapper, ledger.tokenizer)
+    assert difference.startswith("ledger_messages: stored None but the events give")
+    assert '"a1"' in difference
+    ledger.close()
+
+
 def test_check_re_derives_what_a_replace_keeps_from_its_payload(
     store: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
