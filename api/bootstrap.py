@@ -262,7 +262,7 @@ def open_key_store(
     connection (then 503), rather than holding the request through an outage."""
     if database_url.startswith("memory://"):
         return KeyStore(MemoryKeyTable())
-    if database_url.startswith("sqlite://"):
+    if database_url.startswith("sqlite:///"):
         return KeyStore(SQLiteKeyTable(SQLiteTableConnections(
             _sqlite_path(database_url), lock_timeout, api_key_table.NOT_MIGRATED,
             size=pool_size,
@@ -284,7 +284,7 @@ def open_limit_store(
     connections."""
     if database_url.startswith("memory://"):
         return MemoryLimitStore()
-    if database_url.startswith("sqlite://"):
+    if database_url.startswith("sqlite:///"):
         return SQLiteLimitStore(SQLiteTableConnections(
             _sqlite_path(database_url), lock_timeout, rate_limit_store.NOT_MIGRATED,
             rate_limit_store.SQLITE_PRAGMAS, size=pool_size,

@@ -163,6 +163,20 @@ class StoreSettings(BaseModel):
         None, description="A file holding `master_key`'s value (instead of it)."
     )
 
+    @field_validator("database_url")
+    @classmethod
+    def _a_store_url(cls, value: str) -> str:
+        """Every command and store reads one URL alike: a form none knows is refused here
+        (`sqlite://name` too, which one would have read as a path and another refused)."""
+        if value.startswith(("memory://", "sqlite:///", "postgresql://", "postgres://")):
+            return value
+        scheme = value.split(":", 1)[0] if ":" in value else value[:20]
+        hint = " (three slashes, then the path)" if scheme == "sqlite" else ""
+        raise ValueError(  # (the scheme only: a URL may hold a password)
+            f"unsupported database URL (scheme {scheme!r}): use memory://, sqlite:///path"
+            f"{hint}, or postgresql://user@host/db"
+        )
+
 
 class LimitSettings(BaseModel):
     """What one write, read or request may hold, and what a key, a tenant or a client

@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from session_ledger.api.bootstrap import replica_env, store_env
 from session_ledger.api.settings import GROUPS, Settings
@@ -91,3 +92,25 @@ def test_no_default_is_written_again_as_a_fallback() -> None:
         for match in FALLBACK.finditer(text)
     ]
     assert found == []
+
+
+@pytest.mark.parametrize(
+    "url", ["sqlite://ledger.db", "sqlite:ledger.db", "postgresq://u:secret@h/db", "ledger.db"]
+)
+def test_a_database_url_no_store_reads_is_refused_without_echoing_it(url: str) -> None:
+    """Every command and store reads the URL alike: `sqlite://name` was a file named
+    `sqlite:/name`-ish for the key store and a refusal for the ledger."""
+    with pytest.raises(ValidationError, match="unsupported database URL") as refused:
+        Settings(database_url=url)
+    (error,) = refused.value.errors()
+    assert "secret" not in error["msg"]  # (what the CLI prints: the message, not the input)
+    if url.startswith("sqlite"):
+        assert "three slashes" in error["msg"]
+
+
+@pytest.mark.parametrize(
+    "url", ["memory://", "sqlite:///./var/l.db", "sqlite:////abs/l.db", "postgresql://u@h/db",
+            "postgres://u@h/db"],
+)  # fmt: skip
+def test_the_store_urls_are_taken(url: str) -> None:
+    assert Settings(database_url=url).database_url == url
