@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import threading
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import psycopg
@@ -317,11 +320,19 @@ def _layout(settings: Settings, env: dict[str, str]) -> str:
     """The store's tables: `none` yet, `current`, or `older` (a layout `migrate` moves)."""
     if env["PERSISTENCE_MODULE"] == SQLITE_FACTORY:
         return sqlite_layout(env["SQLITE_DBNAME"])
+    with reached(settings.database_url, 10) as conn:
+        return postgres_layout(conn.cursor())
+
+
+@contextmanager
+def reached(database_url: str, timeout: float) -> Iterator[psycopg.Connection[Any]]:
+    """A connection to the PostgreSQL store, or StoreNotReady naming it at once (a pool
+    would try again until its wait is over)."""
     try:
-        with psycopg.connect(settings.database_url, connect_timeout=10) as conn:
-            return postgres_layout(conn.cursor())
+        with psycopg.connect(database_url, connect_timeout=max(1, round(timeout))) as conn:
+            yield conn
     except POSTGRES.lost as e:
-        raise StoreNotReady(f"cannot reach {redact(settings.database_url)}: {e}") from None
+        raise StoreNotReady(f"cannot reach {redact(database_url)}: {e}") from None
 
 
 def check_durability(settings: Settings, env: dict[str, str]) -> None:

@@ -105,11 +105,17 @@ def using_store(database_url: str) -> Iterator[None]:
 
 @contextmanager
 def key_store(settings: Settings) -> Iterator[KeyStore]:
-    from ..bootstrap import open_key_store
+    from ..bootstrap import open_key_store, reached
 
     with using_store(settings.database_url):
+        if settings.database_url.startswith(("postgresql://", "postgres://")):
+            with reached(settings.database_url, settings.store_wait_seconds):
+                pass  # (an unreachable store is said at once, not after the pool's wait)
         store = open_key_store(
-            settings.database_url, pool_size=1, lock_timeout=settings.lock_timeout_seconds
+            settings.database_url,
+            pool_size=1,
+            lock_timeout=settings.lock_timeout_seconds,
+            connect_wait=settings.store_wait_seconds,
         )
         try:
             yield store
@@ -125,7 +131,7 @@ def failing_cleanly() -> Iterator[None]:
     try:
         yield
     except (LedgerError, KeyNotFound, StoreFault) as exc:
-        fail(str(exc))
+        fail(one_line(str(exc)))
     except MapperDeserialisationError as exc:  # (bytes changed: `verify` names the session)
         fail(f"a stored event does not decode ({one_line(str(exc))}); "
              "run session-ledger verify")  # fmt: skip

@@ -9,6 +9,7 @@ English and progress lines in a log do not run together."""
 from __future__ import annotations
 
 import os
+import socket
 import sqlite3
 import stat
 import subprocess
@@ -153,6 +154,19 @@ def test_a_store_that_cannot_be_used_is_named_in_one_line(tmp_path: Path) -> Non
     folder = {"LEDGER_DATABASE_URL": f"sqlite:///{tmp_path}"}
     for args in (["migrate"], ["show", "k"]):
         assert "unable to open database file" in refused(folder, *args)
+
+
+def test_an_unreachable_postgresql_is_named_at_once_by_every_command() -> None:
+    """`keys list` waited out its pool (30 s, a warning a second) where `show` said at
+    once that the store cannot be reached; both say it in one line now."""
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {"LEDGER_DATABASE_URL": f"postgresql://postgres@127.0.0.1:{port}/test"}
+    for args in (["keys", "list"], ["show", "k"], ["keys", "revoke", "nope"]):
+        line = refused(env, *args)
+        assert line.startswith(f"error: cannot reach postgresql://postgres@127.0.0.1:{port}/test")
+        assert "Connection refused" in line
 
 
 def test_every_limit_is_bounded_as_audit_bounds_it(tmp_path: Path) -> None:
