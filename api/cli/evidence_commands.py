@@ -201,8 +201,9 @@ def export_package(
         echo(f"exported {counted(summary['conversations'], 'conversation')}, "
              f"{counted(summary['events'], 'RSMF event')} to {output}", err=True)  # fmt: skip
         return
+    # Written beside the output and moved there whole: a failure leaves nothing half made.
     with opened_ledger(settings) as ledger, tempfile.TemporaryDirectory(dir=output.parent) as tmp:
-        folder = Path(tmp) / "package" if output.suffix == ".tar" else output
+        folder = Path(tmp) / "package"
         files = package_files(ledger, tenant, folder, exported_by=f"cli:{getpass.getuser()}",
                               prefix=prefix, start=start, end=end, actor=actor,
                               checkpoint_dir=settings.checkpoint_dir,
@@ -215,6 +216,8 @@ def export_package(
         manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
         if output.suffix == ".tar":
             tar_folder(folder, output)
+        else:
+            folder.rename(output)
     counts = manifest["counts"]
     echo(f"exported {counted(counts['sessions'], 'session')}, "
          f"{counted(counts['events'], 'event')} to {output}", err=True)  # fmt: skip

@@ -9,12 +9,16 @@ import io
 import random
 import tarfile
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
+import pytest
 from typer.testing import CliRunner
 
 from session_ledger.api.cli import cli
+from session_ledger.api.settings import Settings
 from session_ledger.domain.ledger import Ledger
 from session_ledger.projections.checkpoint import (
     generate_keys,
@@ -24,6 +28,7 @@ from session_ledger.projections.checkpoint import (
 )
 from session_ledger.projections.package import tar_folder, verify_package, write_package
 from session_ledger.projections.views import SQLViews
+from tests.conftest import make_ledger
 
 
 def test_a_package_selects_verifies_and_turns_red_at_any_byte(
@@ -206,3 +211,41 @@ def test_the_cli_names_an_output_it_cannot_write_and_a_package_it_cannot_read(
     done = runner.invoke(cli, ["verify-export", str(tmp_path / "noise.tar")], env=env)
     assert isinstance(done.exception, SystemExit) and done.exit_code == 1, done.output
     assert "not a tar file" in done.output
+
+
+def test_a_package_that_fails_half_way_leaves_no_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The folder is written beside its place and moved there whole: a failure after
+    some files (here, the disk filling) leaves nothing a reader could take for a
+    package, and the same command runs again."""
+    from session_ledger.projections import package
+
+    env = {
+        "LEDGER_DATABASE_URL": f"sqlite:///{tmp_path / 'l.db'}",
+        "LEDGER_TOKENIZER": "whitespace",
+    }
+    runner = CliRunner()
+    assert runner.invoke(cli, ["migrate"], env=env).exit_code == 0
+    ledger = make_ledger(Settings(database_url=env["LEDGER_DATABASE_URL"], tokenizer="whitespace"))
+    for key in ("a", "b", "c"):
+        ledger.put(key, {"role": "user", "content": key})
+    ledger.close()
+    written = package.package_files
+
+    def failing(*args: Any, **kwargs: Any) -> Iterator[str]:
+        for n, name in enumerate(written(*args, **kwargs)):
+            if n == 2:
+                raise OSError(28, "No space left on device")
+            yield name
+
+    output = tmp_path / "pkg"
+    monkeypatch.setattr(package, "package_files", failing)
+    done = runner.invoke(cli, ["export", "--output", str(output)], env=env)
+    assert done.exit_code == 1 and "No space left on device" in done.output, done.output
+    assert not output.exists()
+    assert [p.name for p in tmp_path.iterdir() if not p.name.startswith("l.db")] == []
+    monkeypatch.setattr(package, "package_files", written)
+    done = runner.invoke(cli, ["export", "--output", str(output)], env=env)
+    assert done.exit_code == 0, done.output
+    assert (output / "manifest.json").is_file()
