@@ -149,25 +149,31 @@ WRITES = st.lists(
 )
 
 
-@settings(
-    max_examples=25,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                           HealthCheck.data_too_large],
-)  # fmt: skip
-@given(
-    first=st.lists(SHAPE, min_size=2 * TAIL_BATCH + 1, max_size=4 * TAIL_BATCH),
-    writes=WRITES,
-    ends=st.lists(ENDING, min_size=1, max_size=3),
-)
+# A session longer than two tail batches from the start, then writes, then writes that
+# end rows earlier versions held and keep others.
+SESSIONS = {
+    "first": st.lists(SHAPE, min_size=2 * TAIL_BATCH + 1, max_size=4 * TAIL_BATCH),
+    "writes": WRITES,
+    "ends": st.lists(ENDING, min_size=1, max_size=3),
+}
+SLOW = [HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large]
+
+
+def replay(
+    replayed: Replayed, first: list[int], writes: list[Write], ends: list[Write]
+) -> Replayed:
+    replayed.apply(("put", first))
+    for write in [*writes, *ends]:
+        replayed.apply(write)
+    return replayed
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=SLOW)
+@given(**SESSIONS)
 def test_every_versions_window_equals_chat_memory_buffer(
     ledger: Ledger, first: list[int], writes: list[Write], ends: list[Write]
 ) -> None:
-    replayed = Replayed(ledger)
-    replayed.apply(("put", first))  # longer than two batches from the start
-    for write in [*writes, *ends]:  # (the ends: rows earlier versions held end, others stay)
-        replayed.apply(write)
-    check_every_version(replayed)
+    check_every_version(replay(Replayed(ledger), first, writes, ends))
 
 
 # Texts whose edges are whitespace, and empty ones: cl100k_base counts such windows
@@ -191,23 +197,11 @@ def cl100k_ledger(store: str, tmp_path: Path) -> Iterator[Ledger]:
     instance.close()
 
 
-@settings(
-    max_examples=8,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                           HealthCheck.data_too_large],
-)  # fmt: skip
-@given(
-    first=st.lists(SHAPE, min_size=2 * TAIL_BATCH + 1, max_size=4 * TAIL_BATCH),
-    writes=WRITES,
-    ends=st.lists(ENDING, min_size=1, max_size=3),
-)
+@settings(max_examples=8, deadline=None, suppress_health_check=SLOW)
+@given(**SESSIONS)
 def test_every_versions_window_by_cl100k_equals_chat_memory_buffer_where_whitespace_meets(
     cl100k_ledger: Ledger, first: list[int], writes: list[Write], ends: list[Write]
 ) -> None:
-    replayed = EdgedReplayed(cl100k_ledger)
-    replayed.apply(("put", first))
-    for write in [*writes, *ends]:
-        replayed.apply(write)
+    replayed = replay(EdgedReplayed(cl100k_ledger), first, writes, ends)
     encode = load_tokenizer("cl100k_base").encode
     check_every_version(replayed, tokenizers=(("stored counts", encode, {}),))
