@@ -19,7 +19,7 @@ from session_ledger.domain.errors import InvalidInput, LedgerError, SessionNotFo
 from session_ledger.domain.ledger import Ledger
 from session_ledger.domain.messages import ChatMessage
 from session_ledger.domain.ports import CREATED_ORDER
-from session_ledger.domain.tokens import NamedTokenizer
+from session_ledger.domain.tokens import callers_tokenizer
 
 from ..client import LedgerAPIError, LedgerClient
 from ..client_async import AsyncLedgerClient
@@ -67,7 +67,7 @@ class LocalBackend:
         self.ledger, self.tenant = ledger, tenant
         self.key_fingerprint = None
         self.write = {"tenant": tenant, "actor": actor}
-        self.tokenizer = NamedTokenizer("caller", tokenizer) if tokenizer else None
+        self.tokenizer = callers_tokenizer(tokenizer) if tokenizer else None
 
     def head(self, key: str) -> MemoryHead | None:
         try:

@@ -44,3 +44,29 @@ def test_get_equals_chat_memory_buffer(
     expected = llamaindex_window(history, limit, initial, str.split)
     assert dumps(memory.get(initial_token_count=initial)) == expected
     assert dumps(asyncio.run(memory.aget(initial_token_count=initial))) == expected
+
+
+@pytest.mark.parametrize(
+    ("texts", "limit"),
+    [(["Hi\n", "\nthere"], 3), (["y", "\t\t", "\t\t"], 3), (["a", "", "\n1"], 2)],
+)
+def test_get_with_llamaindexs_default_tokenizer_equals_chat_memory_buffer(
+    tmp_path: Any, texts: list[str], limit: int
+) -> None:
+    """`tokenizer_fn=get_tokenizer()` is cl100k_base: its windows are counted joined where
+    whitespace meets, on a ledger whose stored counts are another tokenizer's too."""
+    from llama_index.core.utils import get_tokenizer
+
+    from tests.conftest import make_ledger, make_settings
+
+    history = [{"role": "user", "content": t} for t in texts]
+    expected = llamaindex_window(history, limit, 0, get_tokenizer())
+    for tokenizer in ("whitespace", "cl100k_base"):
+        ledger = make_ledger(make_settings("sqlite", tmp_path / tokenizer, tokenizer=tokenizer))
+        memory = LedgerMemory.from_defaults(
+            chat_history=[ChatMessage.model_validate(m) for m in history], chat_store_key="k",
+            token_limit=limit, ledger=ledger, tokenizer_fn=get_tokenizer(),
+        )  # fmt: skip
+        assert dumps(memory.get()) == expected, tokenizer
+        assert dumps(asyncio.run(memory.aget())) == expected, tokenizer
+        ledger.close()
