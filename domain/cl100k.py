@@ -31,6 +31,9 @@ if TYPE_CHECKING:
     import tiktoken
 
 # cl100k_base's special tokens (tiktoken's `special_tokens_set`; a test keeps them equal).
+# The most UTF-8 bytes one cl100k_base token holds (128 spaces; a test checks it against
+# tiktoken's vocabulary): a text of n bytes is at least n / 128 tokens.
+LONGEST_TOKEN_BYTES = 128
 SPECIAL_TOKENS = ("<|endoftext|>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>",
                   "<|endofprompt|>")  # fmt: skip
 _SPECIAL = re.compile("|".join(re.escape(token) for token in SPECIAL_TOKENS))

