@@ -69,7 +69,8 @@ class NamedTokenizer:
 
     `pretokenized`: the tokenizer splits text into pre-tokens the way cl100k_base does, so
     the joined count needs only the head of the text tokenized again, not all of it (a
-    text with no word break is counted twice: a leading space changes its one pre-token).
+    text with no word break is counted twice: a leading space changes its one pre-token;
+    one that starts with an ASCII digit not at all: the space is a pre-token of its own).
     `length`: the number of tokens of a text, counted without making them; default: the
     length of `encode`'s. `longest`: the most UTF-8 bytes one token holds (a text of n
     bytes is at least n / longest tokens), where known.
@@ -94,6 +95,8 @@ class NamedTokenizer:
         length = self.tokens if self.length is None else self.length
         alone = length(text)
         if self.pretokenized:
+            if "0" <= text[:1] <= "9":  # no pre-token takes a space before a digit: " " alone
+                return TokenCount(alone, alone + 1, edge)
             found = _CHUNK_BREAK.search(text, 0, _BREAK_SEARCH_CHARS)
             head = text[: found.start()] if found else text
             if len(head) <= _CACHED_HEAD_CHARS:  # first words repeat: count each once

@@ -96,6 +96,19 @@ def test_a_message_s_counts_alone_and_after_a_space(parts: list[str]) -> None:
     assert counted == (expected(text), expected(" " + text), not text or text[-1].isspace())
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from("0123456789"), st.text(max_size=30),
+       st.lists(st.sampled_from(PIECES + WHITESPACE), max_size=4))  # fmt: skip
+def test_a_space_before_a_leading_digit_is_one_token_more(
+    digit: str, rest: str, parts: list[str]
+) -> None:
+    """Counted by no call: no pre-token of cl100k_base takes a space before a digit."""
+    text = digit + rest + "".join(parts)
+    counted = load_tokenizer("cl100k_base").count(text)
+    assert counted == (expected(text), expected(" " + text), text[-1].isspace())
+    assert counted.joined == counted.alone + 1
+
+
 def test_a_whitespace_run_tiktoken_cannot_encode_is_counted() -> None:
     """tiktoken's regex overflows its stack on a million spaces followed by a word (a
     PanicException); the pre-tokens are the run but its last space, then " y"."""
