@@ -94,8 +94,42 @@ def to_wires(messages: Sequence[LlamaMessage | dict[str, Any]]) -> list[dict[str
 
 
 def from_wire(message: dict[str, Any] | None) -> LlamaMessage | None:
-    return None if message is None else LlamaMessage.model_validate(message)
+    return None if message is None else _llama_message(message)
 
 
 def from_wires(messages: list[dict[str, Any]] | None) -> list[LlamaMessage]:
-    return [LlamaMessage.model_validate(m) for m in messages or []]
+    return [_llama_message(m) for m in messages or []]
+
+
+def _llama_message(stored: dict[str, Any]) -> LlamaMessage:
+    """A stored message as LlamaIndex held it when it was put. A message made with the
+    legacy `additional_kwargs={"images": [ImageDocument, ...]}` had an image block added
+    for each then; its dump holds those blocks, and the documents as dicts, which the
+    legacy conversion, run again by `model_validate`, cannot read (and would add twice).
+    So the message is made without them and they are put back, as documents again."""
+    extra = stored.get("additional_kwargs")
+    if not isinstance(extra, dict) or not extra.get("images"):
+        return LlamaMessage.model_validate(stored)
+    images = extra["images"]
+    message = LlamaMessage.model_validate(
+        {**stored, "additional_kwargs": {k: v for k, v in extra.items() if k != "images"}}
+    )
+    documents = [_image_document(d) for d in images] if isinstance(images, list) else images
+    kept = message.additional_kwargs  # (in place, in the stored order: no validator runs)
+    rest = dict(kept)
+    kept.clear()
+    kept.update((k, documents if k == "images" else rest[k]) for k in extra)
+    return message
+
+
+def _image_document(value: Any) -> Any:
+    """An `ImageDocument` again from its dump; any other value as it is."""
+    from llama_index.core.schema import ImageDocument
+    from pydantic import ValidationError
+
+    if not isinstance(value, dict):
+        return value
+    try:
+        return ImageDocument.model_validate(value)
+    except ValidationError:
+        return value

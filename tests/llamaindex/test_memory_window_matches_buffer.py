@@ -77,3 +77,39 @@ def test_get_with_llamaindexs_default_tokenizer_equals_chat_memory_buffer(
         assert dumps(memory.get()) == expected, tokenizer
         assert dumps(asyncio.run(memory.aget())) == expected, tokenizer
         ledger.close()
+
+
+PNG = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5E"
+       "rkJggg==")  # fmt: skip
+
+
+def test_a_message_with_legacy_images_reads_back_as_chat_memory_buffer_holds_it(
+    where: Where,
+) -> None:
+    """`additional_kwargs={"images": [ImageDocument]}` (LlamaIndex's legacy images): an
+    image block is added when the message is made; the read gives the same message, the
+    documents as documents, not the legacy conversion run again on their dumps (which
+    raised AttributeError on every later read, and would add each block twice)."""
+    from llama_index.core.memory import ChatMemoryBuffer
+    from llama_index.core.schema import ImageDocument
+
+    messages = [
+        ChatMessage(role="user", content="look", additional_kwargs={
+            "before": 1, "images": [ImageDocument(image=PNG)], "after": [2]}),
+        ChatMessage(role="assistant", content="a pixel", additional_kwargs={"images": []}),
+    ]  # fmt: skip
+    buffer = ChatMemoryBuffer.from_defaults(token_limit=3000)
+    memory = LedgerMemory.from_defaults(
+        token_limit=3000, chat_store_key=f"{where.prefix}images", **where.kwargs
+    )
+    for message in messages:
+        buffer.put(message)
+        memory.put(message)
+    for read in ("get", "get_all"):
+        theirs, ours = getattr(buffer, read)(), getattr(memory, read)()
+        assert dumps(ours) == dumps(theirs), read
+        assert [list(m.additional_kwargs) for m in ours] == [
+            list(m.additional_kwargs) for m in theirs
+        ]
+        assert isinstance(ours[0].additional_kwargs["images"][0], ImageDocument)
+        assert len(ours[0].blocks) == 2
