@@ -21,7 +21,7 @@ from llama_index.core.base.llms.types import ChatMessage as LlamaMessage
 from llama_index.core.llms.llm import LLM
 from llama_index.core.memory.chat_memory_buffer import DEFAULT_TOKEN_LIMIT_RATIO
 from llama_index.core.memory.types import DEFAULT_CHAT_STORE_KEY, BaseChatStoreMemory
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from session_ledger.domain.ledger import Ledger
 
@@ -45,6 +45,14 @@ class LedgerMemory(LedgerTarget, BaseChatStoreMemory):
         default=None,
         description="Token limit of `get`; None: the ledger's (LEDGER_TOKEN_LIMIT, 3000).",
     )
+
+    @field_validator("token_limit")
+    @classmethod
+    def _token_limit_above_zero(cls, value: int | None) -> int | None:
+        """Refused when the memory is made, as ChatMemoryBuffer refuses it (not at `get`)."""
+        if value is not None and value < 1:
+            raise ValueError("Token limit must be set and greater than 0.")
+        return value
 
     def __init__(self, **data: Any) -> None:
         data.pop("chat_store", None)  # always the ledger's own, on this memory's connection

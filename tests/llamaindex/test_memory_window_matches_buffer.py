@@ -113,3 +113,20 @@ def test_a_message_with_legacy_images_reads_back_as_chat_memory_buffer_holds_it(
         ]
         assert isinstance(ours[0].additional_kwargs["images"][0], ImageDocument)
         assert len(ours[0].blocks) == 2
+
+
+@pytest.mark.parametrize("limit", [0, -5])
+def test_a_token_limit_below_one_is_refused_when_the_memory_is_made(
+    local_ledger: Any, limit: int
+) -> None:
+    """As ChatMemoryBuffer refuses it: before the history is written, not at `get`."""
+    from llama_index.core.memory import ChatMemoryBuffer
+
+    history = [ChatMessage(role="user", content="kept out")]
+    with pytest.raises(ValueError, match="Token limit must be set and greater than 0"):
+        ChatMemoryBuffer.from_defaults(chat_history=history, token_limit=limit)
+    with pytest.raises(ValueError, match="Token limit must be set and greater than 0"):
+        LedgerMemory.from_defaults(
+            chat_history=history, token_limit=limit, ledger=local_ledger, chat_store_key="k"
+        )
+    assert local_ledger.get_all("k") == []
