@@ -67,8 +67,9 @@ class LedgerSession:
         self._check_open()
         limit = resolve_session_limit(limit, self.session_settings)
         if limit is not None:
-            if type(limit) is not int:
+            if isinstance(limit, bool) or not isinstance(limit, int):
                 raise InvalidInput(f"limit must be an integer or None; got {limit!r}")
+            limit = int(limit)  # (an IntEnum's member, say: a plain int from here on)
             if limit == 0:
                 return []
             limit = None if limit < 0 else limit

@@ -5,6 +5,7 @@ PostgreSQL and over HTTP on each."""
 from __future__ import annotations
 
 import asyncio
+import enum
 import json
 import os
 import random
@@ -128,6 +129,11 @@ def test_get_items_answers_as_sqlite_session(where: Where) -> None:
     assert (two, five, nine, none, negative) == (items[-2:], items, items, [], items)
     with pytest.raises(InvalidInput):
         run(session.get_items(limit="2"))  # type: ignore[arg-type]
+    for refused in (True, 2.0):
+        with pytest.raises(InvalidInput):
+            run(session.get_items(limit=refused))
+    two_of = enum.IntEnum("Two", {"TWO": 2}).TWO  # an int subclass: an int, as SQLiteSession's
+    assert run(session.get_items(limit=two_of)) == items[-2:]
 
 
 def test_the_newest_items_include_what_others_wrote_since(where: Where) -> None:
