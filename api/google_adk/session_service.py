@@ -212,6 +212,7 @@ class LedgerSessionService(BaseSessionService):
         first = layout.message(
             "system", [], {layout.SESSION: {"create_time": now}, layout.STATE: deltas["session"]}
         )
+        self._check_shared(app, user, deltas["app"], deltas["user"])
         try:
             written = self.store.append(key, [first], head.version if head else 0)
         except VersionConflict:
@@ -228,6 +229,8 @@ class LedgerSessionService(BaseSessionService):
     def _get(
         self, app_name: str, user_id: str, session_id: str, config: GetSessionConfig | None
     ) -> Session | None:
+        if _no_id(session_id):
+            return None
         app, user, sid = layout.name(app_name), layout.name(user_id), layout.session_id(session_id)
         config = config or GetSessionConfig()
         key = layout.session_key(app, user, sid)
@@ -343,6 +346,8 @@ class LedgerSessionService(BaseSessionService):
         return ListSessionsResponse(sessions=sessions)
 
     def _delete(self, app_name: str, user_id: str, session_id: str) -> None:
+        if _no_id(session_id):
+            return
         key = layout.session_key(
             layout.name(app_name), layout.name(user_id), layout.session_id(session_id)
         )
@@ -372,6 +377,7 @@ class LedgerSessionService(BaseSessionService):
             extra, state_at = {layout.STATE: state}, count
         else:
             extra = {layout.STATE_AT: state_at}
+        self._check_shared(app, user, deltas["app"], deltas["user"])
         try:
             written = self.store.append(key, [layout.to_message(event, extra)], version)
         except VersionConflict:
@@ -458,6 +464,18 @@ class LedgerSessionService(BaseSessionService):
             self._change_one(layout.user_key(app, user), user_delta),
         )
 
+    def _check_shared(
+        self, app: str, user: str, app_delta: dict[str, Any], user_delta: dict[str, Any]
+    ) -> None:
+        """Refuse, before the session's own write, an `app:` or `user:` change that its
+        write after it would refuse (a value that is not JSON; in process, a state grown
+        past the message size limit): the event is stored with its effect or not at all."""
+        for key, delta in ((layout.app_key(app), app_delta),
+                           (layout.user_key(app, user), user_delta)):  # fmt: skip
+            if delta:
+                state = {**self._shared_state(key), **delta}
+                self.store.check([layout.message("system", [], {layout.SHARED_STATE: state})])
+
     def _change_one(self, key: str, delta: dict[str, Any]) -> dict[str, Any]:
         """The app's or user's state after `delta` (a read alone when it is empty)."""
         if not delta:
@@ -475,6 +493,12 @@ class LedgerSessionService(BaseSessionService):
                 self._keep_shared(key, (written.version, copy.deepcopy(state)))
             return state
         raise VersionConflict(key, 0, -1)
+
+
+def _no_id(session_id: object) -> bool:
+    """None, empty or blank: no session has such an id (create_session gives one of its
+    own instead), so it is read as none, as ADK's services read it."""
+    return session_id is None or (isinstance(session_id, str) and not session_id.strip())
 
 
 def _marker(head: Head, state_at: int) -> str:

@@ -12,7 +12,9 @@ from typing import Any, NamedTuple, Protocol
 
 from session_ledger.domain import errors
 from session_ledger.domain.errors import InvalidInput, LedgerError, SessionNotFound
+from session_ledger.domain.inputs import parse_messages
 from session_ledger.domain.ledger import Ledger
+from session_ledger.domain.messages import ChatMessage
 from session_ledger.domain.ports import CREATED_ORDER
 
 from ..client import LedgerAPIError, LedgerClient
@@ -41,6 +43,8 @@ class Store(Protocol):
     # them (already read); None if it moved since.
     def newest(self, key: str, head: Head, n: int, skip: int = 0) -> list[dict] | None: ...
     def append(self, key: str, messages: list[dict], expected_version: int | None) -> Head: ...
+    # Refuse what a write of `messages` would refuse for what they hold, writing nothing.
+    def check(self, messages: list[dict]) -> None: ...
     def replace(self, key: str, messages: list[dict], expected_version: int | None) -> Head: ...
     def clear(self, key: str, expected_version: int | None) -> None: ...
     def keys(self, prefix: str) -> list[str]: ...  # not cleared, in the order made
@@ -77,6 +81,10 @@ class LocalStore:
             key, messages, expected_version=expected_version, **self.write
         )
         return Head(done.version, done.message_count, False)
+
+    def check(self, messages: list[dict]) -> None:
+        """Their JSON and their size, against this ledger's limits."""
+        parse_messages(messages, self.ledger.limits, allow_empty=False)
 
     def replace(self, key: str, messages: list[dict], expected_version: int | None) -> Head:
         done = self.ledger.set(key, messages, expected_version=expected_version, **self.write)
@@ -143,6 +151,11 @@ class RemoteStore:
         except LedgerAPIError as e:
             raise _domain_error(e, key, expected_version) from e
         return Head(done.version, done.message_count, False)
+
+    def check(self, messages: list[dict]) -> None:
+        """Their JSON; their size is the server's to judge, by limits of its own."""
+        for message in messages:
+            ChatMessage.parse(message)
 
     def replace(self, key: str, messages: list[dict], expected_version: int | None) -> Head:
         try:

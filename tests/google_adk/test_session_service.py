@@ -21,7 +21,7 @@ from google.adk.sessions.base_session_service import GetSessionConfig
 from google.genai import types
 
 from session_ledger.api.google_adk import LedgerSessionService, to_message
-from session_ledger.domain.errors import InvalidInput, PayloadTooLarge
+from session_ledger.domain.errors import InvalidInput, InvalidMessage, PayloadTooLarge
 from tests.google_adk.conftest import Target
 
 T = TypeVar("T")
@@ -448,8 +448,10 @@ def test_bad_input_is_a_typed_error_and_stores_nothing(adk: Target) -> None:
             await sessions.create_session(app_name=adk.app, user_id=USER, state=[1])  # type: ignore[arg-type]
         with pytest.raises(InvalidInput):
             await sessions.create_session(app_name=adk.app, user_id=USER, session_id=5)  # type: ignore[arg-type]
-        with pytest.raises(InvalidInput):
-            await sessions.get_session(app_name=adk.app, user_id=USER, session_id=None)  # type: ignore[arg-type]
+        for none in (None, "", "  "):  # no session has such an id: none, as ADK's read it
+            got = await sessions.get_session(app_name=adk.app, user_id=USER, session_id=none)  # type: ignore[arg-type]
+            assert got is None
+            await sessions.delete_session(app_name=adk.app, user_id=USER, session_id=none)  # type: ignore[arg-type]
         with pytest.raises(InvalidInput):
             await sessions.list_sessions(app_name=adk.app, user_id=3)  # type: ignore[arg-type]
         with pytest.raises(ValueError):
@@ -542,5 +544,58 @@ def test_an_event_over_the_size_limit_is_refused_whole(adk: Target) -> None:
         got = await sessions.get_session(app_name=adk.app, user_id=USER, session_id="big")
         assert got is not None and got.state == {"k": 2}
         assert [e.content.parts[0].text for e in got.events] == ["small"]
+
+    run(scenario())
+
+
+def test_a_shared_state_change_its_write_would_refuse_is_refused_before_the_event(
+    adk: Target,
+) -> None:
+    """`app:` and `user:` state is written after the session's own message: a change that
+    write would refuse is refused first, so nothing is stored, the session is not made
+    stale, and the next append goes on from it."""
+    sessions = adk.service()
+
+    async def scenario() -> None:
+        with pytest.raises(InvalidMessage):
+            await sessions.create_session(
+                app_name=adk.app, user_id=USER, session_id="c", state={"app:x": float("nan")}
+            )
+        assert await sessions.get_session(app_name=adk.app, user_id=USER, session_id="c") is None
+        made = await sessions.create_session(app_name=adk.app, user_id=USER, session_id="c")
+        with pytest.raises(InvalidMessage):
+            await sessions.append_event(made, text_event("e1", actions=delta(**{"user:x": 1e999})))
+        await sessions.append_event(made, text_event("e2", actions=delta(**{"user:y": 2})))
+        got = await sessions.get_session(app_name=adk.app, user_id=USER, session_id="c")
+        assert got is not None and [e.content.parts[0].text for e in got.events] == ["e2"]
+        assert got.state == {"user:y": 2}
+
+    run(scenario())
+
+
+def test_a_shared_state_grown_past_the_size_limit_is_refused_before_the_event(
+    adk: Target,
+) -> None:
+    """In process the ledger's limits are known: a `user:` state that would grow past
+    them is refused before the event is stored (over HTTP the server's limits judge it,
+    after; docs/agent-sdks.md)."""
+    if adk.remote:
+        pytest.skip("the server's limits are its own: a client cannot check a size against them")
+    adk.ledger.limits = dataclasses.replace(adk.ledger.limits, max_message_bytes=64 * 1024)
+    sessions = adk.service()
+
+    async def scenario() -> None:
+        made = await sessions.create_session(app_name=adk.app, user_id=USER, session_id="g")
+        await sessions.append_event(
+            made, text_event("e1", actions=delta(**{"user:a": "x" * 40_000}))
+        )
+        with pytest.raises(PayloadTooLarge):
+            await sessions.append_event(
+                made, text_event("e2", actions=delta(**{"user:b": "y" * 40_000}))
+            )
+        await sessions.append_event(made, text_event("e3", actions=delta(**{"user:c": 3})))
+        got = await sessions.get_session(app_name=adk.app, user_id=USER, session_id="g")
+        assert got is not None and [e.content.parts[0].text for e in got.events] == ["e1", "e3"]
+        assert set(got.state) == {"user:a", "user:c"}
 
     run(scenario())
