@@ -4,6 +4,8 @@ and user's shared state, and an ADK event as a ledger message (the event whole i
 
 from __future__ import annotations
 
+import hashlib
+import re
 from typing import Any
 from urllib.parse import quote
 
@@ -19,6 +21,7 @@ STATE = "adk_state"  # additional_kwargs: the session's own state after this mes
 STATE_AT = "adk_state_at"  # additional_kwargs: the position of the message holding it
 SESSION = "adk_session"  # additional_kwargs of the first message: when it was made
 SHARED_STATE = "adk_shared_state"  # additional_kwargs of an app or user state message
+_PLAIN_ID = re.compile(r"[!-~]{1,200}")  # an id an Idempotency-Key header can carry as it is
 
 
 # -- the messages ---------------------------------------------------------------------
@@ -56,6 +59,15 @@ def to_message(event: Event, extra: dict[str, Any] | None = None) -> dict[str, A
     else:
         role = "assistant"
     return message(role, blocks, {EVENT: stored, **(extra or {})})
+
+
+def event_write_key(event_id: str) -> str:
+    """The idempotency key of an event's write: its id (an id that is not visible ASCII
+    of at most 200 characters, by its SHA-256). A session stores each event id once."""
+    if _PLAIN_ID.fullmatch(event_id):
+        return f"adk-event:{event_id}"
+    digest = hashlib.sha256(event_id.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"adk-event-sha256:{digest}"
 
 
 def from_message(message: dict[str, Any]) -> Event:

@@ -25,11 +25,13 @@ them. An erased session's `get_session` and `append_event` raise the ledger's
 
 ADK's stale-session check: a session this service returned carries the ledger version
 it was read at, and an append to a session that moved since raises `StaleSessionError`
-(a write at an expected version: nothing is stored).
+(a write at an expected version: nothing is stored). An event's id is its write's
+idempotency key: a session stores each id once, and an append made again after its
+answer was lost answers as the first did.
 
 The app and user state documents are separate ledger sessions, written after the event:
 a crash between the two leaves the event (whose `state_delta` is the record of the
-change) without its effect on the shared state.
+change) without its effect on the shared state, until the append is made again.
 """
 
 from __future__ import annotations
@@ -64,7 +66,12 @@ from google.adk.sessions.base_session_service import (
 from google.adk.sessions.session import Session
 from google.adk.sessions.state import State
 
-from session_ledger.domain.errors import InvalidInput, SessionErasedError, VersionConflict
+from session_ledger.domain.errors import (
+    IdempotencyKeyReused,
+    InvalidInput,
+    SessionErasedError,
+    VersionConflict,
+)
 from session_ledger.domain.ledger import Ledger
 
 from . import layout
@@ -174,9 +181,11 @@ class LedgerSessionService(BaseSessionService):
     async def append_event(self, session: Session, event: Event) -> Event:
         """Store `event` and add it to `session`. Appends to one session are taken in turn
         (several at once on one session object would otherwise all expect the version it
-        was read at, and all but one be refused as stale); an event equal to one the
-        session object holds (a call made again) is not stored twice, as ADK's in-memory
-        service does not."""
+        was read at, and all but one be refused as stale). A session stores each event id
+        once (the id is the write's idempotency key): an append made again answers as
+        the first did, whether or not the first's answer arrived; one stored before the
+        session object was read leaves the object as it is; and another event with a
+        stored id raises AlreadyExistsError, as ADK's database service refuses it."""
         if event.partial:
             return event
         loop = id(asyncio.get_running_loop())
@@ -189,7 +198,8 @@ class LedgerSessionService(BaseSessionService):
             event = self._trim_temp_delta_state(event)
             # Awaited to its end even if the caller is cancelled meanwhile: the next
             # append in turn must find the session object as this one left it.
-            await _settled(self._append, session, event)
+            if not await _settled(self._append, session, event):
+                return event
             return self._commit_event_to_session(session, event)
 
     # -- the operations, each run in a worker thread -------------------------------------
@@ -359,7 +369,8 @@ class LedgerSessionService(BaseSessionService):
         except SessionErasedError:
             return  # (erased: more gone than a delete makes it)
 
-    def _append(self, session: Session, event: Event) -> None:
+    def _append(self, session: Session, event: Event) -> bool:
+        """Store `event`; false if it was stored before `session` was read."""
         app, user, sid = layout.name(session.app_name), layout.name(session.user_id), session.id
         key = layout.session_key(app, user, sid)
         version, count, state_at = self._position(key, session)
@@ -378,13 +389,18 @@ class LedgerSessionService(BaseSessionService):
         else:
             extra = {layout.STATE_AT: state_at}
         self._check_shared(app, user, deltas["app"], deltas["user"])
+        message = layout.to_message(event, extra)
         try:
-            written = self.store.append(key, [layout.to_message(event, extra)], version)
+            written = self.store.append(key, [message], version, layout.event_write_key(event.id))
+        except IdempotencyKeyReused:
+            raise AlreadyExistsError(f"Event {event.id} already exists in session {sid}.") from None
         except VersionConflict:
             head = self.store.head(key)
             if head is None or head.cleared:
                 raise SessionNotFoundError(f"Session {sid} not found.") from None
             raise StaleSessionError(_STALE) from None
+        if written.replayed and written.version <= version:
+            return False  # (its effects are in what the session was read with)
         if deltas["app"]:
             self._change_one(layout.app_key(app), deltas["app"])
         if deltas["user"]:
@@ -392,6 +408,7 @@ class LedgerSessionService(BaseSessionService):
         session.last_update_time = event.timestamp
         session._storage_update_marker = _marker(written, state_at)
         self._remember(key, _Known(written.version, written.message_count, state_at, state))
+        return True
 
     def _remember(self, key: str, known: _Known) -> None:
         """Keep `known` (a copy of its state: the session handed out holds the same values)."""

@@ -29,6 +29,7 @@ class Head(NamedTuple):
     version: int
     message_count: int
     cleared: bool  # its latest event cleared it: the ADK session was deleted
+    replayed: bool = False  # (a write's answer) stored before, under its idempotency key
 
 
 class Store(Protocol):
@@ -42,7 +43,11 @@ class Store(Protocol):
     # The newest `n` messages of the active history at `head` but the newest `skip` of
     # them (already read); None if it moved since.
     def newest(self, key: str, head: Head, n: int, skip: int = 0) -> list[dict] | None: ...
-    def append(self, key: str, messages: list[dict], expected_version: int | None) -> Head: ...
+    # `idempotency_key`: a write stored under it before answers as then (`replayed`)
+    def append(
+        self, key: str, messages: list[dict], expected_version: int | None,
+        idempotency_key: str | None = None,
+    ) -> Head: ...  # fmt: skip
     # Refuse what a write of `messages` would refuse for what they hold, writing nothing.
     def check(self, messages: list[dict]) -> None: ...
     def replace(self, key: str, messages: list[dict], expected_version: int | None) -> Head: ...
@@ -76,11 +81,15 @@ class LocalStore:
         found = self.ledger.history(key, tenant=self.tenant, last=n, limit=n - skip)
         return found.dicts() if found.version == head.version else None
 
-    def append(self, key: str, messages: list[dict], expected_version: int | None) -> Head:
+    def append(
+        self, key: str, messages: list[dict], expected_version: int | None,
+        idempotency_key: str | None = None,
+    ) -> Head:  # fmt: skip
         done = self.ledger.put_messages(
-            key, messages, expected_version=expected_version, **self.write
-        )
-        return Head(done.version, done.message_count, False)
+            key, messages, expected_version=expected_version, idempotency_key=idempotency_key,
+            **self.write,
+        )  # fmt: skip
+        return Head(done.version, done.message_count, False, done.replayed)
 
     def check(self, messages: list[dict]) -> None:
         """Their JSON and their size, against this ledger's limits."""
@@ -145,12 +154,18 @@ class RemoteStore:
         found, _ = self.messages(key, head.message_count - n, n - skip if skip else None)
         return found if len(found) == n - skip else None
 
-    def append(self, key: str, messages: list[dict], expected_version: int | None) -> Head:
+    def append(
+        self, key: str, messages: list[dict], expected_version: int | None,
+        idempotency_key: str | None = None,
+    ) -> Head:  # fmt: skip
+        options = _if_match(expected_version)
+        if idempotency_key is not None:
+            options["idempotency_key"] = idempotency_key
         try:
-            done = self.client.put_messages(key, messages, **_if_match(expected_version))
+            done = self.client.put_messages(key, messages, **options)
         except LedgerAPIError as e:
             raise _domain_error(e, key, expected_version) from e
-        return Head(done.version, done.message_count, False)
+        return Head(done.version, done.message_count, False, done.replayed)
 
     def check(self, messages: list[dict]) -> None:
         """Their JSON; their size is the server's to judge, by limits of its own."""

@@ -162,3 +162,15 @@ def test_ten_thousand_random_events_come_back_byte_equal(adk: Target) -> None:
                   for p in e.content.parts or [] if p.inline_data]  # fmt: skip
     assert blobs == blobs_back and any(blobs)
     assert recent is not None and recent.events == events[-50:]
+
+
+def test_an_events_write_key_is_its_id_or_its_ids_digest() -> None:
+    """What an Idempotency-Key header carries: visible ASCII, at most 256 characters."""
+    from session_ledger.api.google_adk.layout import event_write_key
+
+    assert event_write_key("e-1") == "adk-event:e-1"
+    for odd in ("évènement", "a b", "x" * 201, "\ud800", ""):
+        key = event_write_key(odd)
+        assert key.startswith("adk-event-sha256:") and len(key) == 81
+        assert all("!" <= c <= "~" for c in key)
+    assert event_write_key("a b") != event_write_key("a  b")

@@ -308,10 +308,10 @@ def test_a_stale_session_is_refused_and_nothing_is_stored(adk: Target) -> None:
 def test_appends_at_once_to_one_session_are_all_kept_in_turn_and_a_repeat_once(
     adk: Target,
 ) -> None:
-    """As ADK's database service (which takes one session's appends in turn) and its
-    in-memory one (which does not store an equal event twice): ten appends at once on
-    one session object are all stored, in the order made; the same event appended again
-    is stored once, and another event that only shares its id is kept."""
+    """As ADK's database service (which takes one session's appends in turn, and stores
+    an event id once in a session): ten appends at once on one session object are all
+    stored, in the order made; the same event appended again is stored once, and another
+    event with its id is refused, nothing stored."""
     sessions = adk.service()
 
     async def scenario() -> None:
@@ -324,13 +324,71 @@ def test_appends_at_once_to_one_session_are_all_kept_in_turn_and_a_repeat_once(
                                      sessions.append_event(made, events[3]))  # fmt: skip
         assert again == [events[3], events[3]]
         namesake = text_event("another", id=events[3].id)
-        await sessions.append_event(made, namesake)
+        with pytest.raises(AlreadyExistsError, match=events[3].id):
+            await sessions.append_event(made, namesake)
         got = await sessions.get_session(app_name=adk.app, user_id=USER, session_id=made.id)
         assert got is not None
         texts = [e.content.parts[0].text for e in got.events]  # type: ignore[union-attr, index]
-        assert texts == [*(f"e{i}" for i in range(10)), "another"]
+        assert texts == [f"e{i}" for i in range(10)]
         assert [e.content.parts[0].text for e in made.events] == texts  # type: ignore[union-attr, index]
         assert got.state["n"] == 9
+
+    run(scenario())
+
+
+def test_an_append_made_again_after_its_answer_was_lost_answers_as_the_first(
+    adk: Target,
+) -> None:
+    """A caller whose append was stored but whose answer never came (a timeout over
+    HTTP) makes it again with the session object as it was: the first write answers
+    (no second event, no stale-session error), the object moves on as after one append,
+    and its app: and user: changes are made (again: to the same values)."""
+    sessions = adk.service()
+
+    async def scenario() -> None:
+        made = await sessions.create_session(app_name=adk.app, user_id=USER)
+        lost = made.model_copy(deep=True)  # (the object as it was before the append)
+        assert lost._storage_update_marker == made._storage_update_marker
+        event = text_event("once", actions=delta(**{"n": 1, "user:seen": True, "app:hits": 1}))
+        await sessions.append_event(made, event)
+        assert await sessions.append_event(lost, event) == event
+        assert [e.id for e in lost.events] == [event.id]
+        assert lost._storage_update_marker == made._storage_update_marker
+        assert lost.state == made.state == {"n": 1, "user:seen": True, "app:hits": 1}
+        await sessions.append_event(lost, text_event("next"))  # (not stale)
+        got = await sessions.get_session(app_name=adk.app, user_id=USER, session_id=made.id)
+        assert got is not None
+        assert [e.id for e in got.events] == [event.id, lost.events[-1].id]
+        assert got.state == {"n": 1, "user:seen": True, "app:hits": 1}
+        kinds = [e.event_type for e in adk.ledger.audit(adk.key(USER, made.id))]
+        # The session's first message, the event and the next: the retry added none
+        assert kinds.count("MessagesAppended") == 3
+
+    run(scenario())
+
+
+def test_an_event_stored_before_the_session_was_read_is_not_stored_again(adk: Target) -> None:
+    """A session read without its events (`num_recent_events=0`) and an event it already
+    holds appended to it: nothing is stored and the object stays as read. (An id that
+    is not plain ASCII is its write's key by its digest.)"""
+    sessions = adk.service()
+
+    async def scenario() -> None:
+        made = await sessions.create_session(app_name=adk.app, user_id=USER)
+        event = text_event("stored", id="évènement 1")
+        await sessions.append_event(made, event)
+        read = await sessions.get_session(
+            app_name=adk.app, user_id=USER, session_id=made.id,
+            config=GetSessionConfig(num_recent_events=0),
+        )  # fmt: skip
+        assert read is not None and read.events == []
+        marker = read._storage_update_marker
+        assert await sessions.append_event(read, event) == event
+        assert read.events == [] and read._storage_update_marker == marker
+        await sessions.append_event(read, text_event("after"))  # (not stale)
+        got = await sessions.get_session(app_name=adk.app, user_id=USER, session_id=made.id)
+        assert got is not None
+        assert [e.content.parts[0].text for e in got.events] == ["stored", "after"]  # type: ignore[union-attr, index]
 
     run(scenario())
 
