@@ -13,11 +13,17 @@ Each attempt of a write takes four steps (docs/design.md, "The write path"):
 3. store: the library's `EventStore.put`, whose keyword arguments reach the recorder's
    hook: the events and their view rows in one transaction.
 4. settle: a write refused by the store may be stored all the same (its answer was lost
-   around COMMIT, or a request sent again with its key wrote it meanwhile): the views are
-   asked whether its write id committed, never written again. Otherwise the retry policy
-   says what the next attempt loads: a guess that the session was new, or a copy from the
-   cache, that lost to a write made since goes again at once on FRESH state; a fresh copy
-   that lost to a racing writer backs off first; a stale `expected_version` is refused.
+   around COMMIT, or a request sent with its key wrote it before or meanwhile): the views
+   are asked whether its write id committed, never written again. Otherwise the retry
+   policy says what the next attempt loads: a guess that the session was new, or a copy
+   from the cache, that lost to a write made since goes again at once on FRESH state; a
+   fresh copy that lost to a racing writer backs off first; a stale `expected_version`
+   is refused.
+
+A keyed write is not looked up before it goes (a look-up a write; on PostgreSQL, a round
+trip): stored already, it is refused, by the key's unique index or before it is stored
+(its session moved on, erased, or refusing its command now), and each refusal asks
+whether the key's write is stored.
 
 Every write has a write id: the caller's idempotency key, or one made here.
 """
@@ -27,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import enum
+import functools
 import os
 import random
 import time
@@ -169,11 +176,13 @@ class WriteLoop:
         guess_new = (create and expected_version in (None, 0) and not views.can_seal()
                      and refused_if_new is None)  # fmt: skip
         policy = self._guessing if guess_new else self._loading
+        # A keyed write is not looked up before it goes: stored already, it is refused
+        # (the key's unique index; its session moved on; what the session now holds),
+        # and each refusal asks whether the key's write is stored (`_stored_before`).
+        stored_before = functools.partial(
+            self._stored_before, sid, op, write_id, plain, idempotency_key, key
+        )
         for attempt in range(policy.attempts):
-            if idempotency_key is not None:
-                prior = views.prior_write(sid, write_id)
-                if prior is not None:
-                    return self._replayed(sid, op, prior, plain, idempotency_key, key)
             # 1. load
             load = policy.load
             session = self._cached(sid) if load is not FRESH else None
@@ -181,12 +190,16 @@ class WriteLoop:
             if session is None and not guessed:
                 session = self._load(sid, fresh=load is FRESH)
             if session is not None and session.erased:
+                if (first := stored_before()) is not None:  # (an erasure's retry)
+                    return first
                 raise self._erasures.error(sid, key) or LedgerError(f"session {key!r} was erased")
             actual = session.version if session else 0
             if expected_version is not None and expected_version != actual:
                 if policy.load is not FRESH:
                     policy = policy.reload()
                     continue
+                if (first := stored_before()) is not None:
+                    return first
                 observer.version_conflict()
                 raise VersionConflict(key, expected_version, actual)
             if session is None:
@@ -206,6 +219,8 @@ class WriteLoop:
                 if policy.load is not FRESH and attempt + 1 < policy.attempts:
                     policy = policy.reload()
                     continue
+                if (first := stored_before()) is not None:
+                    return first
                 raise
             # (by position: a named tuple's keywords are a dict made and unpacked per write)
             batch = WriteBatch(
@@ -268,13 +283,28 @@ class WriteLoop:
         # lost (the connection dropped around COMMIT, or the store's retry then met its
         # own row): ask whether its id committed, unless nothing of it can be stored.
         if _may_be_stored(error, keyed=keyed):
-            since = batch.events[0].originator_version
+            # (A caller's key is looked up by its index, at any version: the request
+            # may have been stored long before this attempt's version.)
+            since = None if keyed else batch.events[0].originator_version
             done = self._views.prior_write(sid, write_id, since=since)
             if done is not None:
                 return done
         if not isinstance(error, IntegrityError):
             raise error
         return None
+
+    def _stored_before(
+        self, sid: uuid.UUID, op: str, write_id: str, plain: str | None,
+        idempotency_key: str | None, key: str,
+    ) -> WriteResult | None:  # fmt: skip
+        """A keyed write about to be refused: the first answer, if it is refused because
+        it is stored already (a retry); None if it is not, or has no key."""
+        if idempotency_key is None:
+            return None
+        prior = self._views.prior_write(sid, write_id)
+        if prior is None:
+            return None
+        return self._replayed(sid, op, prior, plain, idempotency_key, key)
 
     def _replayed(
         self, sid: uuid.UUID, op: str, prior: PriorWrite, plain: str | None,
