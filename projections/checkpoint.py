@@ -44,6 +44,8 @@ from session_ledger.domain.integrity import GENESIS
 from session_ledger.domain.ports import EvidenceStore
 from session_ledger.domain.session import session_id as derive_session_id
 
+from . import strict_json
+
 FORMAT = "session-ledger-checkpoint"
 FORMAT_VERSION = 2
 LEAF = "sha256-v1"  # domain/merkle.leaf_data over domain/integrity's chain
@@ -156,11 +158,13 @@ def load_public_key(path: Path) -> Ed25519PublicKey:
 def parse_checkpoint(data: bytes) -> Checkpoint:
     """A checkpoint from its file's bytes; CheckpointError if they are not one."""
     try:
-        document = json.loads(data)
+        document = strict_json.loads(data)
         if not isinstance(document, dict) or set(document) != DOCUMENT_FIELDS:
             raise ValueError(f"a checkpoint has exactly the fields {sorted(DOCUMENT_FIELDS)}")
         version = document["format_version"]
-        if document["format"] != FORMAT or version not in (1, FORMAT_VERSION):
+        if document["format"] != FORMAT or type(version) is not int or version not in (
+            1, FORMAT_VERSION,
+        ):  # fmt: skip
             raise ValueError(f"not a {FORMAT} version 1 or {FORMAT_VERSION}")
         fields = TREE_HEAD_FIELDS if version == FORMAT_VERSION else TREE_HEAD_FIELDS_V1
         tree_head = document["tree_head"]

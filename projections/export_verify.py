@@ -26,6 +26,7 @@ from session_ledger.domain import merkle
 from session_ledger.domain.integrity import GENESIS, chain_step
 from session_ledger.domain.session import session_id as derive_session_id
 
+from . import strict_json
 from .access_chain import check_access_line
 from .export_format import CHAIN, FORMAT, FORMAT_VERSION, line, readable
 from .sealing import SEALED_FIELDS, commitment, erased_value, field_json
@@ -104,9 +105,11 @@ class _Verifier:
         if self.trailer:
             raise _Broken(n, "a line after the trailer")
         try:
-            record = json.loads(data)
+            record = strict_json.loads(data)
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
             raise _Broken(n, f"not a JSON line ({e}); the file may be cut short") from None
+        except strict_json.RepeatedKey as e:
+            raise _Broken(n, str(e)) from None
         if not isinstance(record, dict):
             raise _Broken(n, "not a JSON object")
         kind = record.get("record")
@@ -129,7 +132,7 @@ class _Verifier:
     def _header(self, n: int, record: dict[str, Any]) -> None:
         if record.get("record") != "header" or record.get("format") != FORMAT:
             raise _Broken(n, f"not a {FORMAT} header")
-        if record.get("format_version") != FORMAT_VERSION or record.get("chain") != CHAIN:
+        if not _same(record.get("format_version"), FORMAT_VERSION) or record.get("chain") != CHAIN:
             raise _Broken(
                 n,
                 f"format version {record.get('format_version')!r} / chain "
@@ -185,7 +188,7 @@ class _Verifier:
         except ValueError as e:
             raise _Broken(n, str(e)) from None
         for name in READABLE:
-            if record.get(name) != expected[name]:
+            if not _same(record.get(name), expected[name]):
                 raise _Broken(n, f"{name} does not match the stored state")
         self.head, self.events = head, version
 
@@ -205,14 +208,14 @@ class _Verifier:
         assert self.header is not None
         self.trailer = True
         to_version = self.header["to_version"]
-        if record.get("events") != self.events:
+        if not _same(record.get("events"), self.events):
             raise _Broken(n, f"the trailer counts {record.get('events')!r} events; the file "
                              f"has {self.events}")  # fmt: skip
         if self.events != to_version:
             raise _Broken(n, f"the file ends at version {self.events}; the header promised "
                              f"versions 1 to {to_version}")  # fmt: skip
-        if record.get("access_entries") != (self.access if "access_log_entries" in self.header
-                                            else None):  # fmt: skip
+        if not _same(record.get("access_entries"),
+                     self.access if "access_log_entries" in self.header else None):  # fmt: skip
             raise _Broken(n, f"the trailer counts {record.get('access_entries')!r} access "
                              f"entries; the file has {self.access}")  # fmt: skip
         if record.get("chain_head") != self.head.hex():
@@ -302,6 +305,17 @@ def verify_export(
     except _Broken as broken:
         return verifier.report(broken)
     return verifier.report()
+
+
+def _same(given: object, expected: object) -> bool:
+    """Equal as JSON values, not only as Python's: 3, 3.0 and true are three values."""
+    if given == expected:  # (then the same unless some number is another type)
+        return _canonical(given) == _canonical(expected)
+    return False
+
+
+def _canonical(value: object) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
 def _take_sealed(stored: dict[str, Any], given: object, openings: object) -> bool:

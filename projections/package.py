@@ -41,7 +41,7 @@ from session_ledger.domain.ledger import Ledger
 from session_ledger.domain.ports import SessionViews
 from session_ledger.domain.session import session_id
 
-from . import tar_stream
+from . import strict_json, tar_stream
 from .export import export_jsonl, plan_export, plan_proof
 from .export_verify import verify_export
 
@@ -281,14 +281,15 @@ def _problems(files: _Files, public_key: Ed25519PublicKey | None) -> list[str]:
             text = f.read()
         with files.open(DIGEST) as f:
             digest_text = f.read()
-        manifest = json.loads(text)
+        manifest = strict_json.loads(text)
     except KeyError as e:
         return [*problems, f"no {e.args[0]} in the package"]
     except (OSError, ValueError) as e:
         return [*problems, f"no readable manifest.json and {DIGEST}: {e}"]
     if digest_text != _digest_line(hashlib.sha256(text).hexdigest()).encode():
         return [*problems, f"{DIGEST} is not the digest of manifest.json"]
-    if manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
+    version = manifest.get("format_version")
+    if manifest.get("format") != FORMAT or type(version) is not int or version != FORMAT_VERSION:
         return [*problems, f"not a {FORMAT} version {FORMAT_VERSION}"]
     listed = dict(manifest.get("files", {}))
     present = files.names() - {"manifest.json", DIGEST}

@@ -51,3 +51,15 @@ def test_a_version_1_checkpoint_without_the_access_log_is_still_read() -> None:
     swapped = made.to_bytes().replace(b'"format_version":2', b'"format_version":1')
     assert refused(swapped) and refused(old.to_bytes().replace(b'"format_version":1',
                                                                b'"format_version":2'))  # fmt: skip
+
+
+def test_a_key_repeated_or_a_version_spelt_otherwise_is_refused() -> None:
+    """Readers differ on a repeated key's value, and `true` is not version 1."""
+    data = sign("tenant ✓", SESSIONS, KEY, None).to_bytes()
+    assert not refused(data)
+    repeated = data.replace(b'"format":', b'"format":"other","format":', 1)
+    with pytest.raises(CheckpointError, match="'format' is repeated"):
+        parse_checkpoint(repeated)
+    assert refused(data.replace(b'"format_version":2', b'"format_version":2.0'))
+    old = sign("tenant ✓", SESSIONS, KEY, None).to_bytes()
+    assert refused(old.replace(b'"format_version":2', b'"format_version":true'))

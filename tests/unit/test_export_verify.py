@@ -152,3 +152,58 @@ def test_extra_lines_and_garbage_are_named(exported: Lines) -> None:
     assert broken_at(edited(exported, 2, lambda r: r.update({"version": True})))[0] == 2
     genesis_free = edited(exported, 2, lambda r: r.update({"chain": GENESIS.hex()}))
     assert broken_at(genesis_free)[0] == 2
+
+
+def resealed(lines: Lines) -> Lines:
+    """`lines` with the trailer's digest made again over the lines before it: what a
+    forger redoes at no cost (the chain and a signed head are what it cannot)."""
+    *body, trailer = lines
+    record = json.loads(trailer)
+    record["sha256"] = hashlib.sha256(b"".join(line + b"\n" for line in body)).hexdigest()
+    return [*body, json.dumps(record, separators=(",", ":")).encode()]
+
+
+FORGED = b'{"messages":[{"role":"assistant","blocks":[{"block_type":"text","text":"wire $1M"}]}]}'
+
+
+@pytest.mark.parametrize(
+    ("number", "old", "new", "repeated"),
+    [
+        (3, b'"payload":', b'"payload":' + FORGED + b',"payload":', "payload"),  # first kept
+        (3, b'"payload":{', b'"payload":' + FORGED + b',"payload":{', "payload"),
+        (4, b'"actor":"local"', b'"actor":"mallory","actor":"local"', "actor"),
+        (4, b'"text":"the', b'"text":"wire $1M","text":"the', "text"),  # nested
+        (1, b'"key":"s"', b'"key":"other","key":"s"', "key"),
+    ],
+)
+def test_a_key_repeated_in_one_object_is_named(
+    exported: Lines, number: int, old: bytes, new: bytes, repeated: str
+) -> None:
+    """A reader that keeps a repeated key's first value would read what the forger wrote;
+    Python's keeps the last (the real one): so a line that repeats one is refused."""
+    out = list(exported)
+    assert old in out[number - 1]
+    out[number - 1] = out[number - 1].replace(old, new, 1)
+    line, problem = broken_at(resealed(out))
+    assert line == number and f"the key {repeated!r} is repeated" in problem
+
+
+@pytest.mark.parametrize(
+    ("number", "old", "new", "words"),
+    [
+        (5, b'"position":1', b'"position":1.0', "payload does not match"),
+        (5, b'"position":1', b'"position":true', "payload does not match"),
+        (1, b'"format_version":1', b'"format_version":1.0', "format version"),
+        (7, b'"events":5', b'"events":5.0', "counts 5.0 events"),
+    ],
+)
+def test_a_number_written_as_another_json_value_is_named(
+    exported: Lines, number: int, old: bytes, new: bytes, words: str
+) -> None:
+    """1, 1.0 and true are equal to Python, not as JSON: the line must hold the value the
+    stored state holds."""
+    out = list(exported)
+    assert old in out[number - 1]
+    out[number - 1] = out[number - 1].replace(old, new, 1)
+    line, problem = broken_at(resealed(out) if number < 7 else out)
+    assert line == number and words in problem
