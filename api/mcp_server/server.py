@@ -29,6 +29,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
 from mcp_types import ToolAnnotations
 from pydantic import AnyHttpUrl, Field, ValidatorFunctionWrapHandler, WrapValidator
+from pydantic_core import PydanticCustomError
 
 from session_ledger.domain.errors import LedgerError
 from session_ledger.domain.ledger import Ledger
@@ -48,18 +49,31 @@ INSTRUCTIONS = (
 READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
 R = TypeVar("R")
 
-SessionKey = Annotated[str, Field(description="The session's key, as it was written.")]
-TokenLimit = Annotated[
-    int | None, Field(description="Most tokens in the window; default: the server's.")
-]
-InitialTokens = Annotated[
-    int | None, Field(description="Tokens already spent before the window (default 0).")
-]
-
 
 def _null_or(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
     """A null argument as given (the tool's default); any other value validated."""
     return None if value is None else handler(value)
+
+
+def _not_bool(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    """A number argument: `true` and `false` refused, as the route refuses `?limit=true`
+    (pydantic would read them as 1 and 0)."""
+    if isinstance(value, bool):
+        raise PydanticCustomError("int_type", "Input should be a valid integer, not a boolean")
+    return handler(value)
+
+
+NOT_BOOL = WrapValidator(_not_bool)
+Count = Annotated[int | None, NOT_BOOL]  # a number argument, or null
+SessionKey = Annotated[str, Field(description="The session's key, as it was written.")]
+TokenLimit = Annotated[
+    int | None, NOT_BOOL, Field(description="Most tokens in the window; default: the server's.")
+]
+InitialTokens = Annotated[
+    int | None, NOT_BOOL,
+    Field(description="Tokens already spent before the window (default 0)."),
+]  # fmt: skip
+Version = Annotated[AsOfVersion, NOT_BOOL]
 
 
 # A string argument, or null. Declared `str`, not `str | None`: the SDK's tool layer
@@ -173,7 +187,7 @@ def build_server(
 def _tools(reads: LedgerReads) -> list[Callable[..., Awaitable[dict[str, Any]]]]:
     async def context_window(
         session_key: SessionKey, token_limit: TokenLimit = None,
-        initial_token_count: InitialTokens = None, as_of_version: AsOfVersion = None,
+        initial_token_count: InitialTokens = None, as_of_version: Version = None,
         as_of: ReadMoment = None,
     ) -> dict[str, Any]:  # fmt: skip
         """The session's context window: its newest messages within `token_limit`, oldest
@@ -189,17 +203,17 @@ def _tools(reads: LedgerReads) -> list[Callable[..., Awaitable[dict[str, Any]]]]
         status: Annotated[Text, Field(
             description="active: the active history (default); archived: the archived "
             "messages.")] = None,
-        offset: Annotated[int | None, Field(description="Skip this many messages.")] = None,
-        limit: Annotated[int | None, Field(
+        offset: Annotated[Count, Field(description="Skip this many messages.")] = None,
+        limit: Annotated[Count, Field(
             description="Most messages in the page (default and most: the server's "
             "LEDGER_MAX_PAGE_MESSAGES).")] = None,
         cursor: Annotated[Text, Field(
             description="`next_cursor` of the page before: the page after it, of the same "
             "version (not with offset, last, as_of_version or as_of).")] = None,
-        last: Annotated[int | None, Field(
+        last: Annotated[Count, Field(
             description="Start at the last-th newest message: the newest `last` messages, "
             "oldest first (not with offset).")] = None,
-        as_of_version: AsOfVersion = None, as_of: ReadMoment = None,
+        as_of_version: Version = None, as_of: ReadMoment = None,
     ) -> dict[str, Any]:  # fmt: skip
         """A page of the session's history, oldest first; follow `next_cursor` for the
         rest (null: the last page). With `as_of_version` or `as_of`: the history then."""
@@ -213,7 +227,7 @@ def _tools(reads: LedgerReads) -> list[Callable[..., Awaitable[dict[str, Any]]]]
         return await _as_caller(lambda who: reads.head(who, session_key))
 
     async def replay(
-        session_key: SessionKey, as_of_version: AsOfVersion = None, as_of: ReadMoment = None,
+        session_key: SessionKey, as_of_version: Version = None, as_of: ReadMoment = None,
         token_limit: TokenLimit = None, initial_token_count: InitialTokens = None,
     ) -> dict[str, Any]:  # fmt: skip
         """The session as it stood at a version or moment (default: now): its head then,
@@ -225,8 +239,8 @@ def _tools(reads: LedgerReads) -> list[Callable[..., Awaitable[dict[str, Any]]]]
 
     async def audit_trail(
         session_key: SessionKey,
-        after: Annotated[int | None, Field(description="Events after this version.")] = None,
-        limit: Annotated[int | None, Field(description="Most events (default 100).")] = None,
+        after: Annotated[Count, Field(description="Events after this version.")] = None,
+        limit: Annotated[Count, Field(description="Most events (default 100).")] = None,
     ) -> dict[str, Any]:  # fmt: skip
         """The session's audit trail, oldest first: each change with its actor, reason,
         time and what it did; pass `next_after` as `after` for more."""
@@ -241,7 +255,7 @@ def _tools(reads: LedgerReads) -> list[Callable[..., Awaitable[dict[str, Any]]]]
         end: Annotated[Moment, Field(description="Recorded before.")] = None,
         prefix: Prefix = None,
         cursor: Cursor = None,
-        limit: Annotated[int | None, Field(description="Most events (default 100).")] = None,
+        limit: Annotated[Count, Field(description="Most events (default 100).")] = None,
     ) -> dict[str, Any]:  # fmt: skip
         """Events across the tenant's sessions, oldest first, by actor or type (or both),
         in a time range (auditor and admin keys)."""
@@ -253,7 +267,7 @@ def _tools(reads: LedgerReads) -> list[Callable[..., Awaitable[dict[str, Any]]]]
     async def list_sessions(
         prefix: Prefix = None,
         cursor: Cursor = None,
-        limit: Annotated[int | None, Field(description="Most keys (default 100).")] = None,
+        limit: Annotated[Count, Field(description="Most keys (default 100).")] = None,
     ) -> dict[str, Any]:  # fmt: skip
         """The tenant's session keys, sorted, a page at a time."""
         return await _as_caller(lambda who: reads.sessions(who, prefix=prefix, cursor=cursor,

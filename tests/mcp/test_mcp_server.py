@@ -369,9 +369,26 @@ def test_bad_input_is_refused_as_over_http(mcp_server: Mcp, session_key: str) ->
                 await refused(session, "replay", session_key=key, as_of_version=10**6),
                 await refused(session, "session_head", session_key="bad\x00key"),
                 await refused(session, "context_window", session_key="nobody/ever"),
+                # true and false are no numbers (`?limit=true` is a 422 over HTTP)
+                *[
+                    await refused(session, tool, session_key=key, **{name: flag})
+                    for tool, name in (
+                        ("history", "limit"),
+                        ("history", "offset"),
+                        ("history", "last"),
+                        ("history", "as_of_version"),
+                        ("context_window", "token_limit"),
+                        ("context_window", "initial_token_count"),
+                        ("audit_trail", "after"),
+                        ("audit_trail", "limit"),
+                    )
+                    for flag in (True, False)
+                ],
+                await refused(session, "list_sessions", limit=True),
             ]
 
     reasons = run(scenario)
+    assert all("not a boolean" in reason for reason in reasons[7:]), reasons[7:]
     assert "give no offset, last, as_of_version or as_of" in reasons[0]
     assert "cursor is not one this history returned" in reasons[1]
     assert "limit: Input should be greater than or equal to 0" in reasons[2]
