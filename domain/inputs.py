@@ -21,6 +21,9 @@ from .messages import ChatMessage, EncodedMessages
 MAX_KEY_CHARS = 512
 MAX_TENANT_CHARS = 128
 MAX_IDEMPOTENCY_KEY_CHARS = 256
+# The largest count, version or position taken (as the HTTP API's): past it no store's
+# integer column holds the number, and no session is that long.
+MAX_POSITION = 2**62
 MAX_ACTOR_CHARS = 256
 MAX_REASON_CHARS = 4096
 _CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f]")
@@ -103,7 +106,8 @@ def parse_messages(
 
 def check_int(name: str, value: object, *, least: int | None = None) -> int:
     """`value`, if it is an int (not a bool, which Python counts as one) of at least
-    `least`; InvalidInput naming `name` otherwise."""
+    `least`, and, with a `least` (a count, a version or a position), at most
+    `MAX_POSITION`; InvalidInput naming `name` otherwise."""
     if (
         not isinstance(value, int)
         or isinstance(value, bool)
@@ -112,6 +116,8 @@ def check_int(name: str, value: object, *, least: int | None = None) -> int:
         kind = {None: "an integer", 0: "a non-negative integer", 1: "a positive integer"}
         wanted = kind.get(least, f"an integer of at least {least}")
         raise InvalidInput(f"{name} must be {wanted}; got {value!r}")
+    if least is not None and value > MAX_POSITION:
+        raise InvalidInput(f"{name} must be at most 2**62; got {value!r}")
     return value
 
 

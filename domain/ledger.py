@@ -26,9 +26,9 @@ from .addresses import SessionAddresses
 from .audit_trail import AuditTrail
 from .compliance import Compliance, RetentionAction, RetentionRule
 from .erasure import Erasures
-from .errors import LedgerError, MessageNotFound, SessionErasedError
+from .errors import InvalidInput, LedgerError, MessageNotFound, SessionErasedError
 from .event_mapper import EventMapper
-from .inputs import Limits, check_int, check_tenant, parse_messages
+from .inputs import MAX_POSITION, Limits, check_int, check_tenant, parse_messages
 from .messages import ChatMessage
 from .observer import SILENT, LedgerObserver
 from .ports import (
@@ -210,6 +210,8 @@ class Ledger(Application[uuid.UUID]):
     def delete_message(self, key: str, index: int, **kw: Any) -> WriteResult:
         """Remove the message at `index` (negative counts from the end); `.removed` has it."""
         check_int("index", index)
+        if abs(index) > MAX_POSITION:
+            raise InvalidInput(f"index must be within ±2**62; got {index!r}")
         command = self._remover(index)
         return self._writes.write(key, "remove", {"index": index}, command=command, **kw)
 

@@ -88,7 +88,7 @@ class HistoryInputs(PastInputs, ReadInputs):
         description="Most messages in the page. Default, and the most a page holds: the "
         "server's LEDGER_MAX_PAGE_MESSAGES; a page also ends before LEDGER_MAX_ANSWER_BYTES "
         "of messages. A page with fewer messages than asked is the last only if "
-        "`next_cursor` is null.",
+        "`next_cursor` is null. limit=0 asks for no messages: none, and no cursor.",
     )  # fmt: skip
     cursor: str | None = Field(
         None, max_length=64,

@@ -235,3 +235,27 @@ def test_integer_arguments_take_integers_only(
     with pytest.raises(InvalidInput, match=rf"{name} must be .*; got {re.escape(repr(wrong))}"):
         call(seeded, wrong)
     assert_untouched(seeded)
+
+
+@pytest.mark.parametrize("huge", [2**62 + 1, 10**20, -(10**20)], ids=repr)
+@pytest.mark.parametrize(
+    ("name", "call"),
+    [
+        ("n", lambda ledger, v: ledger.archive_oldest("s", v)),
+        ("index", lambda ledger, v: ledger.delete_message("s", v)),
+        ("expected_version", lambda ledger, v: ledger.put("s", GOOD, expected_version=v)),
+        ("offset", lambda ledger, v: ledger.get_all("s", offset=v)),
+        ("offset", lambda ledger, v: ledger.history("s", offset=v)),
+        ("last", lambda ledger, v: ledger.history("s", last=v)),
+        ("after_version", lambda ledger, v: ledger.audit("s", after_version=v)),
+    ],
+)
+def test_numbers_past_any_store_column_are_invalid_input(
+    seeded: Ledger, name: str, call: Any, huge: int
+) -> None:
+    """Past 2**62 (the HTTP API's bound) a count, version or position is refused with
+    InvalidInput, not the store's OverflowError; below 0, as any negative count."""
+    with pytest.raises(InvalidInput, match=rf"{name} must be"):
+        call(seeded, huge)
+    assert_untouched(seeded)
+    assert seeded.audit("s", after_version=2**62) == []  # (the bound itself is taken)
