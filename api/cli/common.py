@@ -9,18 +9,20 @@ import sqlite3
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from datetime import datetime
 from typing import Annotated, Any, NoReturn
 
 import psycopg
 import typer
 from eventsourcing.persistence import MapperDeserialisationError, PersistenceError
 from psycopg_pool import PoolTimeout
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from session_ledger.domain.errors import LedgerError
 from session_ledger.domain.inputs import check_tenant, check_text
 from session_ledger.domain.ledger import Ledger
 
+from ..deps import InRange
 from ..keystore import KeyNotFound, KeyStore
 from ..settings import Settings
 from ..terminal import secho
@@ -66,6 +68,24 @@ DatabaseUrl = Annotated[
     str | None, typer.Option(help="Store URL (default: LEDGER_DATABASE_URL).", show_default=False)
 ]
 Tenant = Annotated[str | None, tenant_option("Tenant (default: LEDGER_DEFAULT_TENANT).")]
+
+
+_MOMENT: TypeAdapter[datetime] = TypeAdapter(Annotated[datetime, InRange])
+
+
+def moment(text: str) -> datetime:
+    """A time given on the command line, read as the HTTP API reads one (`deps.iso_moment`):
+    ISO 8601 (no zone: UTC; a date alone: its midnight); a number is refused, not read as
+    seconds since 1970."""
+    try:
+        return _MOMENT.validate_python(text)
+    except ValidationError as e:
+        raise typer.BadParameter(e.errors()[0]["msg"].removeprefix("Value error, ")) from None
+
+
+def moment_option(*names: str, help: str) -> Any:
+    """An option that takes a time (`moment`)."""
+    return typer.Option(*names, help=help, parser=moment, metavar="ISO-8601")
 
 
 def tenant_or_default(tenant: str | None, settings: Settings) -> str:

@@ -21,6 +21,7 @@ from .common import (
     Tenant,
     failing_cleanly,
     load_settings,
+    moment_option,
     opened_ledger,
     tenant_or_default,
 )
@@ -108,7 +109,7 @@ def hold_release(
 def retention_apply(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="List, change nothing.")] = False,
     now: Annotated[
-        datetime | None, typer.Option(help="The time to apply the policy at (default: now).")
+        datetime | None, moment_option(help="The time to apply the policy at (default: now).")
     ] = None,
     database_url: DatabaseUrl = None,
 ) -> None:

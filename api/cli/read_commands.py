@@ -13,6 +13,7 @@ from .common import (
     Tenant,
     failing_cleanly,
     load_settings,
+    moment_option,
     opened_ledger,
     tenant_or_default,
 )
@@ -28,7 +29,7 @@ def show(
         int | None, typer.Option(help="Show the session as it was at this version.")
     ] = None,
     as_of: Annotated[
-        datetime | None, typer.Option(help="Show it as it was at this time (UTC).")
+        datetime | None, moment_option(help="Show it as it was at this time (UTC).")
     ] = None,
     archived: Annotated[bool, typer.Option(help="Show the archived messages.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON document.")] = False,

@@ -23,6 +23,7 @@ from .common import (
     Tenant,
     failing_cleanly,
     load_settings,
+    moment_option,
     opened_ledger,
     tenant_or_default,
     valid_text,
@@ -201,9 +202,9 @@ def export(
     ] = None,
     prefix: Annotated[str | None, typer.Option(help="Package: session keys starting so.",
                                                callback=valid_text)] = None,
-    start: Annotated[datetime | None, typer.Option("--from", help="Package: sessions "
+    start: Annotated[datetime | None, moment_option("--from", help="Package: sessions "
                                                    "changed at or after (UTC).")] = None,
-    end: Annotated[datetime | None, typer.Option("--to", help="Package: ... before.")] = None,
+    end: Annotated[datetime | None, moment_option("--to", help="Package: ... before.")] = None,
     actor: Annotated[str | None, typer.Option(help="Package: sessions this actor "
                                               "changed (in the range).",
                                               callback=valid_text)] = None,

@@ -9,6 +9,7 @@ English and progress lines in a log do not run together."""
 from __future__ import annotations
 
 import os
+import re
 import socket
 import sqlite3
 import stat
@@ -290,3 +291,36 @@ def test_counts_read_as_english_and_progress_lines_end_in_a_log(tmp_path: Path) 
     assert rebuilt.exit_code == 0, rebuilt.output
     assert "\r" not in rebuilt.stderr
     assert rebuilt.stderr.splitlines() == ["4 events replayed", "rebuilt the views from 4 events"]
+
+
+def test_numbers_past_any_store_column_are_refused_in_one_line(tmp_path: Path) -> None:
+    env = store(tmp_path)
+    huge = "99999999999999999999"
+    assert refused(env, "audit", "k", "--after", huge) == (
+        f"error: after_version must be at most 2**62; got {huge}"
+    )
+    for option in ("--after", "--limit"):
+        line = refused(env, "access-log", option, huge)
+        assert line == f"error: {option[2:]} must be at most 2**62; got {huge}", line
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["show", "k", "--as-of"], ["export", "k", "--from"], ["events", "--type", "x", "--to"]],
+)
+@pytest.mark.parametrize("number", ["0", "1765058445.97", "-1"])
+def test_a_time_given_as_a_number_is_refused_as_over_http(
+    tmp_path: Path, args: list[str], number: str
+) -> None:
+    """Not read as seconds since 1970 (http-api.md, "Points in time")."""
+    result = invoke(store(tmp_path), *args, number)
+    assert result.exit_code == 2, result.output
+    said = " ".join(re.sub(r"[│╭╮╰╯─]", " ", result.output).split())  # (unboxed, unwrapped)
+    assert "a time is ISO 8601 (2026-11-24T10:00:00Z), not a number" in said, said
+
+
+def test_a_time_in_iso_8601_is_taken_with_or_without_its_zone(tmp_path: Path) -> None:
+    env = store(tmp_path)
+    for moment in ("2999-01-01", "2999-01-01 10:00", "2999-01-01T10:00:00+01:00"):
+        shown = invoke(env, "show", "k", "--as-of", moment)
+        assert shown.exit_code == 0 and "[2] user: hi 2" in shown.stdout, shown.output
