@@ -208,29 +208,41 @@ def test_bad_key_prefixes(seeded: Ledger, prefix: str) -> None:
         seeded.keys(prefix=prefix)
 
 
+INTEGER_ARGUMENTS = [
+    ("n", lambda ledger, v: ledger.archive_oldest("s", v)),
+    ("index", lambda ledger, v: ledger.delete_message("s", v)),
+    ("expected_version", lambda ledger, v: ledger.put("s", GOOD, expected_version=v)),
+    ("token_limit", lambda ledger, v: ledger.get("s", token_limit=v)),
+    ("initial_token_count", lambda ledger, v: ledger.get("s", initial_token_count=v)),
+    ("offset", lambda ledger, v: ledger.get_all("s", offset=v)),
+    ("offset", lambda ledger, v: ledger.history("s", offset=v)),
+    ("last", lambda ledger, v: ledger.history("s", last=v)),
+    ("limit", lambda ledger, v: ledger.get_all("s", limit=v)),
+    ("as_of_version", lambda ledger, v: ledger.get_all("s", as_of_version=v)),
+    ("after_version", lambda ledger, v: ledger.audit("s", after_version=v)),
+    ("limit", lambda ledger, v: ledger.audit("s", limit=v)),
+    ("limit", lambda ledger, v: ledger.keys(limit=v)),
+]
+# Counts, versions and positions: bounded (token counts are not; a version past the head
+# is a version the session does not have).
+POSITIONS = [(n, c) for n, c in INTEGER_ARGUMENTS
+             if n not in ("token_limit", "initial_token_count", "as_of_version")]  # fmt: skip
+
+
 @pytest.mark.parametrize("wrong", [True, False, 1.0, "1", None], ids=repr)
-@pytest.mark.parametrize(
-    ("name", "call"),
-    [
-        ("n", lambda ledger, v: ledger.archive_oldest("s", v)),
-        ("index", lambda ledger, v: ledger.delete_message("s", v)),
-        ("expected_version", lambda ledger, v: ledger.put("s", GOOD, expected_version=v)),
-        ("token_limit", lambda ledger, v: ledger.get("s", token_limit=v)),
-        ("initial_token_count", lambda ledger, v: ledger.get("s", initial_token_count=v)),
-        ("offset", lambda ledger, v: ledger.get_all("s", offset=v)),
-        ("limit", lambda ledger, v: ledger.get_all("s", limit=v)),
-        ("as_of_version", lambda ledger, v: ledger.get_all("s", as_of_version=v)),
-        ("after_version", lambda ledger, v: ledger.audit("s", after_version=v)),
-        ("limit", lambda ledger, v: ledger.audit("s", limit=v)),
-        ("limit", lambda ledger, v: ledger.keys(limit=v)),
-    ],
-)
+@pytest.mark.parametrize(("name", "call"), INTEGER_ARGUMENTS)
 def test_integer_arguments_take_integers_only(
     seeded: Ledger, name: str, call: Any, wrong: object
 ) -> None:
     # A bool is an int to Python, so `limit=True` read one message and `archive_oldest(k,
     # True)` would archive one: every integer argument refuses it, as it does 1.0 and "1".
-    if wrong is None and name in ("expected_version", "token_limit", "limit", "as_of_version"):
+    if wrong is None and name in (
+        "expected_version",
+        "token_limit",
+        "limit",
+        "as_of_version",
+        "last",
+    ):
         return  # None means "not given" for these
     with pytest.raises(InvalidInput, match=rf"{name} must be .*; got {re.escape(repr(wrong))}"):
         call(seeded, wrong)
@@ -238,18 +250,7 @@ def test_integer_arguments_take_integers_only(
 
 
 @pytest.mark.parametrize("huge", [2**62 + 1, 10**20, -(10**20)], ids=repr)
-@pytest.mark.parametrize(
-    ("name", "call"),
-    [
-        ("n", lambda ledger, v: ledger.archive_oldest("s", v)),
-        ("index", lambda ledger, v: ledger.delete_message("s", v)),
-        ("expected_version", lambda ledger, v: ledger.put("s", GOOD, expected_version=v)),
-        ("offset", lambda ledger, v: ledger.get_all("s", offset=v)),
-        ("offset", lambda ledger, v: ledger.history("s", offset=v)),
-        ("last", lambda ledger, v: ledger.history("s", last=v)),
-        ("after_version", lambda ledger, v: ledger.audit("s", after_version=v)),
-    ],
-)
+@pytest.mark.parametrize(("name", "call"), POSITIONS)
 def test_numbers_past_any_store_column_are_invalid_input(
     seeded: Ledger, name: str, call: Any, huge: int
 ) -> None:
