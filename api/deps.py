@@ -23,7 +23,7 @@ from fastapi import Depends, Path, Request
 from fastapi.concurrency import run_in_threadpool
 from pydantic import Field, ValidatorFunctionWrapHandler, WrapValidator
 
-from session_ledger.domain.errors import InvalidInput, InvalidSessionKey
+from session_ledger.domain.errors import InvalidInput, InvalidSessionKey, SessionNotFound
 from session_ledger.domain.ledger import Ledger
 from session_ledger.projections.async_bridge import bridged
 from session_ledger.projections.write_turns import TurnNotFree, without_waiting
@@ -216,17 +216,31 @@ class WriteRequestOptions:
     reason: str | None
 
     def ledger_kwargs(self, principal: Principal) -> dict[str, Any]:
+        return {"reason": self.reason, **self.conditions(principal)}
+
+    def conditions(self, principal: Principal) -> dict[str, Any]:
+        """The write's keywords but its reason (a write whose body holds its own)."""
         return {
             "tenant": principal.tenant,
             "actor": principal.actor,
-            "reason": self.reason,
             "expected_version": self.expected_version,
             "idempotency_key": self.idempotency_key,
         }
 
+    def check_exists(self, ledger: Ledger, key: str, tenant: str) -> None:
+        """`If-Match: *`: PreconditionFailed unless the session exists (the ledger checks a
+        version given itself, in the write)."""
+        if self.must_exist:
+            try:
+                ledger.head(key, tenant=tenant, latest=True)
+            except SessionNotFound:
+                raise PreconditionFailed(
+                    f"If-Match: * but session {key!r} does not exist"
+                ) from None
 
-class WriteInputs(RouteInputs):
-    """The conditional-write headers and the audit reason of a write."""
+
+class WriteHeaders(RouteInputs):
+    """The conditional-write headers of a write (one whose body gives its reason)."""
 
     HEADERS = frozenset({"if_match", "if_none_match", "idempotency_key"})
     if_match: str | None = Field(
@@ -248,9 +262,9 @@ class WriteInputs(RouteInputs):
         max_length=256,
         pattern=r"^[\x21-\x7e]+$",
     )
-    reason: str | None = Field(
-        None, description="Why the change was made; kept in the audit trail.", max_length=4096
-    )
+
+    def audit_reason(self) -> str | None:
+        return None  # (the body's)
 
     def write_options(self) -> WriteRequestOptions:
         """The write's options; malformed or contradictory preconditions are refused."""
@@ -271,12 +285,23 @@ class WriteInputs(RouteInputs):
             if must_exist or expected not in (None, 0):
                 raise PreconditionFailed("If-Match and If-None-Match: * cannot both hold")
             expected = 0
-        return WriteRequestOptions(expected, must_exist, self.idempotency_key, self.reason)
+        return WriteRequestOptions(expected, must_exist, self.idempotency_key, self.audit_reason())
 
     @classmethod
     async def options(cls, request: Request) -> WriteRequestOptions:
         """The dependency of a write route: its inputs, parsed, as `WriteRequestOptions`."""
         return (await cls.parse(request)).write_options()
+
+
+class WriteInputs(WriteHeaders):
+    """The conditional-write headers and the audit reason of a write."""
+
+    reason: str | None = Field(
+        None, description="Why the change was made; kept in the audit trail.", max_length=4096
+    )
+
+    def audit_reason(self) -> str | None:
+        return self.reason
 
 
 @dataclass(frozen=True)
@@ -355,4 +380,6 @@ ReadCall = Annotated[SessionCall, Depends(on_session(READ))]
 WriteCall = Annotated[SessionCall, Depends(on_session(WRITE))]
 AdminCall = Annotated[SessionCall, Depends(on_session(MANAGE_KEYS))]
 WriteOptionsDep = Annotated[WriteRequestOptions, Depends(WriteInputs.options)]
+# A write whose body gives its reason: the headers alone.
+WriteHeadersDep = Annotated[WriteRequestOptions, Depends(WriteHeaders.options)]
 ReadOptionsDep = Annotated[ReadOptions, Depends(ReadInputs.options)]

@@ -115,12 +115,14 @@ class Compliance:
 
     def erase(
         self, key: str, *, reason: str, basis: str, tenant: str | None = None,
-        actor: str | None = None, idempotency_key: str | None = None,
+        actor: str | None = None, expected_version: int | None = None,
+        idempotency_key: str | None = None,
     ) -> WriteResult:  # fmt: skip
         """Erase the session's content for good: its data key is destroyed and every view
         row that held its messages dropped, with a `SessionErased` event (who, why, on what
         legal basis, when). LegalHold if held; EncryptionRequired if its content is not
-        sealed under a key of its own (no master key, or a session older than it)."""
+        sealed under a key of its own (no master key, or a session older than it).
+        `expected_version` and `idempotency_key` as for every write."""
         check_text(reason, "reason", MAX_REASON_CHARS, allow_controls=True)
         check_text(basis, "basis", MAX_REASON_CHARS, allow_controls=True)
 
@@ -139,7 +141,7 @@ class Compliance:
 
         done = self._writes.write(
             key, "erase", {"basis": basis}, command=command, tenant=tenant, actor=actor,
-            reason=reason, idempotency_key=idempotency_key,
+            reason=reason, expected_version=expected_version, idempotency_key=idempotency_key,
         )  # fmt: skip
         # The key row is deleted; what the store's files keep of it goes now (the erasure
         # has committed: a failure here is logged, not the erasure's).
@@ -157,26 +159,18 @@ class Compliance:
             )
         return done
 
-    def place_hold(
-        self, key: str, *, reference: str, reason: str, tenant: str | None = None,
-        actor: str | None = None,
-    ) -> WriteResult:  # fmt: skip
+    def place_hold(self, key: str, *, reference: str, reason: str, **kw: Any) -> WriteResult:
         """Put the session under a legal hold (`reference`: the matter or ticket), beside
-        any it holds already. HoldConflict if it holds one under this reference."""
-        return self._hold(key, True, reference, reason, tenant, actor)
+        any it holds already. HoldConflict if it holds one under this reference. `kw`:
+        `tenant`, `actor`, `expected_version`, `idempotency_key`, as for every write."""
+        return self._hold(key, True, reference, reason, **kw)
 
-    def release_hold(
-        self, key: str, *, reference: str, reason: str, tenant: str | None = None,
-        actor: str | None = None,
-    ) -> WriteResult:  # fmt: skip
+    def release_hold(self, key: str, *, reference: str, reason: str, **kw: Any) -> WriteResult:
         """Release the hold placed under `reference`; the others stay. HoldNotFound if the
-        session holds none under it."""
-        return self._hold(key, False, reference, reason, tenant, actor)
+        session holds none under it. `kw` as `place_hold`'s."""
+        return self._hold(key, False, reference, reason, **kw)
 
-    def _hold(
-        self, key: str, place: bool, reference: str, reason: str, tenant: str | None,
-        actor: str | None,
-    ) -> WriteResult:  # fmt: skip
+    def _hold(self, key: str, place: bool, reference: str, reason: str, **kw: Any) -> WriteResult:
         check_text(reference, "reference", MAX_REASON_CHARS)
         check_text(reason, "reason", MAX_REASON_CHARS, allow_controls=True)
 
@@ -190,7 +184,7 @@ class Compliance:
 
         op = "hold" if place else "release"
         return self._writes.write(key, op, {"reference": reference}, command=command,
-                                  tenant=tenant, actor=actor, reason=reason)  # fmt: skip
+                                  reason=reason, **kw)  # fmt: skip
 
     def _holds(self, s: Session) -> tuple[str, ...]:
         """The references of the session's holds. A session loaded from a snapshot taken

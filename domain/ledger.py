@@ -328,31 +328,20 @@ class Ledger(Application[uuid.UUID]):
 
     # -- compliance ------------------------------------------------------------------------
 
-    def erase(
-        self, key: str, *, reason: str, basis: str, tenant: str | None = None,
-        actor: str | None = None, idempotency_key: str | None = None,
-    ) -> WriteResult:  # fmt: skip
-        """Erase the session's content for good (`Compliance.erase`)."""
-        return self._compliance.erase(key, reason=reason, basis=basis, tenant=tenant, actor=actor,
-                                      idempotency_key=idempotency_key)  # fmt: skip
+    def erase(self, key: str, *, reason: str, basis: str, **kw: Any) -> WriteResult:
+        """Erase the session's content for good (`Compliance.erase`); `kw`: `tenant`,
+        `actor`, `expected_version`, `idempotency_key`, as every write takes them."""
+        return self._compliance.erase(key, reason=reason, basis=basis, **kw)
 
-    def place_hold(
-        self, key: str, *, reference: str, reason: str, tenant: str | None = None,
-        actor: str | None = None,
-    ) -> WriteResult:  # fmt: skip
+    def place_hold(self, key: str, *, reference: str, reason: str, **kw: Any) -> WriteResult:
         """Put the session under a legal hold (`reference`: the matter or ticket), beside
         any it holds already. HoldConflict if it holds one under this reference."""
-        return self._compliance.place_hold(key, reference=reference, reason=reason,
-                                           tenant=tenant, actor=actor)  # fmt: skip
+        return self._compliance.place_hold(key, reference=reference, reason=reason, **kw)
 
-    def release_hold(
-        self, key: str, *, reference: str, reason: str, tenant: str | None = None,
-        actor: str | None = None,
-    ) -> WriteResult:  # fmt: skip
+    def release_hold(self, key: str, *, reference: str, reason: str, **kw: Any) -> WriteResult:
         """Release the hold placed under `reference`; the others stay. HoldNotFound if the
         session holds none under it."""
-        return self._compliance.release_hold(key, reference=reference, reason=reason,
-                                             tenant=tenant, actor=actor)  # fmt: skip
+        return self._compliance.release_hold(key, reference=reference, reason=reason, **kw)
 
     def encrypt(
         self, key: str, *, tenant: str | None = None, actor: str | None = None

@@ -47,6 +47,7 @@ from eventsourcing.persistence import EventStore, IntegrityError, InterfaceError
 from .addresses import SessionAddresses
 from .erasure import Erasures
 from .errors import (
+    EncryptionRequired,
     HoldConflict,
     HoldNotFound,
     IdempotencyKeyReused,
@@ -83,7 +84,11 @@ class Load(enum.Enum):
 # looked up on its class costs several times a global's.
 NEW, CACHED, FRESH = Load.NEW, Load.CACHED, Load.FRESH
 # A command's refusals for what the session holds, which a cached copy may hold no more
-STATE_REFUSALS = (MessageNotFound, StreamConflict, HoldConflict, HoldNotFound, LegalHold)
+# (EncryptionRequired: an erasure's, of a copy from before another process erased it,
+# whose data key that erasure destroyed)
+STATE_REFUSALS = (
+    MessageNotFound, StreamConflict, HoldConflict, HoldNotFound, LegalHold, EncryptionRequired,
+)  # fmt: skip
 
 
 class RetryPolicy:
@@ -215,7 +220,7 @@ class WriteLoop:
             except STATE_REFUSALS:
                 # Refused for what the session holds: believed only of state read fresh
                 # (a cached copy misses what other processes wrote since: a message, a
-                # stream they opened, a hold they released).
+                # stream they opened, a hold they released, an erasure).
                 if policy.load is not FRESH and attempt + 1 < policy.attempts:
                     policy = policy.reload()
                     continue

@@ -4,32 +4,44 @@ who, why and on what basis or reference."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Response
 from pydantic import Field
 
 from session_ledger.domain.errors import InvalidInput
+from session_ledger.domain.ledger import Ledger
+from session_ledger.domain.ports import WriteResult
 
-from ..deps import AdminCall
+from ..deps import AdminCall, WriteHeadersDep, WriteRequestOptions
 from ..http_errors import ERROR_RESPONSES
 from ..route_inputs import RouteInputs
 from ..schemas import EraseIn, HoldIn, WriteAnswer
-from ..session_responses import etag, written
+from ..session_responses import written
 
 router = APIRouter(prefix="/v1/sessions", tags=["compliance"], responses=ERROR_RESPONSES)
 
 
 @router.post("/{key}/erase", response_model=WriteAnswer)
-def erase_session(call: AdminCall, body: EraseIn, response: Response) -> WriteAnswer:
+def erase_session(call: AdminCall, body: EraseIn, options: WriteHeadersDep) -> Response:
     """Erase the session: its data key is destroyed and its messages dropped from every
-    view; its events and hash chain stay. Afterwards reads answer 410 session_erased.
-    409 legal_hold if it is held; 409 encryption_required without a master key."""
+    view; its events and hash chain stay. Afterwards reads answer 410 session_erased (a
+    retry under its Idempotency-Key: the erasure's answer again, replayed). 409
+    legal_hold if it is held; 409 encryption_required without a master key."""
+    return _compliance_write(call, options, lambda ledger, key, kw: ledger.erase(
+        key, reason=body.reason, basis=body.basis, **kw))  # fmt: skip
+
+
+def _compliance_write(
+    call: AdminCall, options: WriteRequestOptions,
+    command: Callable[[Ledger, str, dict[str, Any]], WriteResult],
+) -> Response:  # fmt: skip
+    """`command(ledger, key, kwargs)`, with the write's headers (If-Match, If-None-Match,
+    Idempotency-Key) as every write takes them; the reason is the body's."""
     key, who, ledger = call
-    result = ledger.erase(key, reason=body.reason, basis=body.basis, tenant=who.tenant,
-                          actor=who.actor)  # fmt: skip
-    etag(response, result.version)
-    return WriteAnswer(version=result.version, message_count=0, replayed=result.replayed)
+    options.check_exists(ledger, key, who.tenant)
+    return written(command(ledger, key, options.conditions(who)))
 
 
 class EraseInputs(RouteInputs):
@@ -41,10 +53,10 @@ class EraseInputs(RouteInputs):
 
 @router.delete("/{key}", response_model=WriteAnswer)
 def delete_session(
-    call: AdminCall, response: Response,
+    call: AdminCall, options: WriteHeadersDep,
     inputs: Annotated[EraseInputs, Depends(EraseInputs.parse)],
     body: Annotated[EraseIn | None, Body()] = None,
-) -> WriteAnswer:  # fmt: skip
+) -> Response:  # fmt: skip
     """`?erase=true`: the same as `POST .../erase`, with `reason` and `basis` in the query
     or in the body. Without it nothing is deleted (422): events are never deleted."""
     erase, reason, basis = inputs.erase, inputs.reason, inputs.basis
@@ -59,25 +71,21 @@ def delete_session(
             raise InvalidInput("erasing needs a reason and a legal basis (query parameters "
                                "`reason` and `basis`, or a JSON body with both)")  # fmt: skip
         body = EraseIn(reason=reason, basis=basis)
-    return erase_session(call, body, response)
+    return erase_session(call, body, options)
 
 
 @router.post("/{key}/hold", response_model=WriteAnswer)
-def place_hold(call: AdminCall, body: HoldIn) -> Response:
+def place_hold(call: AdminCall, body: HoldIn, options: WriteHeadersDep) -> Response:
     """Place a legal hold under a reference (a matter), beside any others: the session
     cannot be erased (nor by retention) until every hold is released. 409 hold_conflict
     if it is held under this reference already."""
-    key, who, ledger = call
-    result = ledger.place_hold(key, reference=body.reference, reason=body.reason,
-                               tenant=who.tenant, actor=who.actor)  # fmt: skip
-    return written(result)
+    return _compliance_write(call, options, lambda ledger, key, kw: ledger.place_hold(
+        key, reference=body.reference, reason=body.reason, **kw))  # fmt: skip
 
 
 @router.post("/{key}/hold/release", response_model=WriteAnswer)
-def release_hold(call: AdminCall, body: HoldIn) -> Response:
+def release_hold(call: AdminCall, body: HoldIn, options: WriteHeadersDep) -> Response:
     """Release the hold placed under this reference; the others stay. 404
     hold_not_found if the session holds none under it (`details.holds` lists those held)."""
-    key, who, ledger = call
-    result = ledger.release_hold(key, reference=body.reference, reason=body.reason,
-                                 tenant=who.tenant, actor=who.actor)  # fmt: skip
-    return written(result)
+    return _compliance_write(call, options, lambda ledger, key, kw: ledger.release_hold(
+        key, reference=body.reference, reason=body.reason, **kw))  # fmt: skip

@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Path, Request, Response
 from pydantic import Field
 
-from session_ledger.domain.errors import InvalidInput, SessionNotFound
+from session_ledger.domain.errors import InvalidInput
 from session_ledger.domain.ledger import Ledger
 from session_ledger.domain.ports import WriteResult
 
@@ -26,7 +26,6 @@ from ..admission import new_session_counted
 from ..auth import READ, WRITE
 from ..deps import (
     BIG,
-    LedgerDep,
     PastInputs,
     ReadInputs,
     SessionCall,
@@ -38,7 +37,7 @@ from ..deps import (
     short_read,
     short_write,
 )
-from ..http_errors import ERROR_RESPONSES, PreconditionFailed
+from ..http_errors import ERROR_RESPONSES
 from ..large_bodies import LargeBodyRoute
 from ..schemas import AppendIn, ArchiveIn, MessageList, MessagePage, MessagesIn, WriteAnswer
 from ..session_responses import message_list, message_page, written
@@ -47,14 +46,6 @@ router = APIRouter(
     prefix="/v1/sessions", tags=["sessions"], responses=ERROR_RESPONSES,
     route_class=LargeBodyRoute,
 )  # fmt: skip
-
-
-def _precondition(ledger: LedgerDep, key: str, tenant: str, options: WriteRequestOptions) -> None:
-    if options.must_exist:
-        try:
-            ledger.head(key, tenant=tenant, latest=True)
-        except SessionNotFound:
-            raise PreconditionFailed(f"If-Match: * but session {key!r} does not exist") from None
 
 
 async def _write(
@@ -67,7 +58,7 @@ async def _write(
     key, who, ledger = call
 
     def write() -> WriteResult:
-        _precondition(ledger, key, who.tenant, options)
+        options.check_exists(ledger, key, who.tenant)
         with new_session_counted(request, who.tenant, key) if creates else nullcontext():
             return command(ledger, key, options.ledger_kwargs(who))
 

@@ -27,7 +27,6 @@ from ..http_errors import ERROR_RESPONSES
 from ..large_bodies import LargeBodyRoute
 from ..schemas import WriteAnswer
 from ..session_responses import written
-from .message_routes import _precondition
 
 router = APIRouter(
     prefix="/v1/sessions", tags=["streams"], responses=ERROR_RESPONSES,
@@ -112,7 +111,7 @@ def open_stream(
 ) -> Response:  # fmt: skip
     """Open a stream (creates the session); deltas follow on its `chunks` route."""
     key, who, ledger = call
-    _precondition(ledger, key, who.tenant, options)
+    options.check_exists(ledger, key, who.tenant)
     with new_session_counted(request, who.tenant, key):
         opened = ledger.open_stream(key, role=body.role, stream_id=body.stream_id,
                                     turn=body.turn, parent=body.parent,

@@ -192,3 +192,48 @@ def test_http_holds_are_released_each_by_its_reference(
         ("LegalHoldPlaced", "CASE-1"), ("LegalHoldPlaced", "CASE-2"),
         ("LegalHoldReleased", "CASE-1"), ("LegalHoldReleased", "CASE-2"),
     ]  # fmt: skip
+
+
+def test_erasure_and_holds_take_the_write_headers_as_every_write(
+    server: tuple[Server, str, Path],
+) -> None:
+    """Idempotency-Key: a retry answers the first write (Idempotent-Replayed), the key
+    with another body 422; If-Match: a stale version 412, nothing written; also through
+    `DELETE ...?erase=true`."""
+    erase = {"reason": "asked", "basis": "art. 17"}
+    hold = {"reference": "CASE-7", "reason": "litigation"}
+    with client(server) as http:
+        http.post("/v1/sessions/u7/messages", json={"messages": [{"role": "user", "content": "x"}]})
+        placed = http.post("/v1/sessions/u7/hold", json=hold, headers={"Idempotency-Key": "h1"})
+        again = http.post("/v1/sessions/u7/hold", json=hold, headers={"Idempotency-Key": "h1"})
+        assert (placed.status_code, again.status_code) == (200, 200), again.text
+        assert again.json()["version"] == placed.json()["version"]
+        assert again.headers["Idempotent-Replayed"] == "true" and again.json()["replayed"]
+        other = http.post("/v1/sessions/u7/hold", json={**hold, "reference": "CASE-8"},
+                          headers={"Idempotency-Key": "h1"})  # fmt: skip
+        assert (other.status_code, other.json()["error"]["code"]) == (422, "idempotency_key_reused")
+        version = placed.json()["version"]
+        stale = http.post("/v1/sessions/u7/hold/release", json=hold,
+                          headers={"If-Match": f'"{version - 1}"'})  # fmt: skip
+        assert stale.status_code == 412, stale.text
+        released = http.post("/v1/sessions/u7/hold/release", json=hold,
+                             headers={"If-Match": f'"{version}"'})  # fmt: skip
+        assert released.status_code == 200 and released.headers["ETag"] == f'"{version + 1}"'
+        stale = http.post("/v1/sessions/u7/erase", json=erase, headers={"If-Match": '"1"'})
+        assert stale.status_code == 412 and http.get("/v1/sessions/u7/context").status_code == 200
+        done = http.post("/v1/sessions/u7/erase", json=erase, headers={"Idempotency-Key": "e1"})
+        assert done.status_code == 200 and "Idempotent-Replayed" not in done.headers
+        for retry in (
+            http.post("/v1/sessions/u7/erase", json=erase, headers={"Idempotency-Key": "e1"}),
+            http.delete("/v1/sessions/u7", params={"erase": "true", **erase},
+                        headers={"Idempotency-Key": "e1"}),
+        ):  # fmt: skip
+            assert retry.status_code == 200, retry.text
+            assert retry.json()["version"] == done.json()["version"]
+            assert retry.headers["Idempotent-Replayed"] == "true"
+        unkeyed = http.post("/v1/sessions/u7/erase", json=erase)
+        assert unkeyed.status_code == 410
+        trail = http.get("/v1/sessions/u7/events").json()["events"]
+        assert [e["event_type"] for e in trail][-3:] == ["LegalHoldPlaced", "LegalHoldReleased",
+                                                         "SessionErased"]  # fmt: skip
+        assert trail[-1]["idempotency_key"] == "e1"

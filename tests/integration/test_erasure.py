@@ -417,3 +417,27 @@ def test_a_process_without_the_master_key_refuses_sealed_content_saying_so(
         done = CliRunner().invoke(cli, [*command, *url], env={"LEDGER_MASTER_KEY": ""})
         assert done.exit_code == 1 and "set LEDGER_MASTER_KEY" in done.output, done.output
         assert "Traceback" not in done.output
+
+
+def test_an_erasure_retried_from_a_copy_from_before_it_answers_as_it_did(sealed: Ledger) -> None:
+    """Another process erased the session under a key; this one, whose cached copy is
+    from before (and whose data key a read has since dropped), sends the same erasure
+    again: it answers the first (replayed), not `EncryptionRequired`; without the key,
+    and any other write, it is refused as erased."""
+    sealed.put("victim", {"role": "user", "content": "hello"})  # cached here
+    settings: Settings = sealed.test_settings  # type: ignore[attr-defined]
+    eraser = make_ledger(settings)
+    try:
+        first = eraser.erase("victim", reason="asked", basis="GDPR art. 17", idempotency_key="e1")
+    finally:
+        eraser.close()
+    with pytest.raises(SessionErasedError):
+        sealed.get_all("victim")  # (drops this process's data key of the session)
+    again = sealed.erase("victim", reason="asked", basis="GDPR art. 17", idempotency_key="e1")
+    assert (again.version, again.replayed) == (first.version, True)
+    with pytest.raises(SessionErasedError):
+        sealed.erase("victim", reason="asked", basis="GDPR art. 17")
+    with pytest.raises(SessionErasedError):
+        sealed.place_hold("victim", reference="case-1", reason="late")
+    assert [e.event_type for e in sealed.audit("victim")][-1] == "SessionErased"
+    assert len(sealed.audit("victim")) == 3 and sealed.verify("victim").intact
