@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 from .addresses import SessionAddresses
 from .erasure import Erasures
 from .errors import InvalidInput, PayloadTooLarge, StreamConflict
-from .inputs import Limits, parse_messages
+from .inputs import Limits, check_text, parse_messages
 from .ports import SessionViews, StreamView, WriteResult
 from .session import Session, session_id
 from .tuning import Tuning
@@ -90,8 +90,8 @@ class Streams:
         stream_id = check_stream_id(stream_id or f"s-{uuid.uuid4().hex}")
         parse_messages([{"role": role, "content": ""}], self._tuning.limits, allow_empty=False)
         for name, value in (("turn", turn), ("parent", parent)):
-            if value is not None and not (isinstance(value, str) and len(value) <= 256):
-                raise InvalidInput(f"{name} must be a string of at most 256 characters")
+            if value is not None:  # (no NUL: PostgreSQL's text refuses it; nor a surrogate)
+                check_text(value, name, 256, allow_empty=True, allow_controls=True)
 
         def command(s: Session, audit: dict[str, Any]) -> None:
             if s.version and self._views.stream_view(s.id, stream_id) is not None:

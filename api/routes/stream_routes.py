@@ -84,7 +84,7 @@ class AbortIn(BaseModel):
     cause: Literal["client_gone", "error", "timeout", "superseded"]
     deltas: Deltas = Field(default_factory=list)
     keep_partial: bool = Field(
-        False, description="Also keep the partial text as a message of the history."
+        False, strict=True, description="Also keep the partial text as a message of the history."
     )
 
 

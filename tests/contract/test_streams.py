@@ -103,6 +103,11 @@ def test_bad_stream_input_is_refused(ledger: Ledger) -> None:
         ledger.append_stream("k", opened.stream_id, ["a\x00b"])
     with pytest.raises(InvalidInput):
         ledger.open_stream("k", role="narrator")
+    for name in ("turn", "parent"):
+        with pytest.raises(InvalidInput, match=f"{name} must not contain NUL"):
+            ledger.open_stream("k", **{name: "a\x00"})
+        with pytest.raises(InvalidInput, match=f"{name} contains a lone surrogate"):
+            ledger.open_stream("k", **{name: "\ud800"})
 
 
 def test_idle_streams_are_aborted_as_timed_out(ledger: Ledger) -> None:

@@ -82,6 +82,27 @@ def test_abort_keeps_the_partial_out_of_the_history(
         assert api.post(url(session_key, sid, "abort"), json={"cause": "error"}).status_code == 409
 
 
+def test_a_nul_in_turn_or_parent_and_a_keep_partial_not_a_boolean_are_refused(
+    deployment: Deployment, session_key: str
+) -> None:
+    """422 on both stores (PostgreSQL's text holds no NUL: it was a 500 there), nothing
+    stored; `keep_partial` is true or false, not "yes" or 1 (which kept the partial)."""
+    with deployment.raw("a_agent") as api:
+        for body in (r'{"turn": "\u0000"}', r'{"parent": "a\u0000"}', r'{"turn": "\ud800"}'):
+            refused = api.post(url(session_key), content=body,
+                               headers={"Content-Type": "application/json"})  # fmt: skip
+            assert refused.status_code == 422, (body, refused.text)
+        head = f"/v1/sessions/{quote(session_key, safe='')}"
+        assert api.get(head).status_code == 404  # (no write made the session)
+        sid = api.post(url(session_key), json={}).json()["stream_id"]
+        api.post(url(session_key, sid, "chunks"), json={"deltas": ["half"]})
+        version = api.get(head).json()["version"]
+        for flag in ("yes", 1, "true", None):
+            body = {"cause": "error", "keep_partial": flag}
+            assert api.post(url(session_key, sid, "abort"), json=body).status_code == 422, flag
+        assert api.get(head).json()["version"] == version
+
+
 WRITER = """
 import sys, time
 from session_ledger.api.bootstrap import open_ledger
