@@ -10,6 +10,17 @@ import warnings
 from datetime import datetime
 from typing import Any
 
+SHOWN_CHARS = 100  # of a refused value, in its error's message
+
+
+def shown(value: object) -> str:
+    """A refused value as its error names it: its repr, cut to `SHOWN_CHARS` characters
+    (a 10 MiB role is not echoed back whole)."""
+    text = repr(value)
+    if len(text) <= SHOWN_CHARS:
+        return text
+    return f"{text[:SHOWN_CHARS]}... ({len(text):,} characters)"
+
 
 class LedgerError(Exception):
     """Base class of every error the ledger raises on purpose."""

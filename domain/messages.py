@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 from pydantic_core import from_json as _decode
 
-from .errors import InvalidMessage
+from .errors import SHOWN_CHARS, InvalidMessage, shown
 
 ROLES = ("system", "developer", "user", "assistant", "function", "tool", "chatbot", "model")
 BLOCK_TYPES = (
@@ -164,10 +164,12 @@ class ChatMessage:
             raise InvalidMessage(f"a message must be an object, not {type(obj).__name__}")
         if not _FIELDS.issuperset(obj):
             unknown = set(obj) - _FIELDS
-            raise InvalidMessage(f"unknown message fields: {', '.join(sorted(map(str, unknown)))}")
+            names = ", ".join(n if len(n) <= SHOWN_CHARS else shown(n)
+                              for n in sorted(map(str, unknown))[:5])  # fmt: skip
+            raise InvalidMessage(f"unknown message fields: {names}")
         role = obj.get("role")
         if role not in ROLES:
-            raise InvalidMessage(f"role must be one of {', '.join(ROLES)}; got {role!r}")
+            raise InvalidMessage(f"role must be one of {', '.join(ROLES)}; got {shown(role)}")
         if "content" in obj and "blocks" in obj:
             raise InvalidMessage("give either 'content' or 'blocks', not both")
         blocks = _parse_content(obj["content"]) if "content" in obj else obj.get("blocks", [])
@@ -284,7 +286,7 @@ def _parse_block(block: object, index: int) -> dict[str, Any]:
     if block_type not in BLOCK_TYPES:
         raise InvalidMessage(
             f"blocks[{index}].block_type must be one of {', '.join(BLOCK_TYPES)}; "
-            f"got {block_type!r}"
+            f"got {shown(block_type)}"
         )
     if block_type == "text" and not isinstance(block.get("text"), str):
         raise InvalidMessage(f"blocks[{index}].text must be a string")
@@ -300,7 +302,9 @@ def _place(where: Place) -> str:
     if isinstance(where, str):
         return where
     parent, key = where
-    return f"{_place(parent)}[{key}]" if isinstance(key, int) else f"{_place(parent)}.{key}"
+    if isinstance(key, int):
+        return f"{_place(parent)}[{key}]"
+    return f"{_place(parent)}.{key if len(key) <= SHOWN_CHARS else shown(key)}"
 
 
 def _json_value(value: Any, where: Place, depth: int) -> Any:
@@ -323,7 +327,7 @@ def _json_value(value: Any, where: Place, depth: int) -> Any:
         out: dict[str, Any] = {}
         for k, v in value.items():
             if not isinstance(k, str):
-                raise InvalidMessage(f"{_place(where)} has a non-string key {k!r}")
+                raise InvalidMessage(f"{_place(where)} has a non-string key {shown(k)}")
             _check_text(k, where)
             out[k] = _json_value(v, (where, k), depth + 1)
         return out

@@ -55,3 +55,22 @@ def test_too_deep_names_the_innermost_place() -> None:
     assert str(raised.value) == (
         "additional_kwargs.deep" + "[0]" * 64 + " is nested deeper than 64 levels"
     )
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        {"role": "A" * 10**6, "content": "x"},
+        {"role": "user", "content": "x", "B" * 10**6: 1},
+        {"role": "user", "blocks": [{"block_type": "C" * 10**6}]},
+        {"role": "user", "content": "x", "additional_kwargs": {"k" * 10**6: float("nan")}},
+        {"role": "user", "content": "x", "additional_kwargs": {"k": {10**1000: 1}}},
+    ],
+    ids=["role", "field", "block type", "kwargs key", "non-string key"],
+)
+def test_a_huge_refused_value_is_named_cut_short(message: dict[str, Any]) -> None:
+    """An error names what it refused in at most ~100 characters of it: a 1 MB role is not
+    echoed back in a 1 MB 422."""
+    with pytest.raises(InvalidMessage) as refused:
+        ChatMessage.parse(message)
+    assert len(str(refused.value)) < 400, str(refused.value)[:500]
