@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
+from urllib.parse import unquote_to_bytes
 
 from fastapi import Request, Response
 from fastapi.concurrency import run_in_threadpool
@@ -96,7 +97,16 @@ async def _parameters(request: Request, models: list[type[RouteInputs]]) -> dict
     for model in models:
         parsed = await model.parse(request)
         found |= parsed.model_dump(mode="json", by_alias=True, exclude_unset=True)
-    return found | {name: value for name, value in request.path_params.items() if name != "key"}
+    path = {name: _path_input(name, value) for name, value in request.path_params.items()
+            if name != "key"}  # fmt: skip
+    return found | path
+
+
+def _path_input(name: str, value: str) -> Any:
+    """A path's input as its route took it: a message's index a number (`+0`, `00` and
+    `0` are index 0), any other (a stream's id) its text, percent-decoded (a route that
+    answered took it so)."""
+    return int(value) if name == "index" else unquote_to_bytes(value).decode("utf-8")
 
 
 def _recorder(

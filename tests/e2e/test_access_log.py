@@ -302,3 +302,27 @@ def test_every_content_route_is_access_logged(walked: Walked, method: str, path:
 
 def _logged(walked: Walked, role: str) -> bool:
     return role != "agent" or walked.agent_reads_logged
+
+
+def test_a_paths_inputs_are_entered_as_their_route_took_them(
+    deployment: Deployment, session_key: str
+) -> None:
+    """A stream's id percent-decoded, however its path spelt it; a removal's index a
+    number (`+0`, `00`: index 0), so a search of the log finds each under one spelling."""
+    path = f"/v1/sessions/{quote(session_key, safe='')}"
+    with deployment.raw("a_admin") as admin:
+        opened = admin.post(f"{path}/streams", json={"stream_id": "a/b%c é"})
+        assert opened.status_code == 201, opened.text
+        for spelt in ("a%2Fb%25c%20%C3%A9", "a%2fb%25c%20%c3%a9"):
+            assert admin.get(f"{path}/streams/{spelt}").status_code == 200
+        admin.post(f"{path}/messages", json={"messages": [{"role": "user", "content": "x"}] * 3})
+        for index in ("+0", "00", "-1"):
+            assert admin.delete(f"{path}/messages/{index}").status_code == 200
+    entries = entries_of(deployment, session_key)
+    assert [(e["action"], e["parameters"]) for e in entries] == [
+        ("stream", {"stream_id": "a/b%c é"}),
+        ("stream", {"stream_id": "a/b%c é"}),
+        ("removed", {"index": 0}),
+        ("removed", {"index": 0}),
+        ("removed", {"index": -1}),
+    ]
