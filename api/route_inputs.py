@@ -22,12 +22,15 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterator
 from typing import Any, ClassVar, Self
+from urllib.parse import unquote_to_bytes
 
 from fastapi import Request
 from fastapi.dependencies.models import Dependant
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute, APIRouter
 from pydantic import BaseModel, ConfigDict, ValidationError
+
+from session_ledger.domain.errors import InvalidInput
 
 
 class RouteInputs(BaseModel):
@@ -39,6 +42,9 @@ class RouteInputs(BaseModel):
     @classmethod
     async def parse(cls, request: Request) -> Self:
         """The route's inputs from `request` (a dependency: `Depends(Model.parse)`)."""
+        query = request.scope.get("query_string", b"")
+        if query and not _utf8(query):
+            raise InvalidInput("a query parameter is not percent-encoded UTF-8")
         values: dict[str, Any] = dict(request.query_params)
         for key, header in _headers(cls).items():
             values.pop(key, None)  # a header's field is never taken from the query
@@ -115,3 +121,13 @@ def document_inputs(document: dict[str, Any], routers: list[APIRouter]) -> None:
         for method in route.methods:
             operation = document["paths"][route.path_format][method.lower()]
             operation.setdefault("parameters", []).extend(added)
+
+
+def _utf8(query: bytes) -> bool:
+    """Whether every name and value of a query string decodes as UTF-8 (Starlette would
+    read a byte that does not as U+FFFD, and answer for a prefix the caller never sent)."""
+    try:
+        unquote_to_bytes(query.replace(b"+", b" ")).decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True

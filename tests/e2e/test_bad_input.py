@@ -256,6 +256,20 @@ def test_bad_session_list_queries_are_refused(http: httpx.Client, query: str) ->
 
 
 @pytest.mark.parametrize(
+    "path",
+    ["/v1/sessions?prefix=%FF", "/v1/sessions?prefix=%ED%A0%80", "/v1/session-heads?prefix=%FF",
+     "/v1/sessions?cursor=%C3", "/v1/sessions/k/messages?status=%FF"],
+)  # fmt: skip
+def test_a_query_that_is_not_utf_8_is_refused_not_read_as_u_fffd(
+    http: httpx.Client, path: str
+) -> None:
+    """A session key's bytes that are not UTF-8 are refused; so are a query's (Starlette
+    read them as U+FFFD, and the server answered for a prefix never sent)."""
+    answer = http.get(path)
+    assert error_of(answer, 422)["message"] == "a query parameter is not percent-encoded UTF-8"
+
+
+@pytest.mark.parametrize(
     "body", [{"role": "root"}, {"role": "agent", "name": "n" * 201}, {"role": "agent", "x": 1},
              {}, {"role": "agent", "name": "tab\there"}],
 )  # fmt: skip
