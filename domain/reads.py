@@ -174,7 +174,12 @@ class Reads:
         now = _read_version if as_of_version is None and as_of is None else None
         with self._tuning.observer.store_call(READ_HISTORY):
             read = self._query(sid, min_version, as_of_version, query, now)
-        return self._unless_erased(read, sid, key)
+        read = self._unless_erased(read, sid, key)
+        if after is not None and limit and not len(read):
+            # A page's `next_after` is given only where rows follow it, at its version
+            # (which the page after reads): none following, it was never given.
+            raise InvalidInput("cursor is not one this history returned (its next_cursor)")
+        return read
 
     def head(
         self, key: str, *, tenant: str | None = None, as_of_version: int | None = None,

@@ -142,6 +142,21 @@ def test_a_page_after_another_names_its_version(small: Ledger) -> None:
         small.page("s", after=first.next_after, as_of_version=first.version, offset=1)
 
 
+def test_a_cursor_the_history_never_gave_is_refused(small: Ledger) -> None:
+    """A page's cursor is given only where messages follow it at its version: one naming
+    a place past the last message (a made-up `6-99`) is refused, not answered empty as
+    if the history had ended there."""
+    small.put_messages("s", [msg(f"m{i}") for i in range(6)])
+    first = small.page("s")
+    assert first.next_after is not None
+    second = small.page("s", after=first.next_after, as_of_version=first.version)
+    assert texts(second.messages()) == ["m4", "m5"] and second.next_after is None
+    for after in (99, 6):  # (message ids count from 0: m5 is 5)
+        with pytest.raises(InvalidInput, match="cursor is not one this history returned"):
+            small.page("s", after=after, as_of_version=first.version)
+    assert len(small.page("s", after=first.next_after, as_of_version=first.version, limit=0)) == 0
+
+
 def test_a_window_over_the_answer_bytes_is_refused(small: Ledger) -> None:
     small.put_messages("s", [msg("w " * 10_000, role) for role in ("user", "assistant") * 4])
     assert len(small.get("s", token_limit=30_000)) == 2  # 40 KB
