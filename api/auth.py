@@ -70,6 +70,8 @@ async def authenticate(request: Request) -> Principal:
     credentials = await bearer(request)
     if credentials is None or credentials.scheme.lower() != "bearer":
         raise Unauthenticated("send an API key: 'Authorization: Bearer <key>'")
+    if len(request.headers.getlist("authorization")) > 1:  # (which one is meant?)
+        raise Unauthenticated("send one Authorization header, not several")
     store: KeyStore = request.app.state.key_store
     record = store.cached(credentials.credentials)
     if record is None:

@@ -23,12 +23,14 @@ from typing import Any
 
 from fastapi import Request, Response
 
-from session_ledger.domain.errors import PayloadTooLarge
+from session_ledger.domain.errors import InvalidInput, PayloadTooLarge
+from session_ledger.projections import strict_json
 
 from .access_logging import AccessLoggedRoute
 from .http_errors import ReadingBodyFailed
 
-_DECODER = json.JSONDecoder()
+# Strict: an object that names a key twice is refused (strict_json), in every part.
+_DECODER = json.JSONDecoder(object_pairs_hook=strict_json.unique_object)
 _SPACE = re.compile(r"[ \t\n\r]*")
 # A write's list of items, a member of its body's top object: a put's or set's messages,
 # a stream batch's deltas (each at most `max_messages_per_write`, as the domain checks).
@@ -60,8 +62,10 @@ def decode_in_parts(body: bytes, max_messages: int | None = None) -> Any:
     `max_messages`."""
     try:
         return _object_in_parts(body.decode("utf-8"), max_messages)
+    except strict_json.RepeatedKey:
+        raise
     except (ValueError, IndexError):  # (UnicodeDecodeError too: json.loads detects others)
-        value = json.loads(body)
+        value = strict_json.loads(body)
         count_messages(value, max_messages)
         return value
 
@@ -91,6 +95,8 @@ def _object_in_parts(text: str, max_messages: int | None = None) -> dict[str, An
         if text[at] != '"':
             raise ValueError("not a key")
         key, at = decode(text, at)
+        if key in out:
+            raise strict_json.RepeatedKey(key)
         at = space(text, at).end()
         if text[at] != ":":
             raise ValueError("no colon")
@@ -128,12 +134,14 @@ class LargeBodyRequest(Request):
         most = settings.max_messages_per_write
         try:
             if len(body) <= settings.loop_write_max_bytes:
-                value = await super().json()
+                value = strict_json.loads(body)
                 count_messages(value, most)
                 return value
             return await asyncio.to_thread(decode_in_parts, body, most)
         except TooManyMessages as too_many:
             raise too_many.answer() from None
+        except strict_json.RepeatedKey as repeated:  # (what the caller meant is unknown)
+            raise ReadingBodyFailed(InvalidInput(f"the body is ambiguous: {repeated}")) from None
 
 
 class LargeBodyRoute(AccessLoggedRoute):

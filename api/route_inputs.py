@@ -48,9 +48,9 @@ class RouteInputs(BaseModel):
         values: dict[str, Any] = dict(request.query_params)
         for key, header in _headers(cls).items():
             values.pop(key, None)  # a header's field is never taken from the query
-            value = request.headers.get(header)
-            if value is not None:
-                values[key] = value
+            given = request.headers.getlist(header)
+            if given:  # (several lines are one list, as HTTP reads them, not the first)
+                values[key] = ", ".join(given)
         try:
             return cls.model_validate(values)
         except ValidationError as error:

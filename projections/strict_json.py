@@ -22,10 +22,11 @@ class RepeatedKey(ValueError):
 
 def loads(data: str | bytes) -> Any:
     """`json.loads`, refusing (RepeatedKey) an object that repeats a key at any depth."""
-    return json.loads(data, object_pairs_hook=_object)
+    return json.loads(data, object_pairs_hook=unique_object)
 
 
-def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A decoder's `object_pairs_hook`: the object, or RepeatedKey."""
     made: dict[str, Any] = {}
     for key, value in pairs:
         if key in made:

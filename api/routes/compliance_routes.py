@@ -16,11 +16,15 @@ from session_ledger.domain.ports import WriteResult
 
 from ..deps import AdminCall, WriteHeadersDep, WriteRequestOptions
 from ..http_errors import ERROR_RESPONSES
+from ..large_bodies import LargeBodyRoute
 from ..route_inputs import RouteInputs
 from ..schemas import EraseIn, HoldIn, WriteAnswer
 from ..session_responses import written
 
-router = APIRouter(prefix="/v1/sessions", tags=["compliance"], responses=ERROR_RESPONSES)
+router = APIRouter(
+    prefix="/v1/sessions", tags=["compliance"], responses=ERROR_RESPONSES,
+    route_class=LargeBodyRoute,  # (its JSON decoded as every write's: a repeated key refused)
+)  # fmt: skip
 
 
 @router.post("/{key}/erase", response_model=WriteAnswer)

@@ -13,9 +13,13 @@ from fastapi import APIRouter, Path
 from ..deps import AdminDep, KeyStoreDep
 from ..http_errors import ERROR_RESPONSES
 from ..keystore import KeyRecord
+from ..large_bodies import LargeBodyRoute
 from ..schemas import ApiKey, ApiKeyList, CreatedApiKey, KeyCreate
 
-router = APIRouter(prefix="/v1/keys", tags=["keys"], responses=ERROR_RESPONSES)
+router = APIRouter(
+    prefix="/v1/keys", tags=["keys"], responses=ERROR_RESPONSES,
+    route_class=LargeBodyRoute,  # (its JSON decoded as every write's: a repeated key refused)
+)  # fmt: skip
 
 
 def key_out(record: KeyRecord) -> ApiKey:

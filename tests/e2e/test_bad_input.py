@@ -284,3 +284,75 @@ def test_bad_key_requests_are_422(deployment: Deployment, body: dict[str, Any]) 
 def test_unknown_routes_and_methods_use_the_error_shape(http: httpx.Client) -> None:
     assert error_of(http.get("/v1/nothing"), 404)["code"] == "not_found"
     assert error_of(http.patch("/v1/sessions/x/messages"), 405)["code"] == "method_not_allowed"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"messages": [{"role": "user", "content": "A"}], "messages": []}',
+        b'{"messages": [{"role": "user", "content": "x", "role": "assistant"}]}',
+        b'{"messages": [{"role": "user", "blocks": [{"block_type": "text", "text": "a",'
+        b' "text": "b"}]}]}',
+    ],
+    ids=["top", "message", "block"],
+)
+def test_a_body_that_names_a_key_twice_is_refused(
+    http: httpx.Client, session_key: str, body: bytes
+) -> None:
+    """Which value was meant? A proxy that read the first and the server the last would
+    disagree on what was stored: 422, nothing stored (also for a body decoded in parts)."""
+    answer = http.post(f"{session_path(session_key)}/messages", content=body,
+                       headers={"Content-Type": "application/json"})  # fmt: skip
+    assert "is repeated in one object" in error_of(answer, 422)["message"]
+    assert_nothing_stored(http, session_key)
+
+
+def test_a_large_body_that_names_a_key_twice_is_refused(
+    http: httpx.Client, session_key: str
+) -> None:
+    """Over LEDGER_LOOP_WRITE_MAX_BYTES a body is decoded in parts, off the loop: the
+    same refusal, at the top and within an item."""
+    item = {"role": "user", "content": "x" * 2000}  # (49 of them: about 100 KB, over 64 KiB)
+    many = ", ".join(
+        json.dumps(item) for _ in range(int(LIMITS["LEDGER_MAX_MESSAGES_PER_WRITE"]) - 1)
+    )
+    for body in (f'{{"messages": [{many}], "messages": []}}',
+                 f'{{"messages": [{many}, {{"role": "user", "role": "tool"}}]}}'):  # fmt: skip
+        answer = http.post(f"{session_path(session_key)}/messages", content=body.encode(),
+                           headers={"Content-Type": "application/json"})  # fmt: skip
+        assert "is repeated in one object" in error_of(answer, 422)["message"]
+    assert_nothing_stored(http, session_key)
+
+
+def test_a_write_header_sent_twice_is_one_list_not_its_first_line(
+    http: httpx.Client, session_key: str
+) -> None:
+    """Two If-Match lines are the list they make (refused, as `"2", "1"` is), not the
+    first line with the second ignored; two Authorization lines are refused."""
+    path = f"{session_path(session_key)}/messages"
+    written = http.post(path, json={"messages": [{"role": "user", "content": "x"}]}).json()
+    now = f'"{written["version"]}"'
+    answer = http.post(path, json={"messages": [{"role": "user", "content": "y"}]},
+                       headers=[("If-Match", now), ("If-Match", '"1"')])  # fmt: skip
+    assert error_of(answer, 422)["code"] == "invalid_request"
+    auth = http.headers["Authorization"]
+    twice = httpx.post(str(http.base_url.join(path)),
+                       json={"messages": [{"role": "user", "content": "z"}]},
+                       headers=[("Authorization", auth), ("Authorization", auth)])  # fmt: skip
+    assert error_of(twice, 401)["message"] == "send one Authorization header, not several"
+    assert http.get(session_path(session_key)).json()["message_count"] == 1
+
+
+def test_a_key_request_or_an_erasure_naming_a_key_twice_is_refused(
+    deployment: Deployment, session_key: str
+) -> None:
+    """`{"role": "agent", "role": "admin"}` made an admin key: every body is read alike."""
+    with deployment.raw("a_admin") as admin:
+        for path, body in (
+            ("/v1/keys", b'{"role": "agent", "name": "n", "role": "admin"}'),
+            (f"{session_path(session_key)}/hold",
+             b'{"reference": "a", "reason": "r", "reference": "b"}'),
+        ):  # fmt: skip
+            answer = admin.post(path, content=body, headers={"Content-Type": "application/json"})
+            assert "is repeated in one object" in error_of(answer, 422)["message"], path
+        assert all(k["name"] != "n" for k in admin.get("/v1/keys").json()["keys"])
