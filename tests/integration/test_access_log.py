@@ -214,5 +214,5 @@ def test_a_removal_that_answers_the_message_removed_is_logged_as_a_read() -> Non
     assert [(e["action"], e["session_key"], e["records"], e["parameters"]) for e in entries] == [
         ("removed", "s", 1, retried_as),
         ("removed", "s", 1, retried_as),
-        ("removed", "s", 1, {"index": "0"}),
+        ("removed", "s", 1, {"index": 0}),
     ]
