@@ -10,10 +10,11 @@ import pytest
 
 from session_ledger.api import large_bodies
 from session_ledger.api.large_bodies import decode_in_parts
+from session_ledger.projections import strict_json
 
 BODIES = [
     b'{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "x"}]}',
-    b' \n{ "messages" :[ ] ,"n":1,"a":{"b":[1,2]},"n":2 }\r\n',
+    b' \n{ "messages" :[ ] ,"n":1,"a":{"b":[1,2]},"m":2 }\r\n',
     b'{"messages":[[1,{"k":"\\u00e9\\ud83d\\ude00"}],null,true,1.5e3,-0]}',
     b"{}",
     b"[1, 2]",
@@ -40,6 +41,17 @@ INVALID = [
 @pytest.mark.parametrize("body", BODIES)
 def test_the_value_of_json_loads(body: bytes) -> None:
     assert repr(decode_in_parts(body)) == repr(json.loads(body))
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b'{"messages": [], "n": 1, "n": 2}', b'{"messages": [{"role": "user", "role": "tool"}]}',
+     b'{"messages": [], "a": {"b": 1, "b": 2}}', b'[{"a": 1, "a": 2}]'],
+)  # fmt: skip
+def test_a_key_repeated_in_any_object_is_refused(body: bytes) -> None:
+    """Where json.loads keeps the last value (strict_json: which one was meant?)."""
+    with pytest.raises(strict_json.RepeatedKey):
+        decode_in_parts(body)
 
 
 @pytest.mark.parametrize("body", INVALID)
