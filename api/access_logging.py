@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
-from urllib.parse import unquote_to_bytes
 
 from fastapi import Request, Response
 from fastapi.concurrency import run_in_threadpool
@@ -28,7 +27,7 @@ from fastapi.responses import StreamingResponse
 from fastapi.routing import APIRoute
 
 from .auth import READ, Principal, require
-from .deps import mark_access
+from .deps import decode_session_key, mark_access
 from .route_inputs import RouteInputs, route_inputs
 
 # An event line of a JSONL export begins so, after the line before (the header's at least):
@@ -104,9 +103,9 @@ async def _parameters(request: Request, models: list[type[RouteInputs]]) -> dict
 
 def _path_input(name: str, value: str) -> Any:
     """A path's input as its route took it: a message's index a number (`+0`, `00` and
-    `0` are index 0), any other (a stream's id) its text, percent-decoded (a route that
-    answered took it so)."""
-    return int(value) if name == "index" else unquote_to_bytes(value).decode("utf-8")
+    `0` are index 0), any other (a stream's id) percent-decoded, as a session key is (a
+    route that answered took it so)."""
+    return int(value) if name == "index" else decode_session_key(value)
 
 
 def _recorder(
