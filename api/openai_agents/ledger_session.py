@@ -23,11 +23,11 @@ from agents.memory.session_settings import (
 )
 
 from session_ledger.domain.errors import InvalidInput, InvalidMessage
-from session_ledger.domain.inputs import check_key
+from session_ledger.domain.inputs import check_int, check_key
 from session_ledger.domain.ledger import Ledger
 
 from .backend import Items, open_items
-from .items import as_invalid_item, to_messages
+from .items import InvalidItem, as_invalid_item, to_messages
 
 T = TypeVar("T")
 
@@ -72,7 +72,8 @@ class LedgerSession:
             limit = int(limit)  # (an IntEnum's member, say: a plain int from here on)
             if limit == 0:
                 return []
-            limit = None if limit < 0 else limit
+            # (bounded here, as the ledger bounds it: over HTTP too the refusal is typed)
+            limit = None if limit < 0 else check_int("limit", limit, least=1)
         return await _in_thread(self._items.read, self.key, limit)
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
@@ -85,6 +86,8 @@ class LedgerSession:
     def _add(self, messages: list[dict[str, Any]]) -> None:
         try:
             self._items.add(self.key, messages)
+        except InvalidItem:
+            raise  # (an item's refusal already: `check` before a write over HTTP)
         except InvalidMessage as e:
             raise as_invalid_item(e) from None
 

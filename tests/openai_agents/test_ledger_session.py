@@ -129,7 +129,7 @@ def test_get_items_answers_as_sqlite_session(where: Where) -> None:
     assert (two, five, nine, none, negative) == (items[-2:], items, items, [], items)
     with pytest.raises(InvalidInput):
         run(session.get_items(limit="2"))  # type: ignore[arg-type]
-    for refused in (True, 2.0):
+    for refused in (True, 2.0, 2**63):  # (2**63: over HTTP too, the same typed refusal)
         with pytest.raises(InvalidInput):
             run(session.get_items(limit=refused))
     two_of = enum.IntEnum("Two", {"TWO": 2}).TWO  # an int subclass: an int, as SQLiteSession's
@@ -223,6 +223,7 @@ def test_bad_items_are_refused_and_nothing_is_stored(where: Where) -> None:
         with pytest.raises(InvalidItem) as refused:
             run(session.add_items(items))
         assert isinstance(refused.value, TypeError)  # as json.dumps (SQLiteSession) raises
+        assert str(refused.value).count("items[") <= 1, refused.value  # named once
     assert run(session.get_items()) == [{"role": "user", "content": "kept"}]
     assert len(where.ledger.audit(session.key)) == 2
     with pytest.raises(InvalidSessionKey):
