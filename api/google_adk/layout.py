@@ -61,13 +61,24 @@ def to_message(event: Event, extra: dict[str, Any] | None = None) -> dict[str, A
     return message(role, blocks, {EVENT: stored, **(extra or {})})
 
 
-def event_write_key(event_id: str) -> str:
+def event_write_key(event_id: str, life: str | None = None) -> str:
     """The idempotency key of an event's write: its id (an id that is not visible ASCII
-    of at most 200 characters, by its SHA-256). A session stores each event id once."""
-    if _PLAIN_ID.fullmatch(event_id):
-        return f"adk-event:{event_id}"
-    digest = hashlib.sha256(event_id.encode("utf-8", "surrogatepass")).hexdigest()
-    return f"adk-event-sha256:{digest}"
+    of at most 200 characters, by its SHA-256). A session stores each event id once in
+    each of its lives: `life` names one after the first that was given this id (`life_of`
+    its first message), when an earlier life holds it."""
+    if life is None:
+        if _PLAIN_ID.fullmatch(event_id):
+            return f"adk-event:{event_id}"
+        digest = hashlib.sha256(event_id.encode("utf-8", "surrogatepass")).hexdigest()
+        return f"adk-event-sha256:{digest}"
+    named = f"{life}\x00{event_id}".encode("utf-8", "surrogatepass")
+    return f"adk-event-life:{hashlib.sha256(named).hexdigest()}"
+
+
+def life_of(kwargs: dict[str, Any]) -> str:
+    """What names a life of a session (from its creation to its deletion): the `SESSION`
+    entry (when it was made) of its first message's `additional_kwargs`, as JSON."""
+    return _json_text(kwargs.get(SESSION))
 
 
 def from_message(message: dict[str, Any]) -> Event:

@@ -216,7 +216,9 @@ class LedgerSessionService(BaseSessionService):
         deltas = _session_util.extract_json_safe_state_delta(state or {})
         key = layout.session_key(app, user, sid)
         head = self.store.head(key)
-        if head is not None and not head.cleared:
+        if head is not None and not head.cleared and head.message_count:
+            # (one that holds no message is none, as `_get` reads it; an erased one is
+            # refused by the write below)
             raise AlreadyExistsError(f"Session with id {sid} already exists.")
         now = time.time()
         first = layout.message(
@@ -391,7 +393,7 @@ class LedgerSessionService(BaseSessionService):
         self._check_shared(app, user, deltas["app"], deltas["user"])
         message = layout.to_message(event, extra)
         try:
-            written = self.store.append(key, [message], version, layout.event_write_key(event.id))
+            written = self._append_once(key, message, version, event.id)
         except IdempotencyKeyReused:
             raise AlreadyExistsError(f"Event {event.id} already exists in session {sid}.") from None
         except VersionConflict:
@@ -399,7 +401,7 @@ class LedgerSessionService(BaseSessionService):
             if head is None or head.cleared:
                 raise SessionNotFoundError(f"Session {sid} not found.") from None
             raise StaleSessionError(_STALE) from None
-        if written.replayed and written.version <= version:
+        if written is None:
             return False  # (its effects are in what the session was read with)
         if deltas["app"]:
             self._change_one(layout.app_key(app), deltas["app"])
@@ -409,6 +411,40 @@ class LedgerSessionService(BaseSessionService):
         session._storage_update_marker = _marker(written, state_at)
         self._remember(key, _Known(written.version, written.message_count, state_at, state))
         return True
+
+    def _append_once(
+        self, key: str, message: dict[str, Any], version: int, event_id: str
+    ) -> Head | None:
+        """Write an event's message under its id's key (`event_write_key`), once in the
+        session's life (since it was last created); None if this life holds it already,
+        stored before the session object was read at `version`. A deleted session's
+        events keep their keys: an id of an earlier life is written again under a key of
+        this one. (Told apart only when the id's key is found used, which is rare.)"""
+        try:
+            written = self.store.append(key, [message], version, layout.event_write_key(event_id))
+        except IdempotencyKeyReused:
+            if self._holds_event(key, version, event_id):
+                raise  # (another event of this life has the id)
+        else:
+            if not written.replayed or written.version > version:
+                return written  # new, or this append's own retry (its answer lost)
+            if self._life(key, written.version) == self._life(key, version):
+                return None
+        life_key = layout.event_write_key(event_id, self._life(key, version))
+        written = self.store.append(key, [message], version, life_key)
+        return None if written.replayed and written.version <= version else written
+
+    def _life(self, key: str, version: int) -> str | None:
+        """The life the session was in at `version` (`layout.life_of`)."""
+        found, _ = self.store.messages(key, 0, 1, as_of_version=version)
+        return layout.life_of(found[0]["additional_kwargs"]) if found else None
+
+    def _holds_event(self, key: str, version: int, event_id: str) -> bool:
+        """Whether the session's life at `version` holds an event `event_id`."""
+        found, _ = self.store.messages(key, 0, None, as_of_version=version)
+        return any(
+            m["additional_kwargs"].get(layout.EVENT, {}).get("id") == event_id for m in found
+        )
 
     def _remember(self, key: str, known: _Known) -> None:
         """Keep `known` (a copy of its state: the session handed out holds the same values)."""

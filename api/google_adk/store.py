@@ -38,8 +38,11 @@ class Store(Protocol):
     reads_versions: bool  # `messages` answers the version it read (else -1)
 
     def head(self, key: str) -> Head | None: ...
-    # Messages [offset, offset + limit) of the active history, and the version read.
-    def messages(self, key: str, offset: int, limit: int | None) -> tuple[list[dict], int]: ...
+    # Messages [offset, offset + limit) of the active history (at `as_of_version`), and
+    # the version read.
+    def messages(
+        self, key: str, offset: int, limit: int | None, as_of_version: int | None = None
+    ) -> tuple[list[dict], int]: ...
     # The newest `n` messages of the active history at `head` but the newest `skip` of
     # them (already read); None if it moved since.
     def newest(self, key: str, head: Head, n: int, skip: int = 0) -> list[dict] | None: ...
@@ -71,8 +74,12 @@ class LocalStore:
             return None
         return Head(h.version, h.message_count, h.last_event == CLEARED)
 
-    def messages(self, key: str, offset: int, limit: int | None) -> tuple[list[dict], int]:
-        found = self.ledger.history(key, tenant=self.tenant, offset=offset, limit=limit)
+    def messages(
+        self, key: str, offset: int, limit: int | None, as_of_version: int | None = None
+    ) -> tuple[list[dict], int]:
+        found = self.ledger.history(
+            key, tenant=self.tenant, offset=offset, limit=limit, as_of_version=as_of_version
+        )
         return found.dicts(), found.version  # (no message objects made)
 
     def newest(self, key: str, head: Head, n: int, skip: int = 0) -> list[dict] | None:
@@ -137,9 +144,13 @@ class RemoteStore:
             raise _domain_error(e, key) from e
         return Head(h.version, h.message_count, h.last_event == CLEARED)
 
-    def messages(self, key: str, offset: int, limit: int | None) -> tuple[list[dict], int]:
+    def messages(
+        self, key: str, offset: int, limit: int | None, as_of_version: int | None = None
+    ) -> tuple[list[dict], int]:
         try:
-            found = self.client.get_all(key, offset=offset, limit=limit)
+            found = self.client.get_all(
+                key, offset=offset, limit=limit, as_of_version=as_of_version
+            )
         except LedgerAPIError as e:
             if e.code == "session_not_found":
                 return [], 0  # (as the Ledger reads a session it does not have)

@@ -52,6 +52,8 @@ def test_hold_then_erasure_of_an_adk_session(
             assert other is None
             await sessions.delete_session(app_name="bank", user_id="u-1", session_id="s-1")
             assert (await sessions.list_sessions(app_name="bank")).sessions == []
+            with pytest.raises(SessionErasedError):  # (not "already exists")
+                await sessions.create_session(app_name="bank", user_id="u-1", session_id="s-1")
 
         asyncio.run(after())
         report = ledger.verify(KEY)

@@ -393,6 +393,47 @@ def test_an_event_stored_before_the_session_was_read_is_not_stored_again(adk: Ta
     run(scenario())
 
 
+def test_a_deleted_sessions_event_ids_are_free_in_the_session_made_again(adk: Target) -> None:
+    """As ADK's services: a session deleted and made again under its id takes events
+    with the ids the deleted one held, the same events or others; each is stored once
+    in the new session (a retry whose answer was lost answers as the first), and an id
+    it holds is refused for another event, as before."""
+    sessions = adk.service()
+
+    async def scenario() -> None:
+        made = await sessions.create_session(app_name=adk.app, user_id=USER, session_id="life")
+        first, second = text_event("one", id="evt-1"), text_event("two", id="evt-2")
+        for event in (first, second):
+            await sessions.append_event(made, event)
+        await sessions.delete_session(app_name=adk.app, user_id=USER, session_id="life")
+        again = await sessions.create_session(app_name=adk.app, user_id=USER, session_id="life")
+        lost = again.model_copy(deep=True)
+        await sessions.append_event(again, first)  # the same event
+        assert await sessions.append_event(lost, first) == first  # its retry
+        other = text_event("not two", id="evt-2")  # another event, a used id
+        await sessions.append_event(again, other)
+        with pytest.raises(AlreadyExistsError, match="evt-2"):
+            await sessions.append_event(again, text_event("three", id="evt-2"))
+        got = await sessions.get_session(app_name=adk.app, user_id=USER, session_id="life")
+        assert got is not None
+        assert [(e.id, e.content.parts[0].text) for e in got.events] == [  # type: ignore[union-attr, index]
+            ("evt-1", "one"),
+            ("evt-2", "not two"),
+        ]
+        assert [e.id for e in again.events] == ["evt-1", "evt-2"]
+        # Read without its events, the new session's own event is not stored again
+        read = await sessions.get_session(
+            app_name=adk.app, user_id=USER, session_id="life",
+            config=GetSessionConfig(num_recent_events=0),
+        )  # fmt: skip
+        assert read is not None
+        assert await sessions.append_event(read, first) == first and read.events == []
+        kinds = [e.event_type for e in adk.ledger.audit(adk.key(USER, "life"))]
+        assert kinds.count("MessagesAppended") == 3 + 3  # each life: its first message, two events
+
+    run(scenario())
+
+
 def test_a_cancelled_append_is_settled_before_the_next_in_turn(adk: Target) -> None:
     """A caller cancelled while its append is being stored: the append is stored and the
     session object left as it should be before the next append in turn reads it."""
