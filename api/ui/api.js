@@ -2,6 +2,8 @@
 // sessionStorage (gone when the tab closes) and travels only in the Authorization header:
 // never in a URL, never in a cookie.
 
+import { parseExact } from "./json.js";
+
 const STORAGE_NAME = "session-ledger-api-key";
 export const SIGNED_OUT = "session-ledger-signed-out";
 
@@ -58,8 +60,10 @@ async function request(path, params = {}, key = apiKey.get()) {
   return response;
 }
 
+// An answer's JSON, each number as the server wrote it (json.js): a stored number a
+// double cannot hold is shown as stored, not as the double nearest it.
 export async function getJSON(path, params, key) {
-  return (await request(path, params, key)).json();
+  return parseExact(await (await request(path, params, key)).text());
 }
 
 // Saves an export under the name the server gives it. The file comes through fetch (the

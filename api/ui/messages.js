@@ -2,6 +2,7 @@
 // calls and tool results spelled out, images shown as images, other blocks by type.
 
 import { el, visible } from "./dom.js";
+import { indented } from "./json.js";
 
 const FOLD_CHARS = 1200; // longer text shows its start and a button for the rest
 const INLINE_IMAGE = /^image\/(png|jpeg|gif|webp)$/;
@@ -24,13 +25,16 @@ function folded(value, className = "text") {
   return el("div", {}, box, toggle);
 }
 
+// A value as JSON, indented; a string that is a JSON text (a tool call's arguments) as
+// that text, indented, every token as stored (json.js); any other string as it is.
 function pretty(value) {
   if (typeof value === "string") {
     try {
-      return JSON.stringify(JSON.parse(value), null, 2);
+      JSON.parse(value);
     } catch {
       return value;
     }
+    return indented(value);
   }
   return JSON.stringify(value, null, 2) ?? String(value);
 }

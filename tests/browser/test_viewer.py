@@ -399,3 +399,34 @@ def test_no_message_hides_the_others_or_shows_as_what_it_is_not(page: Any, viewe
     open_session(page, viewer, ".")
     expect(page.locator("p.error")).to_contain_text("A browser cannot read the session")
     assert page.problems == []
+
+
+def test_numbers_and_keys_show_as_stored(page: Any, viewer: Viewer) -> None:
+    """A number a JavaScript double cannot hold, and a key a tool call's arguments name
+    twice, show as stored: an auditor never reads a value that was not written."""
+    key = fresh_key("exact")
+    arguments = '{"account": 12345678901234567891, "x": 1e400, "a": 1, "a": 2}'
+    item = {"type": "function_call", "name": "pay", "arguments": arguments, "call_id": "c1",
+            "zero": -0.0, "big": 10**40, "past": 2**63}  # fmt: skip
+    sent = [
+        {"role": "assistant", "content": f"pay({arguments})", "additional_kwargs": {
+            "openai_item": item}},
+        {"role": "user", "content": "x", "additional_kwargs": {"n": 2**63 + 1, "f": 0.1}},
+    ]  # fmt: skip
+    with viewer.api("a_agent") as agent:
+        agent.post(f"/v1/sessions/{quote(key, safe='')}/messages",
+                   json={"messages": sent}).raise_for_status()  # fmt: skip
+    sign_in(page, viewer)
+    open_session(page, viewer, key)
+    messages = page.locator(".tab-body article.message")
+    expect(messages).to_have_count(2)
+    call = messages.nth(0).locator(".tool-call")
+    for shown in ('"account": 12345678901234567891', '"x": 1e400', '"a": 1,', '"a": 2'):
+        expect(call).to_contain_text(shown)
+    messages.nth(0).get_by_text("OpenAI item (function_call)").click()
+    for shown in ('"zero": -0.0', f'"big": {10**40}', f'"past": {2**63}'):
+        expect(messages.nth(0)).to_contain_text(shown)
+    messages.nth(1).get_by_text("additional_kwargs").click()
+    expect(messages.nth(1)).to_contain_text(f'"n": {2**63 + 1}')
+    expect(messages.nth(1)).to_contain_text('"f": 0.1')
+    assert page.problems == []
