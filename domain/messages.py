@@ -20,6 +20,14 @@ from pydantic_core import from_json as _decode
 from .errors import SHOWN_CHARS, InvalidMessage, shown
 
 ROLES = ("system", "developer", "user", "assistant", "function", "tool", "chatbot", "model")
+
+
+def _plain_role(role: object) -> object:
+    """A role given as a `str` subclass equal to one of `ROLES` (LlamaIndex's `MessageRole`,
+    as `model_dump()` leaves it) as that plain string; any other value as it is."""
+    return ROLES[ROLES.index(role)] if isinstance(role, str) and role in ROLES else role
+
+
 BLOCK_TYPES = (
     "text", "image", "audio", "video", "document", "cache",
     "citable", "citation", "thinking", "tool_call",
@@ -168,6 +176,8 @@ class ChatMessage:
                               for n in sorted(map(str, unknown))[:5])  # fmt: skip
             raise InvalidMessage(f"unknown message fields: {names}")
         role = obj.get("role")
+        if type(role) is not str:
+            role = _plain_role(role)
         if role not in ROLES:
             raise InvalidMessage(f"role must be one of {', '.join(ROLES)}; got {shown(role)}")
         if "content" in obj and "blocks" in obj:
@@ -183,7 +193,7 @@ class ChatMessage:
             raise InvalidMessage("'additional_kwargs' must be an object")
         return cls.from_valid(
             {
-                "role": str(role),
+                "role": role,
                 "blocks": [_parse_block(b, i) for i, b in enumerate(blocks)],
                 "additional_kwargs": _json_value(kwargs, "additional_kwargs", 0),
             }

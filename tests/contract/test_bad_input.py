@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import re
 from typing import Any
 
@@ -153,6 +154,26 @@ def test_huge_payloads_are_refused(store: str, tmp_path) -> None:  # type: ignor
         assert_untouched(ledger)
     finally:
         ledger.close()
+
+
+# As LlamaIndex's MessageRole, which `model_dump()` leaves in a message's dict: its str()
+# is "Role.ASSISTANT" (a StrEnum's would be its value, hiding the case).
+class Role(str, enum.Enum):  # noqa: UP042
+    ASSISTANT = "assistant"
+    WIZARD = "wizard"
+
+
+def test_a_role_given_as_a_str_enum_is_stored_as_its_value(ledger: Ledger) -> None:
+    ledger.put("enum-role", {"role": Role.ASSISTANT, "content": "hi"})
+    ledger.put_messages("enum-role", [{"role": Role.ASSISTANT, "blocks": [
+        {"block_type": "text", "text": "a"}, {"block_type": "text", "text": "b"}]}])  # fmt: skip
+    stored = ledger.get_all("enum-role")
+    assert [type(m.role) for m in stored] == [str, str]
+    assert [m.to_dict()["role"] for m in stored] == ["assistant", "assistant"]
+    assert [m.role for m in ledger.get("enum-role", token_limit=100)] == ["assistant"] * 2
+    with pytest.raises(InvalidMessage, match="role must be one of"):
+        ledger.put("enum-role", {"role": Role.WIZARD, "content": "x"})
+    assert len(ledger.get_all("enum-role")) == 2
 
 
 def test_unicode_is_stored_exactly(ledger: Ledger) -> None:
