@@ -14,6 +14,8 @@ import httpx
 from pydantic import BaseModel
 from pydantic_core import from_json
 
+from session_ledger.domain import errors
+from session_ledger.domain.errors import LedgerError, SessionNotFound
 from session_ledger.domain.messages import ChatMessage
 
 from .schemas import (
@@ -58,6 +60,31 @@ class LedgerAPIError(Exception):
             return cls(response.status_code, error["code"], error["message"], error["details"])
         except (ValueError, KeyError, TypeError):
             return cls(response.status_code, "http_error", response.text[:500], {})
+
+    def domain_error(self, key: str, expected: int | None = None) -> LedgerError:
+        """The error the in-process `Ledger` raises where the API answered this one, for
+        an adapter that is the same on both (`key`: the session; `expected`: the version
+        the write expected)."""
+        if self.code == "session_not_found":
+            return SessionNotFound(str(self.details.get("tenant", "of this API key")), key)
+        if self.code in ("version_conflict", "precondition_failed"):
+            wanted = int(self.details.get("expected", expected or 0) or 0)
+            return errors.VersionConflict(key, wanted, int(self.details.get("actual", -1)))
+        error = _ERRORS_BY_CODE.get(self.code, LedgerError)
+        try:
+            return error(self.message)
+        except TypeError:  # (one made of its parts, as SessionErasedError: the API's message)
+            made = error.__new__(error)
+            Exception.__init__(made, self.message)
+            return made
+
+
+def _subclasses(cls: type[LedgerError]) -> list[type[LedgerError]]:
+    return [cls, *(c for sub in cls.__subclasses__() for c in _subclasses(sub))]
+
+
+# The API names each domain error by its `code`
+_ERRORS_BY_CODE = {c.code: c for c in _subclasses(LedgerError)}
 
 
 def session_path(key: str, suffix: str = "") -> str:

@@ -10,8 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any, NamedTuple, Protocol
 
-from session_ledger.domain import errors
-from session_ledger.domain.errors import InvalidInput, LedgerError, SessionNotFound
+from session_ledger.domain.errors import InvalidInput, SessionNotFound
 from session_ledger.domain.inputs import parse_messages
 from session_ledger.domain.ledger import Ledger
 from session_ledger.domain.messages import ChatMessage
@@ -141,7 +140,7 @@ class RemoteStore:
         except LedgerAPIError as e:
             if e.code == "session_not_found":
                 return None
-            raise _domain_error(e, key) from e
+            raise e.domain_error(key) from e
         return Head(h.version, h.message_count, h.last_event == CLEARED)
 
     def messages(
@@ -154,7 +153,7 @@ class RemoteStore:
         except LedgerAPIError as e:
             if e.code == "session_not_found":
                 return [], 0  # (as the Ledger reads a session it does not have)
-            raise _domain_error(e, key) from e
+            raise e.domain_error(key) from e
         return [m.to_dict() for m in found], -1  # (the API's pages are of one version)
 
     def newest(self, key: str, head: Head, n: int, skip: int = 0) -> list[dict] | None:
@@ -175,7 +174,7 @@ class RemoteStore:
         try:
             done = self.client.put_messages(key, messages, **options)
         except LedgerAPIError as e:
-            raise _domain_error(e, key, expected_version) from e
+            raise e.domain_error(key, expected_version) from e
         return Head(done.version, done.message_count, False, done.replayed)
 
     def check(self, messages: list[dict]) -> None:
@@ -187,14 +186,14 @@ class RemoteStore:
         try:
             done = self.client.set(key, messages, **_if_match(expected_version))
         except LedgerAPIError as e:
-            raise _domain_error(e, key, expected_version) from e
+            raise e.domain_error(key, expected_version) from e
         return Head(done.version, done.message_count, False)
 
     def clear(self, key: str, expected_version: int | None) -> None:
         try:
             self.client.reset(key, **_if_match(expected_version))
         except LedgerAPIError as e:
-            raise _domain_error(e, key, expected_version) from e
+            raise e.domain_error(key, expected_version) from e
 
     def keys(self, prefix: str) -> list[str]:
         found: list[str] = []
@@ -206,7 +205,7 @@ class RemoteStore:
                     order=CREATED_ORDER,
                 )  # fmt: skip
             except LedgerAPIError as e:
-                raise _domain_error(e, prefix) from e
+                raise e.domain_error(prefix) from e
             found += page.keys
             if page.next_cursor is None:
                 return found
@@ -219,29 +218,6 @@ def _if_match(expected_version: int | None) -> dict[str, Any]:
     if expected_version == 0:
         return {"if_none_match": True}  # the session must not exist yet
     return {"if_match": expected_version}
-
-
-def _domain_error(e: LedgerAPIError, key: str, expected: int | None = None) -> LedgerError:
-    """The domain's error for an API error: what the in-process Ledger raises."""
-    if e.code == "session_not_found":
-        return SessionNotFound(str(e.details.get("tenant", "of this API key")), key)
-    if e.code in ("version_conflict", "precondition_failed"):
-        wanted = int(e.details.get("expected", expected or 0) or 0)
-        return errors.VersionConflict(key, wanted, int(e.details.get("actual", -1)))
-    error = _ERRORS_BY_CODE.get(e.code, LedgerError)
-    try:
-        return error(e.message)
-    except TypeError:  # (one made of its parts, as SessionErasedError: the API's message)
-        made = error.__new__(error)
-        Exception.__init__(made, e.message)
-        return made
-
-
-def _subclasses(cls: type[LedgerError]) -> list[type[LedgerError]]:
-    return [cls, *(c for sub in cls.__subclasses__() for c in _subclasses(sub))]
-
-
-_ERRORS_BY_CODE = {c.code: c for c in _subclasses(LedgerError)}
 
 
 API_KEY_ENV = "LEDGER_API_KEY"  # the server's API key, when none is passed in

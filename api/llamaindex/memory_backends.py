@@ -14,8 +14,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
 from urllib.parse import urlsplit
 
-from session_ledger.domain import errors
-from session_ledger.domain.errors import InvalidInput, LedgerError, SessionNotFound
+from session_ledger.domain.errors import InvalidInput, SessionNotFound
 from session_ledger.domain.ledger import Ledger
 from session_ledger.domain.messages import ChatMessage
 from session_ledger.domain.ports import CREATED_ORDER
@@ -226,20 +225,7 @@ def _answer_error(method: str, e: LedgerAPIError, args: tuple[Any, ...]) -> Any:
             return None
         if method in _READS_OF_ONE_SESSION:
             return []
-        raise SessionNotFound(str(e.details.get("tenant", "of this API key")), key) from e
-    if e.code in ("version_conflict", "precondition_failed"):
-        expected = int(e.details.get("expected", args[-1] if args else 0) or 0)
-        raise errors.VersionConflict(key, expected, int(e.details.get("actual", -1))) from e
-    error = _ERRORS_BY_CODE.get(e.code, LedgerError)
-    raise error(e.message) from e
-
-
-def _subclasses(cls: type[LedgerError]) -> list[type[LedgerError]]:
-    return [cls, *(c for sub in cls.__subclasses__() for c in _subclasses(sub))]
-
-
-# The API names each domain error by its `code`; these take a message alone.
-_ERRORS_BY_CODE = {c.code: c for c in _subclasses(LedgerError)}
+    raise e.domain_error(key, args[-1] if args else None) from e
 
 
 def _wire(message: Message) -> dict[str, Any]:
