@@ -10,6 +10,9 @@ where a thread hand-off would cost more than the decoding.
 Either way a write's `messages` are counted before they are validated: more than
 `max_messages_per_write` answer 413 at once (a large body's decoding stops at the first
 one over), not after millions of items were decoded, copied and validated one by one.
+And the body's top object has at most `MAX_MEMBERS` members (a route's body has a few):
+FastAPI validates the body on the loop, an error for each member it does not know, and a
+million of them held every request for seconds.
 The request was authenticated before its body was read (middleware.AuthenticatedBodies).
 """
 
@@ -35,6 +38,16 @@ _SPACE = re.compile(r"[ \t\n\r]*")
 # A write's list of items, a member of its body's top object: a put's or set's messages,
 # a stream batch's deltas (each at most `max_messages_per_write`, as the domain checks).
 COUNTED = ("messages", "deltas")
+MAX_MEMBERS = 64  # of a body's top object: a route's body model has a handful of fields
+
+
+class TooManyMembers(Exception):
+    """The body's top object has more than MAX_MEMBERS members."""
+
+    def answer(self) -> ReadingBodyFailed:
+        """The 422 to raise from `json()`."""
+        message = f"the body's object has more than {MAX_MEMBERS} members; no request has"
+        return ReadingBodyFailed(InvalidInput(message))
 
 
 class TooManyMessages(Exception):
@@ -71,8 +84,11 @@ def decode_in_parts(body: bytes, max_messages: int | None = None) -> Any:
 
 
 def count_messages(value: Any, max_messages: int | None) -> None:
-    """TooManyMessages if `value`, a decoded body, has more `messages` (or `deltas`) than
+    """TooManyMembers if `value`, a decoded body, is an object of more than MAX_MEMBERS
+    members; TooManyMessages if it has more `messages` (or `deltas`) than
     `max_messages`."""
+    if isinstance(value, dict) and len(value) > MAX_MEMBERS:
+        raise TooManyMembers()
     if max_messages is not None and isinstance(value, dict):
         for name in COUNTED:
             items = value.get(name)
@@ -94,6 +110,8 @@ def _object_in_parts(text: str, max_messages: int | None = None) -> dict[str, An
             at = space(text, at + 1).end()
         if text[at] != '"':
             raise ValueError("not a key")
+        if len(out) == MAX_MEMBERS:  # one more: decoded no further
+            raise TooManyMembers()
         key, at = decode(text, at)
         if key in out:
             raise strict_json.RepeatedKey(key)
@@ -138,7 +156,7 @@ class LargeBodyRequest(Request):
                 count_messages(value, most)
                 return value
             return await asyncio.to_thread(decode_in_parts, body, most)
-        except TooManyMessages as too_many:
+        except (TooManyMessages, TooManyMembers) as too_many:
             raise too_many.answer() from None
         except strict_json.RepeatedKey as repeated:  # (what the caller meant is unknown)
             raise ReadingBodyFailed(InvalidInput(f"the body is ambiguous: {repeated}")) from None
