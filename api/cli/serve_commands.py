@@ -66,6 +66,7 @@ def serve(
 
     from ..app import create_app
     from ..bootstrap import check_durability, open_key_store, store_env
+    from ..http_protocol import BoundedHeadProtocol
     from ..logs import log_config
     from ..metrics import shared_by_workers
     from ..timers import serve_timers
@@ -94,7 +95,7 @@ def serve(
         with failing_cleanly():
             timers.enter_context(serve_timers(settings))
         logging = log_config(settings.log_format) or uvicorn.config.LOGGING_CONFIG
-        listen = {"host": settings.host, "port": settings.port,
+        listen = {"host": settings.host, "port": settings.port, "http": BoundedHeadProtocol,
                   "access_log": settings.access_log, "log_config": logging}  # fmt: skip
         if settings.workers == 1:
             uvicorn.run(create_app(settings, key_store=store, owns_process=True), **listen)

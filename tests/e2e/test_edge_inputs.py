@@ -4,6 +4,8 @@ document lists, every text parameter, every key in the code-point range."""
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -122,3 +124,35 @@ def test_keys_with_the_highest_code_point_are_listed(deployment: Deployment) -> 
         assert set(_all_keys(http, TOP)) >= {f"{TOP}{run}", f"{TOP}{TOP}{run}"}
         doubled = _all_keys(http, TOP + TOP)
         assert f"{TOP}{TOP}{run}" in doubled and all(k.startswith(TOP + TOP) for k in doubled)
+
+
+def _send_head(base_url: str, header_bytes: int) -> bytes:
+    """The answer to a GET /healthz whose one header is `header_bytes` long, sent in
+    64 KiB writes as a client would; b"" if the server closed without one."""
+    url = httpx.URL(base_url)
+    with socket.create_connection((url.host, url.port), timeout=30) as conn:
+        conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Filler: ")
+        chunk, sent = b"a" * 65536, 0
+        try:
+            while sent < header_bytes:
+                conn.sendall(chunk[: header_bytes - sent])
+                sent += len(chunk)
+            conn.sendall(b"\r\nConnection: close\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # (refused while sending: its answer is read below)
+        answer = b""
+        with contextlib.suppress(ConnectionResetError):
+            while piece := conn.recv(65536):
+                answer += piece
+        return answer
+
+
+def test_a_request_head_over_a_mebibyte_is_refused_and_holds_no_one(
+    deployment: Deployment, http: httpx.Client
+) -> None:
+    """A header of any length was gathered on the event loop (100 MiB held every other
+    request for a second): past 1 MiB the connection is answered 431 and closed."""
+    assert _send_head(deployment.base_url, 512 * 1024).startswith(b"HTTP/1.1 200 ")
+    refused = _send_head(deployment.base_url, 8 * 1024 * 1024)
+    assert refused.startswith(b"HTTP/1.1 431 ") or refused == b"", refused[:200]
+    assert http.get("/healthz").status_code == 200
