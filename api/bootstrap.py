@@ -284,12 +284,15 @@ def open_limit_store(
     database_url: str, *, pool_size: int = 4, lock_timeout: float = 30
 ) -> LimitStore:
     """The limit store for the same URL the ledger uses, with at most `pool_size`
-    connections."""
+    connections. On SQLite a file of its own beside the ledger's (`<database>-limits`):
+    in the ledger's file a request that took a bucket waited for the write lock behind
+    any tenant's long write."""
     if database_url.startswith("memory://"):
         return MemoryLimitStore()
     if database_url.startswith("sqlite:///"):
         return SQLiteLimitStore(SQLiteTableConnections(
-            _sqlite_path(database_url), lock_timeout, rate_limit_store.NOT_MIGRATED,
+            rate_limit_store.sqlite_path(_sqlite_path(database_url)), lock_timeout,
+            rate_limit_store.NOT_MIGRATED,
             rate_limit_store.SQLITE_PRAGMAS, size=pool_size,
         ))  # fmt: skip
     if database_url.startswith(("postgresql://", "postgres://")):

@@ -10,7 +10,7 @@ A store call costs one round trip (most requests make none: their process admits
 from a lease, `api/ratelimit_lease.py`): on PostgreSQL one call of a function `migrate`
 creates, which locks the request's rows (in scope order, so concurrent requests cannot
 deadlock), settles them and writes them only if every bucket admits; on SQLite one short
-write transaction on the ledger's file, shared by the processes of the host. The session
+write transaction on a file beside the ledger's, shared by the processes of the host. The session
 counts run the same statements on both, through their dialect's `TableConnections`.
 """
 
@@ -84,8 +84,16 @@ POSTGRES_SCHEMA = (
 )
 # A bucket lost to a power cut costs a burst, never a message: the SQLite connections'
 # commits need not wait for the disk. NORMAL, not OFF: in WAL mode a checkpoint such a
-# connection runs still syncs, so the ledger's file stays whole.
+# connection runs still syncs, so the file stays whole.
 SQLITE_PRAGMAS = ("PRAGMA synchronous = NORMAL",)
+
+
+def sqlite_path(ledger_path: str) -> str:
+    """The SQLite file of the buckets beside the ledger's: a file of its own, so that
+    taking a bucket never waits for the ledger's write lock (another tenant's long write
+    held it for seconds). Its rows are a process's budgets and the tenants' session
+    counts, each counted again from the ledger when it is missing: nothing to back up."""
+    return f"{ledger_path}-limits"
 
 
 @dataclass(frozen=True)
@@ -200,7 +208,8 @@ class SQLLimitStore(LimitStore):
 
 
 class SQLiteLimitStore(SQLLimitStore):
-    """Buckets in the ledger's SQLite file (connections set up by SQLITE_PRAGMAS)."""
+    """Buckets in a SQLite file beside the ledger's (`sqlite_path`; connections set up by
+    SQLITE_PRAGMAS)."""
 
     def __init__(self, connections: SQLiteTableConnections) -> None:
         super().__init__(connections)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
@@ -205,3 +206,27 @@ def test_a_count_begun_by_another_process_meanwhile_is_not_a_refusal(
         for _ in range(998):
             assert mine.count("sessions:acme", 1000, lambda: 0) is True
         assert mine.count("sessions:acme", 1000, lambda: 0) is False  # at the limit: 1,000
+
+
+def test_on_sqlite_a_bucket_is_taken_while_the_ledgers_write_lock_is_held(
+    tmp_path: Path,
+) -> None:
+    """The buckets live in a file of their own beside the ledger's: taking one does not
+    wait for the ledger's write lock (a tenant's long write held every other tenant's
+    requests there for seconds, until `LEDGER_LOCK_TIMEOUT_SECONDS` and a 503)."""
+    db = tmp_path / "ledger.db"
+    store = open_limit_store(f"sqlite:///{db}", lock_timeout=0.5)
+    store.migrate()
+    writer = sqlite3.connect(db, isolation_level=None)
+    try:
+        writer.execute("PRAGMA journal_mode = WAL")
+        writer.execute("BEGIN IMMEDIATE")  # the ledger's write lock, held
+        writer.execute("CREATE TABLE held (x)")
+        bucket = rate("requests:key:a", per_second=1, burst=5)
+        assert store.take([bucket], NOW) == [0.0]
+        assert store.count("sessions:acme", 10, lambda: 0) is True
+        writer.execute("ROLLBACK")
+    finally:
+        writer.close()
+        store.close()
+    assert (tmp_path / "ledger.db-limits").exists()
