@@ -49,8 +49,9 @@ def check_stream_id(stream_id: str) -> str:
 
 
 def check_deltas(deltas: Sequence[str], limits: Limits, *, allow_empty: bool) -> list[str]:
-    """The deltas of one batch: at most `max_messages_per_write` strings (no U+0000,
-    which PostgreSQL text cannot hold), together at most one message's size."""
+    """The deltas of one batch: at most `max_messages_per_write` strings of valid Unicode
+    (no lone surrogate; no U+0000, which PostgreSQL text cannot hold), together at most
+    one message's size."""
     if isinstance(deltas, str) or not isinstance(deltas, Sequence):
         raise InvalidInput("deltas must be a list of strings")
     if len(deltas) > limits.max_messages_per_write:
@@ -65,7 +66,10 @@ def check_deltas(deltas: Sequence[str], limits: Limits, *, allow_empty: bool) ->
             raise InvalidInput(f"deltas[{i}] is not a string")
         if "\x00" in d:
             raise InvalidInput(f"deltas[{i}] holds U+0000")
-        size += len(d.encode("utf-8"))
+        try:
+            size += len(d.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise InvalidInput(f"deltas[{i}] holds a lone surrogate: not Unicode") from None
     if size > limits.max_message_bytes:
         raise PayloadTooLarge(f"{size} bytes of deltas; the limit is {limits.max_message_bytes}")
     return list(deltas)
