@@ -48,6 +48,7 @@ from session_ledger.domain.event_mapper import event_state
 SEALED_BODY = "~"  # a clear body starts with `"` or `{`
 SEALED_FIELDS = ("messages", "message", "deltas")  # the event fields that hold content
 NONCE_BYTES = 12
+SEALED_OVERHEAD = NONCE_BYTES + 16  # a sealed value's nonce and AES-GCM tag
 KEY_BYTES = 32
 SALT_BYTES = 16  # of an event field's commitment
 KEYED_DIGEST = "m:"  # a request digest stored as an HMAC under a master key's digest key
@@ -256,7 +257,9 @@ def seal_fields(state: dict[str, Any], key: AESGCM, session_id: uuid.UUID) -> bo
     changed = False
     for f in SEALED_FIELDS:
         value = state.get(f)
-        if f not in state or (isinstance(value, dict) and "sealed" in value):
+        # (a null holds no content: an abort that kept no message stays `null`, and reads
+        # as that once erased)
+        if value is None or (isinstance(value, dict) and "sealed" in value):
             continue
         salt = os.urandom(SALT_BYTES)
         data = field_json(value)
@@ -272,11 +275,15 @@ def seal_fields(state: dict[str, Any], key: AESGCM, session_id: uuid.UUID) -> bo
 
 
 def erased_value(field: str, envelope: Mapping[str, Any]) -> Any:
-    """What a sealed field reads as once its key is gone: its shape, no content."""
+    """What a sealed field reads as once its key is gone: its shape, no content. (A null
+    was sealed too before 2026-12-07: its sealed JSON, `null`, is the one of 4 bytes a
+    field holds, a message being an object of a role at least.)"""
     if field == "deltas":
         return [""] * envelope.get("n", 0)
     if "n" in envelope:
         return [dict(ERASED_MESSAGE) for _ in range(envelope["n"])]
+    if len(base64.b64decode(envelope["sealed"])) - SEALED_OVERHEAD in (4, SALT_BYTES + 4):
+        return None  # `null`, sealed with a salt or (before commitments) without
     return dict(ERASED_MESSAGE)
 
 

@@ -164,6 +164,8 @@ class ViewWriter:
             if known is not None:
                 chain_before = chain_before or known[0]
                 total_before = known[1]
+        if any(isinstance(c, EraseContent) for c in vc.changes):
+            total_before = 0  # (the counts of the erased content were zeroed above)
         chains = self._chains(cursor, vc.session_id, records, chain_before, ahead)
         rows = zip(
             self.timeline_params(vc, times, sid),

@@ -19,12 +19,14 @@ from typing import Any
 
 import psycopg
 import pytest
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from session_ledger.api.settings import Settings
 from session_ledger.domain.compliance import RetentionRule
 from session_ledger.domain.errors import (
     EncryptionRequired,
     IdempotencyKeyReused,
+    InvalidInput,
     LegalHold,
     SessionErasedError,
     StoreNotReady,
@@ -32,6 +34,7 @@ from session_ledger.domain.errors import (
 from session_ledger.domain.inputs import parse_messages, request_digest
 from session_ledger.domain.ledger import Ledger
 from session_ledger.domain.session import session_id
+from session_ledger.projections import sealing
 from session_ledger.projections.export import export_session
 from session_ledger.projections.export_format import line as json_line
 from session_ledger.projections.export_verify import verify_export
@@ -296,6 +299,43 @@ def test_an_export_of_a_sealed_session_with_aborted_streams_verifies(
     folder = tmp_path / "package"
     write_package(sealed, sealed.default_tenant, folder, exported_by="test", prefix="streams")
     assert verify_package(folder) == []
+
+
+def test_an_erased_session_reads_as_many_messages_as_it_had_and_no_tokens(
+    sealed: Ledger,
+) -> None:
+    """Erased, a stream aborted without keeping its text still added no message (its
+    `null` is not content: it read as one erased message, and `rebuild --check` derived
+    one message too many); the token total is 0 on every store (on SQLite the erasure's
+    row took the total noted before it); a lone surrogate in a delta is InvalidInput."""
+    sealed.put("shape", {"role": "user", "content": "hello"})
+    sealed.open_stream("shape", stream_id="dropped")
+    sealed.append_stream("shape", "dropped", ["partial"])
+    with pytest.raises(InvalidInput, match="lone surrogate"):
+        sealed.append_stream("shape", "dropped", ["\ud800"])
+    sealed.abort_stream("shape", "dropped", "client_gone")
+    sealed.put("shape", {"role": "user", "content": "more"})  # (its total noted in process)
+    assert sealed.head("shape").token_total > 0
+    sealed.erase("shape", reason="asked", basis="GDPR art. 17")
+    aborted = [e for e in sealed.audit("shape") if e.event_type == "StreamAborted"]
+    assert aborted[0].changes["added"] == []
+    assert sealed.head("shape", latest=True).token_total == 0
+    assert check(sealed.views, sealed.mapper, sealed.tokenizer) == []  # type: ignore[arg-type]
+
+
+def test_a_null_sealed_by_an_earlier_release_reads_as_null_once_erased() -> None:
+    """Before 2026-12-07 a field's `null` was sealed too: once erased it reads as null,
+    not as an erased message (its sealed JSON is the one of 4 bytes)."""
+    key, sid = AESGCM(os.urandom(32)), uuid.uuid4()
+    for value, erased in ((None, None), ({"role": "user"}, sealing.ERASED_MESSAGE)):
+        state: dict[str, Any] = {"message": value}
+        data = sealing.field_json(value)
+        salt = os.urandom(sealing.SALT_BYTES)
+        state["message"] = {"sealed": sealing.seal(key, sid, salt + data), "c": "-"}
+        assert sealing.erased_value("message", state["message"]) == erased
+        unsalted = {"sealed": sealing.seal(key, sid, data)}  # (before commitments)
+        assert sealing.erased_value("message", unsalted) == erased
+    assert sealing.seal_fields({"message": None}, key, sid) is False  # (no longer sealed)
 
 
 def test_a_sealed_export_proves_its_content_and_a_forged_one_is_broken(sealed: Ledger) -> None:
