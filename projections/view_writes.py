@@ -128,6 +128,7 @@ class ViewWriter:
         times = self.times(vc)
         if vc.started:
             run(cursor, SESSION_INSERT, self.session_params(vc, times))
+        erased = False
         for c in vc.changes:
             if isinstance(c, InsertMessages):
                 self._insert_rows(cursor, sid, c.version, c.status, c.rows)
@@ -142,6 +143,7 @@ class ViewWriter:
                 self._archive_oldest(cursor, sid, c)
             elif isinstance(c, EraseContent):
                 self._erase_content(cursor, vc.session_id)
+                erased = True
             elif isinstance(c, SealContent):
                 if not check_kept:  # (derived from the log: its records were sealed as written)
                     self._seal_session(cursor, vc.session_id, c.version)
@@ -164,7 +166,7 @@ class ViewWriter:
             if known is not None:
                 chain_before = chain_before or known[0]
                 total_before = known[1]
-        if any(isinstance(c, EraseContent) for c in vc.changes):
+        if erased:
             total_before = 0  # (the counts of the erased content were zeroed above)
         chains = self._chains(cursor, vc.session_id, records, chain_before, ahead)
         rows = zip(
