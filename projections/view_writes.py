@@ -128,7 +128,6 @@ class ViewWriter:
         times = self.times(vc)
         if vc.started:
             run(cursor, SESSION_INSERT, self.session_params(vc, times))
-        erased = False
         for c in vc.changes:
             if isinstance(c, InsertMessages):
                 self._insert_rows(cursor, sid, c.version, c.status, c.rows)
@@ -143,7 +142,6 @@ class ViewWriter:
                 self._archive_oldest(cursor, sid, c)
             elif isinstance(c, EraseContent):
                 self._erase_content(cursor, vc.session_id)
-                erased = True
             elif isinstance(c, SealContent):
                 if not check_kept:  # (derived from the log: its records were sealed as written)
                     self._seal_session(cursor, vc.session_id, c.version)
@@ -166,8 +164,6 @@ class ViewWriter:
             if known is not None:
                 chain_before = chain_before or known[0]
                 total_before = known[1]
-        if erased:
-            total_before = 0  # (the counts of the erased content were zeroed above)
         chains = self._chains(cursor, vc.session_id, records, chain_before, ahead)
         rows = zip(
             self.timeline_params(vc, times, sid),
@@ -394,6 +390,7 @@ class ViewWriter:
             self._execute(cursor, f"DELETE FROM {table} WHERE session_id = ?", (sid,))
         self._execute(cursor, "UPDATE ledger_timeline SET token_total = 0 WHERE session_id = ?",
                       (sid,))  # fmt: skip
+        self.heads.drop(session_id)  # (its note holds a total zeroed here: read it again)
         self.content.forget(session_id)
 
     def _open_stream(self, cursor: Any, sid: Any, c: OpenStream) -> None:
